@@ -1,0 +1,47 @@
+# walflow: the two commands are `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+ENV := source .walflow/env.sh &&
+
+.PHONY: venv up down status demo test test-unit test-integration test-e2e bench-stream clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+up: venv
+	$(VENV)/bin/python -m walflow.embedded up
+
+down:
+	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python -m walflow.embedded down; fi
+
+status: venv
+	$(VENV)/bin/python -m walflow.embedded status
+
+demo: up
+	$(ENV) python -m walflow.demo
+
+test: up
+	$(ENV) python -m pytest tests -q -p no:cacheprovider
+
+test-unit: venv
+	$(VENV)/bin/python -m pytest tests/unit -q
+
+test-integration: up
+	$(ENV) python -m pytest tests/integration -q
+
+test-e2e: up
+	$(ENV) python -m pytest tests/e2e -q
+
+bench-stream: up
+	$(ENV) python bench/bench_stream.py
+
+clean: down
+	rm -rf .walflow

@@ -1,0 +1,68 @@
+"""Hooks: the source database and Kafka, configured from Airflow Connections.
+
+They follow Airflow's own providers: :class:`WalflowPostgresHook` is the Postgres provider's hook (same
+Connection type and extras, psycopg 3), adding the libpq connection string that walflow's domain code opens
+its several connections with; :class:`WalflowKafkaHook` reads the Kafka provider's Connection, whose extras
+are librdkafka settings, and returns walflow's idempotent :class:`~walflow.kafka.EventProducer`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.conninfo import make_conninfo
+
+from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+from walflow.kafka import EventProducer, producer_settings
+
+#: Connection extras that are PostgresHook options rather than libpq parameters.
+_NON_LIBPQ_EXTRAS = {"iam", "redshift", "cursor", "cluster-identifier", "workgroup-name", "aws_conn_id", "sqlalchemy_scheme", "sqlalchemy_query", "azure_conn_id", "enable_log_db_messages", "log_sql"}
+
+
+class WalflowPostgresHook(PostgresHook):
+    """The Postgres provider's hook, plus :meth:`get_conninfo` for walflow's own connections.
+
+    :param postgres_conn_id: the Airflow Connection of the source database.
+    """
+
+    conn_name_attr = "postgres_conn_id"
+    default_conn_name = "postgres_default"
+    conn_type = "postgres"
+    hook_name = "walflow source (PostgreSQL)"
+
+    def get_conninfo(self, **overrides: str) -> str:
+        """libpq connection string of the Connection, with ``overrides`` (TLS settings from the connector)."""
+        conn = self.get_connection(self.get_conn_id())
+        params: dict[str, Any] = {
+            "host": conn.host or None,
+            "port": conn.port or None,
+            "user": conn.login or None,
+            "password": conn.password or None,
+            "dbname": self.database or conn.schema or None,
+        }
+        for key, value in conn.extra_dejson.items():
+            if key not in _NON_LIBPQ_EXTRAS:
+                params[key] = value
+        params.update(overrides)
+        return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+class WalflowKafkaHook(KafkaBaseHook):
+    """Kafka through the Kafka provider's Connection; ``get_conn`` is walflow's idempotent producer.
+
+    :param kafka_config_id: the Airflow Connection whose extras are librdkafka settings.
+    """
+
+    hook_name = "walflow Kafka producer"
+
+    def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name, topic_partitions: int = 1, topic_replication_factor: int = -1) -> None:
+        super().__init__(kafka_config_id=kafka_config_id)
+        self.topic_partitions = topic_partitions
+        self.topic_replication_factor = topic_replication_factor
+
+    def _get_client(self, config: dict[str, Any]) -> EventProducer:
+        return EventProducer(producer_settings(config), self.topic_partitions, self.topic_replication_factor)
+
+    def bootstrap_servers(self) -> str:
+        return str(self.get_connection(self.kafka_config_id).extra_dejson.get("bootstrap.servers", ""))

@@ -1,0 +1,105 @@
+"""Operators: one task unit each, thin adapters over walflow's domain code.
+
+Hooks are built lazily in ``execute``; everything the task does is in plain classes
+(:mod:`walflow.source`, :mod:`walflow.stream`) that tests and scripts drive directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
+from walflow.config import ConnectorConfig, resolve
+from walflow.source import connect, setup_source
+from walflow.stream import StreamBatch
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class _ConnectorOperator(BaseOperator):
+    """Common part: which connector, which Connections."""
+
+    def __init__(
+        self,
+        *,
+        connector: str,
+        overrides: dict[str, Any] | None = None,
+        postgres_conn_id: str | None = None,
+        kafka_config_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.connector = connector
+        self.overrides = overrides
+        self.postgres_conn_id = postgres_conn_id
+        self.kafka_config_id = kafka_config_id
+
+    def _config(self) -> ConnectorConfig:
+        return resolve(self.connector, self.overrides)
+
+    def _conninfo(self, config: ConnectorConfig) -> str:
+        hook = WalflowPostgresHook(postgres_conn_id=self.postgres_conn_id or config.walflow_postgres_conn_id)
+        return hook.get_conninfo(**config.conninfo_options())
+
+    def _kafka_hook(self, config: ConnectorConfig) -> WalflowKafkaHook:
+        return WalflowKafkaHook(
+            kafka_config_id=self.kafka_config_id or config.walflow_kafka_conn_id,
+            topic_partitions=config.topic_creation_default_partitions,
+            topic_replication_factor=config.topic_creation_default_replication_factor,
+        )
+
+
+class WalflowSetupOperator(_ConnectorOperator):
+    """Check the source server, then create the connector's publication and replication slot.
+
+    Idempotent: a second run changes nothing. Returns what it found and did (an XCom).
+
+    :param connector: the connector's name (a YAML file in the connectors folder) or a YAML path.
+    :param overrides: Debezium keys that replace the YAML's values for this task.
+    :param postgres_conn_id: overrides ``walflow.postgres.conn.id``.
+    :param kafka_config_id: overrides ``walflow.kafka.conn.id``.
+    """
+
+    template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id")
+    ui_color = "#c7e9c0"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        config = self._config()
+        conn = connect(self._conninfo(config), application_name=f"walflow:{config.name}:setup")
+        try:
+            report = setup_source(conn, config)
+        finally:
+            conn.close()
+        self.log.info(
+            "connector %s: publication %s (%s), slot %s (%s) at %s, %d captured table(s)",
+            config.name,
+            report.publication,
+            "created" if report.publication_created else "altered" if report.publication_altered else "kept",
+            report.slot,
+            "created" if report.slot_created else "kept",
+            report.slot_confirmed_lsn,
+            len(report.captured_tables),
+        )
+        return report.as_dict()
+
+
+class WalflowStreamOperator(_ConnectorOperator):
+    """Stream one bounded batch of the connector's slot to Kafka, then advance the slot.
+
+    :param connector: the connector's name (a YAML file in the connectors folder) or a YAML path.
+    :param overrides: Debezium keys that replace the YAML's values for this task.
+    :param postgres_conn_id: overrides ``walflow.postgres.conn.id``.
+    :param kafka_config_id: overrides ``walflow.kafka.conn.id``.
+    """
+
+    template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id")
+    ui_color = "#9ecae1"
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        config = self._config()
+        producer = self._kafka_hook(config).get_conn
+        batch = StreamBatch(config, self._conninfo(config), producer)
+        return batch.run().as_dict()

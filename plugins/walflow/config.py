@@ -1,0 +1,447 @@
+"""Connector configuration: Debezium's property names, Debezium's defaults, validated up front.
+
+A connector is one YAML file of flat, dotted keys (``slot.name: inventory``), exactly as a Debezium user
+would write them in a Kafka Connect request, plus walflow's own ``walflow.*`` keys. Everything is checked
+here, before any database is touched: an unknown key, a wrong type, an enum value that is not allowed or a
+conflicting pair raises :class:`~walflow.errors.ConfigError` naming the key, the value and what is allowed.
+
+Credentials never live in this file: the source database comes from the Airflow Connection named by
+``walflow.postgres.conn.id`` and Kafka from the one named by ``walflow.kafka.conn.id``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from walflow.errors import ConfigError
+
+#: Debezium keys that name credentials or the server address: in walflow these come from Connections.
+CONNECTION_KEYS = {
+    "database.hostname": "the host",
+    "database.port": "the port",
+    "database.user": "the login",
+    "database.password": "the password",
+    "database.dbname": "the schema (database name)",
+}
+
+#: Debezium keys walflow knows but deliberately does not implement, with the reason.
+UNSUPPORTED_KEYS = {
+    "slot.drop.on.stop": "walflow's stream task stops after every batch; drop the slot with the setup "
+    "operator's teardown instead",
+    "slot.stream.params": "walflow reads the slot through pgoutput with fixed parameters",
+    "snapshot.custom.class": "custom snapshotter classes are Java-only",
+    "converters": "custom converters are Java classes",
+}
+
+#: Older Debezium names accepted as aliases of the newer ones.
+ALIASES = {
+    "database.server.name": "topic.prefix",
+}
+
+_TOPIC_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SLOT_NAME_RE = re.compile(r"^[a-z0-9_]{1,63}$")
+_CONNECTOR_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_DYNAMIC_KEY_PATTERNS = (
+    re.compile(r"^column\.truncate\.to\.(\d+)\.chars$"),
+    re.compile(r"^column\.mask\.with\.(\d+)\.chars$"),
+    re.compile(r"^column\.mask\.hash\.([^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
+    re.compile(r"^snapshot\.select\.statement\.overrides\.(.+)$"),
+)
+
+
+def _split_list(value: Any) -> list[str]:
+    """Debezium lists are comma-separated strings; YAML users also write real lists."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(item).strip() for item in value if str(item).strip()]
+    raise TypeError(f"expected a comma-separated string or a list, got {type(value).__name__}")
+
+
+def _compile_all(patterns: list[str]) -> list[re.Pattern[str]]:
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern, re.IGNORECASE))
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from exc
+    return compiled
+
+
+class ConnectorConfig(BaseModel):
+    """A validated connector configuration.
+
+    Attribute names are the Debezium keys in snake case; :meth:`get` takes the dotted key itself.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # -- identity ------------------------------------------------------------------------------
+    name: str = Field(alias="name")
+    connector_class: Literal["io.debezium.connector.postgresql.PostgresConnector"] = Field(
+        "io.debezium.connector.postgresql.PostgresConnector", alias="connector.class"
+    )
+    tasks_max: Literal[1] = Field(1, alias="tasks.max")
+    topic_prefix: str = Field(alias="topic.prefix")
+
+    # -- source server -------------------------------------------------------------------------
+    plugin_name: Literal["pgoutput"] = Field("pgoutput", alias="plugin.name")
+    slot_name: str = Field("debezium", alias="slot.name")
+    publication_name: str = Field("dbz_publication", alias="publication.name")
+    publication_autocreate_mode: Literal["all_tables", "disabled", "filtered"] = Field(
+        "all_tables", alias="publication.autocreate.mode"
+    )
+    database_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = Field(
+        None, alias="database.sslmode"
+    )
+    database_sslcert: str | None = Field(None, alias="database.sslcert")
+    database_sslkey: str | None = Field(None, alias="database.sslkey")
+    database_sslrootcert: str | None = Field(None, alias="database.sslrootcert")
+    database_tcp_keepalive: bool = Field(True, alias="database.tcpKeepAlive")
+    database_initial_statements: str | None = Field(None, alias="database.initial.statements")
+
+    # -- what is captured ----------------------------------------------------------------------
+    schema_include_list: list[str] = Field(default_factory=list, alias="schema.include.list")
+    schema_exclude_list: list[str] = Field(default_factory=list, alias="schema.exclude.list")
+    table_include_list: list[str] = Field(default_factory=list, alias="table.include.list")
+    table_exclude_list: list[str] = Field(default_factory=list, alias="table.exclude.list")
+    column_include_list: list[str] = Field(default_factory=list, alias="column.include.list")
+    column_exclude_list: list[str] = Field(default_factory=list, alias="column.exclude.list")
+    message_key_columns: str | None = Field(None, alias="message.key.columns")
+    skipped_operations: list[str] = Field(default_factory=lambda: ["t"], alias="skipped.operations")
+
+    # -- event shape ---------------------------------------------------------------------------
+    tombstones_on_delete: bool = Field(True, alias="tombstones.on.delete")
+    provide_transaction_metadata: bool = Field(False, alias="provide.transaction.metadata")
+    topic_transaction: str = Field("transaction", alias="topic.transaction")
+    topic_delimiter: str = Field(".", alias="topic.delimiter")
+    topic_heartbeat_prefix: str = Field("__debezium-heartbeat", alias="topic.heartbeat.prefix")
+    key_converter_schemas_enable: bool = Field(True, alias="key.converter.schemas.enable")
+    value_converter_schemas_enable: bool = Field(True, alias="value.converter.schemas.enable")
+    decimal_handling_mode: Literal["precise", "double", "string"] = Field("precise", alias="decimal.handling.mode")
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = Field(
+        "adaptive", alias="time.precision.mode"
+    )
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
+        "bytes", alias="binary.handling.mode"
+    )
+    interval_handling_mode: Literal["numeric", "string"] = Field("numeric", alias="interval.handling.mode")
+    hstore_handling_mode: Literal["json", "map"] = Field("json", alias="hstore.handling.mode")
+    include_unknown_datatypes: bool = Field(False, alias="include.unknown.datatypes")
+    toasted_value_placeholder: str = Field("__debezium_unavailable_value", alias="toasted.value.placeholder")
+    sanitize_field_names: bool = Field(False, alias="sanitize.field.names")
+    column_propagate_source_type: list[str] = Field(default_factory=list, alias="column.propagate.source.type")
+    datatype_propagate_source_type: list[str] = Field(default_factory=list, alias="datatype.propagate.source.type")
+
+    # -- heartbeats ----------------------------------------------------------------------------
+    heartbeat_interval_ms: int = Field(0, ge=0, alias="heartbeat.interval.ms")
+    heartbeat_action_query: str | None = Field(None, alias="heartbeat.action.query")
+
+    # -- snapshots -----------------------------------------------------------------------------
+    snapshot_mode: Literal["initial", "always", "never", "initial_only", "when_needed", "no_data"] = Field(
+        "initial", alias="snapshot.mode"
+    )
+    snapshot_include_collection_list: list[str] = Field(
+        default_factory=list, alias="snapshot.include.collection.list"
+    )
+    snapshot_select_statement_overrides: list[str] = Field(
+        default_factory=list, alias="snapshot.select.statement.overrides"
+    )
+    snapshot_lock_timeout_ms: int = Field(10000, ge=0, alias="snapshot.lock.timeout.ms")
+    snapshot_delay_ms: int = Field(0, ge=0, alias="snapshot.delay.ms")
+    snapshot_fetch_size: int = Field(10240, gt=0, alias="snapshot.fetch.size")
+    snapshot_max_threads: int = Field(1, ge=1, le=64, alias="snapshot.max.threads")
+    incremental_snapshot_chunk_size: int = Field(1024, gt=0, alias="incremental.snapshot.chunk.size")
+    signal_data_collection: str | None = Field(None, alias="signal.data.collection")
+
+    # -- topics created by walflow -------------------------------------------------------------
+    topic_creation_default_partitions: int = Field(1, ge=1, alias="topic.creation.default.partitions")
+    topic_creation_default_replication_factor: int = Field(-1, alias="topic.creation.default.replication.factor")
+
+    # -- walflow's own keys --------------------------------------------------------------------
+    walflow_postgres_conn_id: str = Field("postgres_default", alias="walflow.postgres.conn.id")
+    walflow_kafka_conn_id: str = Field("kafka_default", alias="walflow.kafka.conn.id")
+    walflow_schedule: str | None = Field("*/5 * * * *", alias="walflow.schedule")
+    walflow_batch_max_events: int = Field(1_000_000, gt=0, alias="walflow.batch.max.events")
+    walflow_batch_max_seconds: float = Field(300.0, gt=0, alias="walflow.batch.max.seconds")
+    walflow_kafka_flush_timeout_s: float = Field(60.0, gt=0, alias="walflow.kafka.flush.timeout.seconds")
+
+    # -- patterned keys, collected by :func:`parse_config` ------------------------------------
+    column_truncate: dict[int, list[str]] = Field(default_factory=dict, alias="__column_truncate")
+    column_mask: dict[int, list[str]] = Field(default_factory=dict, alias="__column_mask")
+    column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
+    snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
+
+    @field_validator(
+        "schema_include_list",
+        "schema_exclude_list",
+        "table_include_list",
+        "table_exclude_list",
+        "column_include_list",
+        "column_exclude_list",
+        "snapshot_include_collection_list",
+        "column_propagate_source_type",
+        "datatype_propagate_source_type",
+        "snapshot_select_statement_overrides",
+        mode="before",
+    )
+    @classmethod
+    def _lists(cls, value: Any) -> list[str]:
+        return _split_list(value)
+
+    @field_validator("skipped_operations", mode="before")
+    @classmethod
+    def _ops(cls, value: Any) -> list[str]:
+        ops = _split_list(value)
+        if ops == ["none"]:
+            return []
+        bad = [op for op in ops if op not in ("c", "u", "d", "t")]
+        if bad:
+            raise ValueError(f"unknown operation(s) {bad}; allowed: c, u, d, t or none")
+        return ops
+
+    @field_validator(
+        "schema_include_list",
+        "schema_exclude_list",
+        "table_include_list",
+        "table_exclude_list",
+        "column_include_list",
+        "column_exclude_list",
+        "snapshot_include_collection_list",
+        "column_propagate_source_type",
+        "datatype_propagate_source_type",
+    )
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        _compile_all(value)
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not _TOPIC_PREFIX_RE.match(value):
+            raise ValueError("only letters, digits, '.', '_' and '-' are allowed")
+        return value
+
+    @field_validator("slot_name")
+    @classmethod
+    def _slot(cls, value: str) -> str:
+        if not _SLOT_NAME_RE.match(value):
+            raise ValueError("PostgreSQL slot names may hold only lower-case letters, digits and '_' (max 63)")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _CONNECTOR_NAME_RE.match(value):
+            raise ValueError("a connector name becomes part of DAG ids: use letters, digits and '_'")
+        return value
+
+    @model_validator(mode="after")
+    def _pairs(self) -> ConnectorConfig:
+        for include, exclude in (
+            ("schema.include.list", "schema.exclude.list"),
+            ("table.include.list", "table.exclude.list"),
+            ("column.include.list", "column.exclude.list"),
+        ):
+            if self.get(include) and self.get(exclude):
+                raise ValueError(f"'{include}' and '{exclude}' cannot both be set; Debezium allows only one of them")
+        if self.heartbeat_action_query and not self.heartbeat_interval_ms:
+            raise ValueError("'heartbeat.action.query' needs 'heartbeat.interval.ms' > 0 to ever run")
+        return self
+
+    # -- access --------------------------------------------------------------------------------
+    def get(self, key: str) -> Any:
+        """Return a setting by its Debezium (dotted) key."""
+        field = _FIELD_BY_ALIAS.get(ALIASES.get(key, key))
+        if field is None:
+            raise KeyError(key)
+        return getattr(self, field)
+
+    @property
+    def transaction_topic(self) -> str:
+        return f"{self.topic_prefix}{self.topic_delimiter}{self.topic_transaction}"
+
+    @property
+    def heartbeat_topic(self) -> str:
+        return f"{self.topic_heartbeat_prefix}{self.topic_delimiter}{self.topic_prefix}"
+
+    def conninfo_options(self) -> dict[str, str]:
+        """libpq options this config adds to the source Connection (TLS, keepalives)."""
+        options: dict[str, str] = {}
+        for key, attr in (
+            ("sslmode", "database_sslmode"),
+            ("sslcert", "database_sslcert"),
+            ("sslkey", "database_sslkey"),
+            ("sslrootcert", "database_sslrootcert"),
+        ):
+            value = getattr(self, attr)
+            if value:
+                options[key] = str(value)
+        options["keepalives"] = "1" if self.database_tcp_keepalive else "0"
+        return options
+
+
+_FIELD_BY_ALIAS = {info.alias: name for name, info in ConnectorConfig.model_fields.items() if info.alias}
+KNOWN_KEYS = frozenset(alias for alias in _FIELD_BY_ALIAS if not alias.startswith("__"))
+
+
+def _format_validation_error(exc: ValidationError, raw: dict[str, Any], source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"]) if err["loc"] else ""
+        key = loc
+        if not loc:
+            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+            continue
+        value = raw.get(key, err.get("input"))
+        if err["type"] == "missing":
+            lines.append(f"  '{key}' is required but missing")
+        elif err["type"] == "extra_forbidden":
+            lines.append(f"  '{key}' is not a known key")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"  '{key}' = {value!r}: {msg}")
+    return f"invalid connector configuration {source}:\n" + "\n".join(lines)
+
+
+def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig:
+    """Validate a mapping of Debezium keys into a :class:`ConnectorConfig`.
+
+    :param raw: the flat mapping read from YAML (keys are dotted Debezium property names).
+    :param source: where ``raw`` came from, quoted in error messages.
+    :raises ConfigError: naming every offending key, its value and what is allowed.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"connector configuration {source} must be a mapping of keys to values, got {type(raw).__name__}")
+    problems: list[str] = []
+    data: dict[str, Any] = {}
+    truncate: dict[int, list[str]] = {}
+    mask: dict[int, list[str]] = {}
+    mask_hash: dict[tuple[str, str], list[str]] = {}
+    overrides: dict[str, str] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            problems.append(f"  key {key!r} is not a string")
+            continue
+        if key in CONNECTION_KEYS:
+            problems.append(
+                f"  '{key}' does not belong in the connector file: walflow takes {CONNECTION_KEYS[key]} from the "
+                f"Airflow Connection named by 'walflow.postgres.conn.id' (secrets never live in YAML)"
+            )
+            continue
+        if key in UNSUPPORTED_KEYS:
+            problems.append(f"  '{key}' is not supported by walflow: {UNSUPPORTED_KEYS[key]}")
+            continue
+        match = next(((i, m) for i, p in enumerate(_DYNAMIC_KEY_PATTERNS) if (m := p.match(key))), None)
+        if match is not None:
+            index, m = match
+            try:
+                if index == 0:
+                    truncate[int(m.group(1))] = _split_list(value)
+                elif index == 1:
+                    mask[int(m.group(1))] = _split_list(value)
+                elif index == 2:
+                    mask_hash[(m.group(1), m.group(2))] = _split_list(value)
+                else:
+                    if not isinstance(value, str):
+                        raise TypeError("expected a SELECT statement as a string")
+                    overrides[m.group(1)] = value
+            except (TypeError, ValueError) as exc:
+                problems.append(f"  '{key}' = {value!r}: {exc}")
+            continue
+        canonical = ALIASES.get(key, key)
+        if canonical in data and canonical != key:
+            problems.append(f"  '{key}' is an alias of '{canonical}', which is also set; keep only '{canonical}'")
+            continue
+        if canonical not in KNOWN_KEYS:
+            close = [k for k in sorted(KNOWN_KEYS) if k.split(".")[-1] == key.split(".")[-1]][:3]
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+            problems.append(f"  '{key}' is not a known key{hint}")
+            continue
+        data[canonical] = value
+    if problems:
+        raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
+    data["__column_truncate"] = truncate
+    data["__column_mask"] = mask
+    data["__column_mask_hash"] = mask_hash
+    data["__snapshot_select_overrides"] = overrides
+    try:
+        return ConnectorConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, data, source)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> ConnectorConfig:
+    """Read and validate one connector YAML file."""
+    path = Path(path)
+    return parse_config(_read_raw(path), str(path))
+
+
+def connectors_dir(default: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of connector YAML files: ``$WALFLOW_CONNECTORS_DIR`` or ``include/connectors``."""
+    env = os.environ.get("WALFLOW_CONNECTORS_DIR")
+    if env:
+        return Path(env)
+    if default is not None:
+        return Path(default)
+    return Path(__file__).resolve().parents[2] / "include" / "connectors"
+
+
+def load_all(directory: str | os.PathLike[str] | None = None) -> list[ConnectorConfig]:
+    """Load every ``*.yaml``/``*.yml`` connector in ``directory``; names must be unique."""
+    folder = connectors_dir(directory)
+    configs: list[ConnectorConfig] = []
+    seen: dict[str, Path] = {}
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        config = load_config(path)
+        if config.name in seen:
+            raise ConfigError(f"connector name {config.name!r} is used by both {seen[config.name]} and {path}")
+        seen[config.name] = path
+        configs.append(config)
+    return configs
+
+
+def _read_raw(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read connector configuration {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"connector configuration {path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"connector configuration {path} must be a mapping of Debezium keys to values")
+    return raw
+
+
+def resolve(connector: str, overrides: dict[str, Any] | None = None, directory: str | os.PathLike[str] | None = None) -> ConnectorConfig:
+    """Find a connector by name (in the connectors folder) or by YAML path, apply ``overrides``, validate.
+
+    Operators call this in ``execute``, so a DAG that reuses them can override single keys
+    (``{"table.include.list": "public.customers"}``) without a YAML file of its own.
+    """
+    candidate = Path(connector)
+    if candidate.suffix in (".yaml", ".yml"):
+        path = candidate
+    else:
+        folder = connectors_dir(directory)
+        path = None
+        for item in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+            raw = _read_raw(item)
+            if raw.get("name") == connector:
+                path = item
+                break
+        if path is None:
+            raise ConfigError(f"no connector named {connector!r} in {folder} (set WALFLOW_CONNECTORS_DIR or pass a YAML path)")
+    raw = _read_raw(path)
+    if overrides:
+        raw = {**raw, **overrides}
+    return parse_config(raw, str(path))

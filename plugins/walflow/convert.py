@@ -1,0 +1,425 @@
+"""Conversion of PostgreSQL column values to Debezium's Kafka Connect representation.
+
+Both streaming (pgoutput text values) and snapshots (the same text form, read with the same session
+settings) go through one :class:`ColumnConverter` per column, built once per relation rather than per row:
+conversion is on the hot path. A converter pairs the field's Kafka Connect schema (as the JSON converter
+writes it) with a function from PostgreSQL's text output to the JSON payload value.
+
+The sessions that produce the text must use ``DateStyle=ISO``, ``IntervalStyle=postgres``,
+``TimeZone=UTC`` and ``extra_float_digits=3``: :data:`SESSION_SETTINGS` lists them.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from walflow.errors import ConversionError
+
+log = logging.getLogger(__name__)
+
+#: Session settings under which PostgreSQL's text output is what the converters expect.
+SESSION_SETTINGS = {
+    "DateStyle": "ISO, YMD",
+    "IntervalStyle": "postgres",
+    "TimeZone": "UTC",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+}
+
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+# Built-in type OIDs (pg_type.h); extension types are resolved by name through the catalog.
+BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
+JSON, XML, FLOAT4, FLOAT8, MONEY, MACADDR, INET, CIDR, MACADDR8 = 114, 142, 700, 701, 790, 829, 869, 650, 774
+BPCHAR, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, TIMETZ = 1042, 1043, 1082, 1083, 1114, 1184, 1186, 1266
+BIT, VARBIT, NUMERIC, UUID, JSONB, POINT = 1560, 1562, 1700, 2950, 3802, 600
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """What the catalog says about a column's type, enough to choose its converter."""
+
+    oid: int
+    modifier: int = -1
+    name: str = ""  # format_type() text, e.g. 'numeric(10,2)' or 'character varying(255)'
+    base_name: str = ""  # pg_type.typname of the type (or of a domain's base type)
+    category: str = ""  # pg_type.typcategory
+    enum_values: tuple[str, ...] = ()
+    element: ColumnType | None = None  # element type of an array
+
+
+@dataclass
+class ColumnConverter:
+    """The Kafka Connect schema of one field and the function producing its JSON payload value."""
+
+    schema: dict[str, Any]
+    convert: Callable[[str], Any]
+    optional: bool = True
+    #: walflow-internal: the Debezium semantic name, for the lake's type mapping.
+    semantic: str | None = field(default=None)
+
+
+# -- value functions ------------------------------------------------------------------------------
+def _bool(text: str) -> bool:
+    return text == "t"
+
+
+def _float(text: str) -> float | str:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    # Kafka Connect's JSON converter writes non-finite doubles as these strings.
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _bytea(text: str) -> str:
+    # bytea_output=hex: '\x0a0b'. The JSON converter carries bytes as base64.
+    return base64.b64encode(bytes.fromhex(text[2:])).decode("ascii")
+
+
+def _unscaled_bytes(unscaled: int) -> bytes:
+    # Java's BigInteger.toByteArray(): the shortest two's-complement form, sign bit included.
+    length = ((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8) // 8
+    return unscaled.to_bytes(length, "big", signed=True)
+
+
+def _days(text: str) -> int:
+    if text == "infinity":
+        return 2**31 - 1
+    if text == "-infinity":
+        return -(2**31)
+    bc = text.endswith(" BC")
+    if bc:
+        text = text[:-3]
+    year_s, month_s, day_s = text.rsplit("-", 2)
+    year = int(year_s)
+    if bc:
+        year = 1 - year
+    return _civil_to_days(year, int(month_s), int(day_s))
+
+
+def _civil_to_days(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date, for any year (Python's date stops at 1..9999)."""
+    if 1 <= year <= 9999:
+        return date(year, month, day).toordinal() - _EPOCH_ORDINAL
+    # Howard Hinnant's days_from_civil, valid for all years.
+    y = year - (month <= 2)
+    era = (y if y >= 0 else y - 399) // 400
+    yoe = y - era * 400
+    mp = (month + 9) % 12
+    doy = (153 * mp + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+def _time_micros(text: str) -> int:
+    hh, mm, rest = text.split(":", 2)
+    if "." in rest:
+        ss, frac = rest.split(".")
+        micros = int((frac + "000000")[:6])
+    else:
+        ss, micros = rest, 0
+    return ((int(hh) * 60 + int(mm)) * 60 + int(ss)) * 1_000_000 + micros
+
+
+# Debezium's fixed values for 'infinity'/'-infinity' timestamps (Long.MAX_VALUE / Long.MIN_VALUE).
+_TS_POS_INF = 9223372036825200000
+_TS_NEG_INF = -9223372036832400000
+
+
+def _timestamp_micros(text: str) -> int:
+    if text == "infinity":
+        return _TS_POS_INF
+    if text == "-infinity":
+        return _TS_NEG_INF
+    day_part, time_part = text.split(" ", 1)
+    bc = time_part.endswith(" BC")
+    if bc:
+        time_part = time_part[:-3]
+        day_part += " BC"
+    return _days(day_part) * 86_400_000_000 + _time_micros(time_part)
+
+
+def _split_offset(text: str) -> tuple[str, int]:
+    """Split '15:13:16.945+05:30' into the local part and the offset in seconds."""
+    for i in range(len(text) - 1, 0, -1):
+        ch = text[i]
+        if ch in "+-":
+            sign = 1 if ch == "+" else -1
+            parts = text[i + 1 :].split(":")
+            seconds = int(parts[0]) * 3600 + (int(parts[1]) * 60 if len(parts) > 1 else 0)
+            seconds += int(parts[2]) if len(parts) > 2 else 0
+            return text[:i], sign * seconds
+        if ch == ":" or ch.isdigit():
+            continue
+        break
+    raise ValueError(f"no UTC offset in {text!r}")
+
+
+def _format_zoned_micros(micros: int) -> str:
+    days, rem = divmod(micros, 86_400_000_000)
+    seconds, frac = divmod(rem, 1_000_000)
+    hh, rest = divmod(seconds, 3600)
+    mm, ss = divmod(rest, 60)
+    y, m, d = _days_to_civil(days)
+    year = f"{y:04d}" if 0 <= y <= 9999 else f"{y:+05d}"
+    text = f"{year}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
+    if frac:
+        text += "." + f"{frac:06d}".rstrip("0")
+    return text + "Z"
+
+
+def _days_to_civil(days: int) -> tuple[int, int, int]:
+    z = days + 719468
+    era = (z if z >= 0 else z - 146096) // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    y = yoe + era * 400
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    return y + (m <= 2), m, d
+
+
+def _zoned_timestamp(text: str) -> str:
+    if text in ("infinity", "-infinity"):
+        return text
+    bc = text.endswith(" BC")
+    if bc:
+        text = text[:-3]
+    local, offset = _split_offset(text)
+    if bc:
+        day_part, time_part = local.split(" ", 1)
+        local = f"{day_part} BC"
+        micros = _days(local) * 86_400_000_000 + _time_micros(time_part)
+    else:
+        micros = _timestamp_micros(local)
+    return _format_zoned_micros(micros - offset * 1_000_000)
+
+
+def _zoned_time(text: str) -> str:
+    local, offset = _split_offset(text)
+    micros = (_time_micros(local) - offset * 1_000_000) % 86_400_000_000
+    seconds, frac = divmod(micros, 1_000_000)
+    hh, rest = divmod(seconds, 3600)
+    mm, ss = divmod(rest, 60)
+    out = f"{hh:02d}:{mm:02d}:{ss:02d}"
+    if frac:
+        out += "." + f"{frac:06d}".rstrip("0")
+    return out + "Z"
+
+
+# -- converter factory ----------------------------------------------------------------------------
+def _numeric_precision_scale(modifier: int) -> tuple[int | None, int | None]:
+    if modifier < 4:
+        return None, None
+    value = modifier - 4
+    scale = value & 0xFFFF
+    if scale & 0x8000:  # PostgreSQL 15 allows negative scales
+        scale -= 0x10000
+    return (value >> 16) & 0xFFFF, scale
+
+
+def _datetime_precision(modifier: int) -> int:
+    return 6 if modifier < 0 else modifier
+
+
+@dataclass(frozen=True)
+class ConverterSettings:
+    """The connector settings that change how values are represented."""
+
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "adaptive"
+    binary_handling_mode: str = "bytes"
+    interval_handling_mode: str = "numeric"
+    include_unknown_datatypes: bool = False
+
+    @classmethod
+    def from_config(cls, config: Any) -> ConverterSettings:
+        return cls(
+            decimal_handling_mode=config.decimal_handling_mode,
+            time_precision_mode=config.time_precision_mode,
+            binary_handling_mode=config.binary_handling_mode,
+            interval_handling_mode=config.interval_handling_mode,
+            include_unknown_datatypes=config.include_unknown_datatypes,
+        )
+
+
+def _schema(type_: str, name: str | None = None, parameters: dict[str, str] | None = None, version: int | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": type_, "optional": True}
+    if name:
+        schema["name"] = name
+    if version is not None:
+        schema["version"] = version
+    if parameters:
+        schema["parameters"] = parameters
+    return schema
+
+
+def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict[str, Any], Callable[[str], Any], str]:
+    precision, scale = _numeric_precision_scale(modifier)
+    mode = settings.decimal_handling_mode
+    if mode == "double":
+        return _schema("double"), _float, "double"
+    if mode == "string":
+        return _schema("string"), str, "string"
+    if scale is not None:
+        exponent = Decimal(1).scaleb(-scale)
+
+        def fixed(text: str, _scale: int = scale, _exp: Decimal = exponent) -> str | None:
+            if text == "NaN":
+                return None  # precise mode cannot carry NaN; Debezium emits null
+            value = Decimal(text).quantize(_exp)
+            unscaled = int(value.scaleb(_scale))
+            return base64.b64encode(_unscaled_bytes(unscaled)).decode("ascii")
+
+        params = {"scale": str(scale), "connect.decimal.precision": str(precision)}
+        return _schema("bytes", "org.apache.kafka.connect.data.Decimal", params, 1), fixed, "decimal"
+
+    def variable(text: str) -> dict[str, Any] | None:
+        if text in ("NaN", "Infinity", "-Infinity"):
+            return None
+        value = Decimal(text)
+        exp = value.as_tuple().exponent
+        value_scale = max(0, -int(exp))
+        unscaled = int(value.scaleb(value_scale))
+        return {"scale": value_scale, "value": base64.b64encode(_unscaled_bytes(unscaled)).decode("ascii")}
+
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"type": "int32", "optional": False, "field": "scale"},
+            {"type": "bytes", "optional": False, "field": "value"},
+        ],
+        "optional": True,
+        "name": "io.debezium.data.VariableScaleDecimal",
+        "version": 1,
+        "doc": "Variable scaled decimal",
+    }
+    return schema, variable, "variable_decimal"
+
+
+def _binary_converter(settings: ConverterSettings) -> tuple[dict[str, Any], Callable[[str], Any]]:
+    mode = settings.binary_handling_mode
+    if mode == "bytes":
+        return _schema("bytes"), _bytea
+    if mode == "hex":
+        return _schema("string"), lambda text: text[2:]
+    if mode == "base64-url-safe":
+        return _schema("string"), lambda text: base64.urlsafe_b64encode(bytes.fromhex(text[2:])).decode("ascii")
+    return _schema("string"), _bytea
+
+
+def _temporal_converter(
+    settings: ConverterSettings, oid: int, modifier: int
+) -> tuple[dict[str, Any], Callable[[str], Any], str]:
+    mode = settings.time_precision_mode
+    precision = _datetime_precision(modifier)
+    if oid == DATE:
+        if mode == "connect":
+            return _schema("int32", "org.apache.kafka.connect.data.Date", None, 1), _days, "date"
+        return _schema("int32", "io.debezium.time.Date", None, 1), _days, "date"
+    if oid == TIME:
+        if mode == "connect":
+            return _schema("int32", "org.apache.kafka.connect.data.Time", None, 1), lambda t: _time_micros(t) // 1000, "time_ms"
+        if mode == "adaptive" and precision <= 3:
+            return _schema("int32", "io.debezium.time.Time", None, 1), lambda t: _time_micros(t) // 1000, "time_ms"
+        return _schema("int64", "io.debezium.time.MicroTime", None, 1), _time_micros, "time_us"
+    if oid == TIMESTAMP:
+        if mode == "connect":
+            return (
+                _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1),
+                lambda t: _timestamp_micros(t) // 1000,
+                "timestamp_ms",
+            )
+        if precision <= 3:
+            return _schema("int64", "io.debezium.time.Timestamp", None, 1), lambda t: _timestamp_micros(t) // 1000, "timestamp_ms"
+        return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), _timestamp_micros, "timestamp_us"
+    if oid == TIMESTAMPTZ:
+        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), _zoned_timestamp, "timestamptz"
+    if oid == TIMETZ:
+        return _schema("string", "io.debezium.time.ZonedTime", None, 1), _zoned_time, "timetz"
+    raise AssertionError(oid)
+
+
+_SIMPLE: dict[int, tuple[str, str | None, Callable[[str], Any]]] = {
+    BOOL: ("boolean", None, _bool),
+    INT2: ("int16", None, int),
+    INT4: ("int32", None, int),
+    INT8: ("int64", None, int),
+    OID: ("int64", None, int),
+    FLOAT4: ("float", None, _float),
+    FLOAT8: ("double", None, _float),
+    TEXT: ("string", None, str),
+    VARCHAR: ("string", None, str),
+    BPCHAR: ("string", None, str),
+    NAME: ("string", None, str),
+    CHAR: ("string", None, str),
+    JSON: ("string", "io.debezium.data.Json", str),
+    JSONB: ("string", "io.debezium.data.Json", str),
+    XML: ("string", "io.debezium.data.Xml", str),
+    UUID: ("string", "io.debezium.data.Uuid", str),
+    INET: ("string", None, str),
+    CIDR: ("string", None, str),
+    MACADDR: ("string", None, str),
+    MACADDR8: ("string", None, str),
+}
+
+_SIMPLE_BY_NAME: dict[str, tuple[str, str | None, Callable[[str], Any]]] = {
+    "citext": ("string", None, str),
+    "ltree": ("string", "io.debezium.data.Ltree", str),
+}
+
+
+def build_converter(column_type: ColumnType, settings: ConverterSettings) -> ColumnConverter | None:
+    """Choose the converter of one column, or ``None`` when the type is unknown and not included.
+
+    :param column_type: the column's type as the catalog describes it.
+    :param settings: the connector's representation settings.
+    """
+    oid = column_type.oid
+    simple = _SIMPLE.get(oid) or _SIMPLE_BY_NAME.get(column_type.base_name)
+    if simple is not None:
+        type_, name, func = simple
+        return ColumnConverter(_named(type_, name), func, semantic=name or type_)
+    if oid == NUMERIC:
+        schema, func, semantic = _decimal_converter(settings, column_type.modifier)
+        return ColumnConverter(schema, func, semantic=semantic)
+    if oid == BYTEA:
+        schema, func = _binary_converter(settings)
+        return ColumnConverter(schema, func, semantic="bytes" if schema["type"] == "bytes" else "string")
+    if oid in (DATE, TIME, TIMESTAMP, TIMESTAMPTZ, TIMETZ):
+        schema, func, semantic = _temporal_converter(settings, oid, column_type.modifier)
+        return ColumnConverter(schema, func, semantic=semantic)
+    if column_type.category == "E":
+        allowed = ",".join(column_type.enum_values)
+        return ColumnConverter(_schema("string", "io.debezium.data.Enum", {"allowed": allowed}, 1), str, semantic="enum")
+    if settings.include_unknown_datatypes:
+        return ColumnConverter(_schema("bytes"), lambda text: base64.b64encode(text.encode("utf-8")).decode("ascii"), semantic="bytes")
+    return None
+
+
+def _named(type_: str, name: str | None) -> dict[str, Any]:
+    # Debezium's logical string types (Json, Xml, Uuid, Ltree) carry a version of 1.
+    return _schema(type_, name, None, 1 if name else None)
+
+
+def guarded(column: str, converter: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a converter so a failure names the column and the raw value."""
+
+    def call(text: str) -> Any:
+        try:
+            return converter(text)
+        except (ValueError, InvalidOperation, ArithmeticError) as exc:
+            raise ConversionError(f"column {column!r}: cannot convert value {text[:200]!r}: {exc}") from exc
+
+    return call

@@ -1,0 +1,183 @@
+"""``make demo``: the inventory database, its connector's DAGs, and the Debezium events they produce.
+
+Safe to run again: the schema is created once, each run adds a new round of changes, and the counts shown
+are everything the topics hold.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import uuid
+
+import orjson
+import psycopg
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from psycopg import sql
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS customers (
+    id serial PRIMARY KEY,
+    first_name varchar(255) NOT NULL,
+    last_name varchar(255) NOT NULL,
+    email varchar(255) NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS products (
+    id serial PRIMARY KEY,
+    name varchar(255) NOT NULL,
+    description text,
+    weight double precision,
+    price numeric(10, 2) NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS orders (
+    id serial PRIMARY KEY,
+    order_date date NOT NULL,
+    purchaser int NOT NULL REFERENCES customers (id),
+    quantity int NOT NULL,
+    product_id int NOT NULL REFERENCES products (id),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+FIRST = ["Sally", "George", "Edward", "Anne", "Ravi", "Mei", "Jonas", "Ines"]
+LAST = ["Thomas", "Bailey", "Walker", "Kretchmar", "Patel", "Chen", "Berg", "Silva"]
+PRODUCTS = [
+    ("scooter", "Small 2-wheel scooter", 3.14, "19.99"),
+    ("car battery", "12V car battery", 8.1, "89.50"),
+    ("hammer", "16oz carpenter's hammer", 1.0, "12.00"),
+    ("rocks", "box of assorted rocks", 5.3, "4.25"),
+    ("spare tire", "24 inch spare tire", 22.2, "45.00"),
+]
+
+
+def dsn(dbname: str) -> str:
+    base = os.environ["WALFLOW_PG_DSN"]
+    return " ".join([*(p for p in base.split() if not p.startswith("dbname=")), f"dbname={dbname}"])
+
+
+def ensure_database() -> None:
+    with psycopg.connect(dsn("postgres"), autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'inventory'").fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE inventory"))
+            print("created database inventory")
+    with psycopg.connect(dsn("inventory"), autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        if conn.execute("SELECT count(*) FROM products").fetchone() == (0,):
+            with conn.cursor() as cur:
+                cur.executemany("INSERT INTO products (name, description, weight, price) VALUES (%s, %s, %s, %s)", PRODUCTS)
+
+
+def make_changes(rng: random.Random) -> None:
+    """A round of inserts, updates and deletes across the three tables, in a few transactions."""
+    tag = uuid.uuid4().hex[:6]
+    # autocommit, so that each transaction() block below is a transaction of its own
+    with psycopg.connect(dsn("inventory"), autocommit=True) as conn:
+        with conn.transaction():
+            for i in range(8):
+                conn.execute(
+                    "INSERT INTO customers (first_name, last_name, email) VALUES (%s, %s, %s)",
+                    (FIRST[i], LAST[i], f"{FIRST[i].lower()}.{tag}{i}@example.com"),
+                )
+        customers = [r[0] for r in conn.execute("SELECT id FROM customers ORDER BY id DESC LIMIT 8")]
+        products = [r[0] for r in conn.execute("SELECT id FROM products")]
+        with conn.transaction():
+            for _ in range(12):
+                conn.execute(
+                    "INSERT INTO orders (order_date, purchaser, quantity, product_id) VALUES (current_date, %s, %s, %s)",
+                    (rng.choice(customers), rng.randint(1, 5), rng.choice(products)),
+                )
+        with conn.transaction():
+            conn.execute("UPDATE products SET price = price * 1.10 WHERE name = 'hammer'")
+            conn.execute("UPDATE customers SET email = 'sally.' || id || '@acme.example' WHERE id = %s", (customers[-1],))
+            conn.execute("UPDATE orders SET quantity = quantity + 1, updated_at = now() WHERE id IN (SELECT id FROM orders ORDER BY id DESC LIMIT 3)")
+        with conn.transaction():
+            conn.execute("DELETE FROM orders WHERE id IN (SELECT id FROM orders ORDER BY id DESC LIMIT 2)")
+    print("made a round of changes: 8 customer inserts, 12 order inserts, 5 updates, 2 deletes")
+
+
+def airflow_dag_test(dag_id: str) -> None:
+    print(f"$ airflow dags test {dag_id}")
+    result = subprocess.run(["airflow", "dags", "test", dag_id], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stdout.write(result.stdout[-4000:])
+        sys.stderr.write(result.stderr[-4000:])
+        raise SystemExit(f"DAG {dag_id} failed (exit {result.returncode})")
+    for line in (result.stdout + result.stderr).splitlines():
+        if "walflow" in line and ("connector inventory" in line or "created" in line):
+            print("   ", line.split("} ")[-1][:220])
+
+
+def read_all(topics: list[str]) -> dict[str, list]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"],
+            "group.id": f"walflow-demo-{uuid.uuid4().hex[:6]}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    out: dict[str, list] = {}
+    try:
+        metadata = consumer.list_topics(timeout=10)
+        for topic in topics:
+            if topic not in metadata.topics:
+                out[topic] = []
+                continue
+            parts = sorted(metadata.topics[topic].partitions)
+            consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+            eof: set[int] = set()
+            records = []
+            while len(eof) < len(parts):
+                msg = consumer.poll(10)
+                if msg is None:
+                    break
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        eof.add(msg.partition())
+                        continue
+                    raise SystemExit(msg.error().str())
+                records.append(msg)
+            out[topic] = records
+    finally:
+        consumer.close()
+    return out
+
+
+def main() -> None:
+    ensure_database()
+    airflow_dag_test("inventory__setup")
+    make_changes(random.Random())
+    airflow_dag_test("inventory__stream")
+    topics = ["inventory.public.customers", "inventory.public.products", "inventory.public.orders", "inventory.transaction"]
+    records = read_all(topics)
+    print("\nrecords per topic (everything the broker holds):")
+    for topic in topics:
+        msgs = records[topic]
+        ops: dict[str, int] = {}
+        for m in msgs:
+            value = orjson.loads(m.value()) if m.value() is not None else None
+            payload = value["payload"] if value else None
+            label = "tombstone" if payload is None else payload.get("op") or payload.get("status")
+            ops[label] = ops.get(label, 0) + 1
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(ops.items()))
+        print(f"  {topic:32s} {len(msgs):5d}   ({detail})")
+    print("\na sample of events (key → value payload):")
+    for topic in ("inventory.public.customers", "inventory.public.orders"):
+        for m in records[topic][-2:]:
+            key = orjson.loads(m.key())["payload"] if m.key() else None
+            value = orjson.loads(m.value())["payload"] if m.value() else None
+            if value:
+                value = {k: value[k] for k in ("op", "before", "after")} | {
+                    "source": {k: value["source"][k] for k in ("name", "db", "table", "txId", "lsn", "ts_ms")}
+                }
+            print(f"  {topic} {orjson.dumps(key).decode()} → {orjson.dumps(value).decode()[:400]}")
+    first = records["inventory.public.products"][:1] or records["inventory.public.orders"][:1]
+    if first:
+        schema = orjson.loads(first[0].value())["schema"]
+        print(f"\nvalue schema of {first[0].topic()}: {schema['name']} with fields {[f['field'] for f in schema['fields']]}")
+
+
+if __name__ == "__main__":
+    main()

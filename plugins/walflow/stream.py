@@ -1,0 +1,532 @@
+"""One bounded streaming batch: slot → pgoutput decoding → Debezium events → Kafka → slot advance.
+
+A batch peeks the slot (``pg_logical_slot_peek_binary_changes``, which does not consume anything) through a
+server-side cursor, so memory stays bounded whatever the size of a transaction. It stops at the WAL position
+taken when it started, or after ``walflow.batch.max.events`` events / ``walflow.batch.max.seconds``, always
+at a transaction boundary. Only when Kafka has acknowledged every record does it advance the slot, to the end
+of the last transaction it fully produced. A crash anywhere before that repeats the batch: at-least-once
+delivery, as with Debezium.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psycopg
+
+from walflow.catalog import Catalog
+from walflow.config import ConnectorConfig
+from walflow.errors import DeliveryError, SlotError
+from walflow.events import (
+    DEBEZIUM_VERSION,
+    HEARTBEAT_KEY_SCHEMA,
+    HEARTBEAT_VALUE_SCHEMA,
+    TX_KEY_SCHEMA,
+    TX_VALUE_SCHEMA,
+    Filters,
+    Serializer,
+    TableSchema,
+    now_ms,
+)
+from walflow.kafka import EventProducer
+from walflow.pgoutput import (
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Message,
+    PgOutputDecoder,
+    Relation,
+    Truncate,
+    Update,
+    commit_time_ms,
+    lsn_to_str,
+    str_to_lsn,
+)
+from walflow.source import MESSAGES_SERVER_VERSION, check_slot, connect, server_info, try_lock_slot
+
+log = logging.getLogger(__name__)
+
+#: How many rows the server-side cursor hands over per round trip.
+FETCH_ROWS = 2000
+#: Seconds between two progress lines in the task log.
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass
+class BatchSummary:
+    """What one batch did; small enough for an XCom."""
+
+    connector: str
+    slot: str
+    start_lsn: str | None = None
+    upto_lsn: str | None = None
+    first_lsn: str | None = None
+    last_lsn: str | None = None
+    advanced_to: str | None = None
+    transactions: int = 0
+    events: int = 0
+    records: int = 0
+    bytes: int = 0
+    filtered: int = 0
+    events_per_topic: dict[str, int] = field(default_factory=dict)
+    stopped_by: str = "end"
+    seconds: float = 0.0
+    heartbeat_sent: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _Tx:
+    """The transaction being streamed: its identity and counters for the metadata records."""
+
+    __slots__ = ("xid", "commit_ms", "final_lsn", "id", "total", "per_collection", "begun")
+
+    def __init__(self, begin: Begin) -> None:
+        self.xid = begin.xid
+        self.commit_ms = commit_time_ms(begin.commit_ts)
+        self.final_lsn = begin.final_lsn
+        # Debezium's newer format "txID:LSN"; the commit LSN makes it unique across xid wrap-around and the
+        # same for BEGIN, the data events and END, so consumers can join them.
+        self.id = f"{begin.xid}:{begin.final_lsn}"
+        self.total = 0
+        self.per_collection: Counter[str] = Counter()
+        self.begun = False
+
+
+class StreamBatch:
+    """Stream one bounded batch of a connector's slot to Kafka.
+
+    :param config: the validated connector configuration.
+    :param conninfo: libpq connection string of the source database (from the Airflow Connection).
+    :param producer: the Kafka producer to write to.
+    :param fault_hook: test seam called with a stage name ("before_produce", "produced", "flushed"); the
+        fault-injection tests kill the process there. It does nothing in production.
+    """
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        conninfo: str,
+        producer: EventProducer,
+        *,
+        fault_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.conninfo = conninfo
+        self.producer = producer
+        self.filters = Filters(config)
+        self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
+        self._fault = fault_hook or (lambda stage: None)
+        self._schemas: dict[int, TableSchema | None] = {}
+        self._previous_commit_lsn: int | None = None
+
+    # -- public -----------------------------------------------------------------------------------
+    def run(self) -> BatchSummary:
+        config = self.config
+        summary = BatchSummary(connector=config.name, slot=config.slot_name)
+        started = time.monotonic()
+        conn = connect(self.conninfo, application_name=f"walflow:{config.name}:stream")
+        catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog")
+        try:
+            try_lock_slot(conn, config)
+            info = server_info(conn)
+            slot = check_slot(conn, config, info.database, missing_ok=False)
+            assert slot is not None
+            self._check_publication(conn)
+            self.producer.check_reachable()
+            self._database = info.database
+            self._catalog = Catalog(catalog_conn)
+            if config.heartbeat_action_query:
+                self._run_heartbeat_query(conn)
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_current_wal_lsn()::text")
+                upto_text = cur.fetchone()[0]  # type: ignore[index]
+            summary.start_lsn = slot.confirmed_flush_lsn
+            summary.upto_lsn = upto_text
+            if slot.confirmed_flush_lsn:
+                self._previous_commit_lsn = str_to_lsn(slot.confirmed_flush_lsn)
+            log.info(
+                "connector %s: streaming slot %s from %s up to %s (at most %d events, %.0f s)",
+                config.name,
+                config.slot_name,
+                slot.confirmed_flush_lsn,
+                upto_text,
+                config.walflow_batch_max_events,
+                config.walflow_batch_max_seconds,
+            )
+            advance_to = self._stream(conn, upto_text, info.version_num, summary, started)
+            if config.heartbeat_interval_ms > 0:
+                # A batch runs far less often than a Debezium heartbeat interval, so each batch sends one.
+                self.send_heartbeat()
+                summary.heartbeat_sent = True
+            self._fault("before_flush")
+            self.producer.flush(config.walflow_kafka_flush_timeout_s)
+            self._fault("flushed")
+            summary.records = self.producer.sent
+            summary.bytes = self.producer.bytes
+            if advance_to is not None:
+                self._advance(conn, advance_to)
+                summary.advanced_to = lsn_to_str(advance_to)
+        except BaseException:
+            self.producer.close()
+            raise
+        finally:
+            catalog_conn.close()
+            conn.close()
+        summary.seconds = round(time.monotonic() - started, 3)
+        rate = summary.events / summary.seconds if summary.seconds else 0.0
+        log.info(
+            "connector %s: batch done: %d event(s) in %d transaction(s), %d record(s), %.1f MB, %.0f events/s, "
+            "slot advanced to %s (stopped by %s)",
+            config.name,
+            summary.events,
+            summary.transactions,
+            summary.records,
+            summary.bytes / 1e6,
+            rate,
+            summary.advanced_to,
+            summary.stopped_by,
+        )
+        return summary
+
+    # -- internals --------------------------------------------------------------------------------
+    def _check_publication(self, conn: psycopg.Connection) -> None:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication_name,))
+            if cur.fetchone() is None:
+                raise SlotError(
+                    f"publication {self.config.publication_name!r} does not exist; run the setup DAG "
+                    f"({self.config.name}__setup) or create it"
+                )
+
+    def _run_heartbeat_query(self, conn: psycopg.Connection) -> None:
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.config.heartbeat_action_query)  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            log.warning("heartbeat.action.query failed (%s); streaming continues", str(exc).strip())
+
+    def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
+                (self.config.slot_name, lsn_to_str(lsn)),
+            )
+
+    def _stream(
+        self,
+        conn: psycopg.Connection,
+        upto_text: str,
+        server_version: int,
+        summary: BatchSummary,
+        started: float,
+    ) -> int | None:
+        config = self.config
+        producer = self.producer
+        decoder = PgOutputDecoder()
+        max_events = config.walflow_batch_max_events
+        deadline = started + config.walflow_batch_max_seconds
+        options = ["proto_version", "1", "publication_names", _quote_publication(config.publication_name)]
+        if server_version >= MESSAGES_SERVER_VERSION:
+            options += ["messages", "true"]
+        per_topic: Counter[str] = Counter()
+        tx: _Tx | None = None
+        last_commit_end: int | None = None
+        complete = True
+        next_progress = time.monotonic() + PROGRESS_EVERY_S
+        # upto_nchanges bounds the server-side work too; PostgreSQL only stops at a transaction boundary.
+        upto_nchanges = max_events + 2
+        conn.autocommit = False
+        try:
+            with conn.cursor(name="walflow_peek", binary=True) as cur:
+                cur.itersize = FETCH_ROWS
+                cur.execute(
+                    "SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
+                    + ", ".join(["%s"] * len(options))
+                    + ")",
+                    (config.slot_name, upto_text, upto_nchanges, *options),
+                )
+                while True:
+                    rows = cur.fetchmany(FETCH_ROWS)
+                    if not rows:
+                        break
+                    for lsn_value, data in rows:
+                        msg = decoder.decode(data)
+                        cls = type(msg)
+                        if cls is Insert or cls is Update or cls is Delete:
+                            assert tx is not None
+                            self._change(msg, tx, _lsn_int(lsn_value), summary, per_topic)
+                        elif cls is Begin:
+                            tx = _Tx(msg)  # type: ignore[arg-type]
+                            self._fault("before_produce")
+                        elif cls is Commit:
+                            assert tx is not None
+                            if tx.begun:
+                                self._tx_end(tx)
+                            summary.transactions += 1
+                            last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
+                            self._previous_commit_lsn = msg.commit_lsn  # type: ignore[attr-defined]
+                            if summary.first_lsn is None and tx.total:
+                                summary.first_lsn = lsn_to_str(tx.final_lsn)
+                            if tx.total:
+                                summary.last_lsn = lsn_to_str(tx.final_lsn)
+                            tx = None
+                            if summary.events >= max_events:
+                                summary.stopped_by = "walflow.batch.max.events"
+                                complete = False
+                                break
+                            if time.monotonic() >= deadline:
+                                summary.stopped_by = "walflow.batch.max.seconds"
+                                complete = False
+                                break
+                        elif cls is Relation:
+                            self._schemas.pop(msg.relation_id, None)  # type: ignore[attr-defined]
+                            self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
+                        elif cls is Truncate:
+                            assert tx is not None
+                            self._truncate(msg, tx, _lsn_int(lsn_value), summary, per_topic)
+                        elif cls is Message:
+                            pass  # logical decoding messages carry walflow's own watermarks; see snapshot code
+                    else:
+                        now = time.monotonic()
+                        if now >= next_progress:
+                            next_progress = now + PROGRESS_EVERY_S
+                            self._progress(summary, producer, lsn_value, started)
+                        self._fault("produced")
+                        continue
+                    break
+        finally:
+            if not conn.closed:
+                conn.rollback()
+                conn.autocommit = True
+        summary.events_per_topic = dict(per_topic)
+        if complete:
+            # Everything committed before upto was read: the slot may move there even if nothing was captured,
+            # which keeps an idle or filtered-out database from retaining WAL.
+            upto = str_to_lsn(upto_text)
+            return max(upto, last_commit_end or 0)
+        return last_commit_end
+
+    def _progress(self, summary: BatchSummary, producer: EventProducer, lsn_value: Any, started: float) -> None:
+        elapsed = time.monotonic() - started
+        log.info(
+            "connector %s: %d event(s), %.1f MB produced, %d acknowledged, LSN %s, %.0f events/s",
+            self.config.name,
+            summary.events,
+            producer.bytes / 1e6,
+            producer.acked,
+            lsn_to_str(_lsn_int(lsn_value)),
+            summary.events / elapsed if elapsed else 0.0,
+        )
+
+    def _schema(self, relation: Relation) -> TableSchema | None:
+        rid = relation.relation_id
+        try:
+            return self._schemas[rid]
+        except KeyError:
+            pass
+        schema: TableSchema | None
+        if not self.filters.table_included(relation.namespace, relation.name):
+            schema = None
+        else:
+            schema = TableSchema.from_relation(
+                self.config, self.filters, self.serializer, relation, self._catalog.table(rid)
+            )
+            self.producer.ensure_topic(schema.topic)
+        self._schemas[rid] = schema
+        return schema
+
+    def _source(self, table: TableSchema, tx: _Tx, lsn: int) -> dict[str, Any]:
+        prev = self._previous_commit_lsn
+        return {
+            "version": DEBEZIUM_VERSION,
+            "connector": "postgresql",
+            "name": self.config.topic_prefix,
+            "ts_ms": tx.commit_ms,
+            "snapshot": "false",
+            "db": self._database,
+            # Debezium's sequence: [last committed LSN, this event's LSN], as strings.
+            "sequence": f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]',
+            "schema": table.schema,
+            "table": table.table,
+            "txId": tx.xid,
+            "lsn": lsn,
+            "xmin": None,
+        }
+
+    def _tx_begin(self, tx: _Tx) -> None:
+        tx.begun = True
+        if not self.config.provide_transaction_metadata:
+            return
+        topic = self.config.transaction_topic
+        self.producer.ensure_topic(topic)
+        ser = self.serializer
+        self.producer.send(
+            topic,
+            ser.key(_TX_KEY_JSON, {"id": tx.id}),
+            ser.value(
+                _TX_VALUE_JSON,
+                {"status": "BEGIN", "id": tx.id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms},
+            ),
+        )
+
+    def _tx_end(self, tx: _Tx) -> None:
+        if not self.config.provide_transaction_metadata:
+            return
+        ser = self.serializer
+        self.producer.send(
+            self.config.transaction_topic,
+            ser.key(_TX_KEY_JSON, {"id": tx.id}),
+            ser.value(
+                _TX_VALUE_JSON,
+                {
+                    "status": "END",
+                    "id": tx.id,
+                    "event_count": tx.total,
+                    "data_collections": [
+                        {"data_collection": name, "event_count": count} for name, count in tx.per_collection.items()
+                    ],
+                    "ts_ms": tx.commit_ms,
+                },
+            ),
+        )
+
+    def _tx_block(self, tx: _Tx, table: TableSchema) -> dict[str, Any] | None:
+        if not tx.begun:
+            self._tx_begin(tx)
+        tx.total += 1
+        tx.per_collection[table.data_collection] += 1
+        if not self.config.provide_transaction_metadata:
+            return None
+        return {"id": tx.id, "total_order": tx.total, "data_collection_order": tx.per_collection[table.data_collection]}
+
+    def _emit(
+        self,
+        table: TableSchema,
+        op: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        key: dict[str, Any] | None,
+        tx: _Tx,
+        lsn: int,
+        summary: BatchSummary,
+        per_topic: Counter[str],
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        payload = {
+            "before": before,
+            "after": after,
+            "source": self._source(table, tx, lsn),
+            "op": op,
+            "ts_ms": now_ms(),
+            "transaction": self._tx_block(tx, table),
+        }
+        ser = self.serializer
+        key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
+        self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
+        summary.events += 1
+        per_topic[table.topic] += 1
+
+    def _change(self, msg: Insert | Update | Delete, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
+        table = self._schema(msg.relation)
+        if table is None:
+            summary.filtered += 1
+            return
+        skipped = self.config.skipped_operations
+        if type(msg) is Insert:
+            if "c" in skipped:
+                summary.filtered += 1
+                return
+            after = table.row(msg.new)
+            self._emit(table, "c", None, after, table.key(after) if table.has_key else None, tx, lsn, summary, per_topic)
+        elif type(msg) is Update:
+            if "u" in skipped:
+                summary.filtered += 1
+                return
+            after = table.row(msg.new)
+            before = table.row(msg.old) if msg.old is not None else None
+            new_key = table.key(after) if table.has_key else None
+            old_key = table.key(before) if (table.has_key and before is not None) else None
+            if old_key is not None and new_key is not None and old_key != new_key:
+                self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic)
+            else:
+                self._emit(table, "u", before, after, new_key, tx, lsn, summary, per_topic)
+        else:
+            if "d" in skipped:
+                summary.filtered += 1
+                return
+            before = table.row(msg.old)
+            key = table.key(before) if table.has_key else None
+            self._emit(table, "d", before, None, key, tx, lsn, summary, per_topic)
+            if self.config.tombstones_on_delete and key is not None:
+                self.producer.send(table.topic, self.serializer.key(table.key_schema_json, key), None)
+
+    def _key_change(
+        self,
+        table: TableSchema,
+        before: dict[str, Any] | None,
+        after: dict[str, Any],
+        old_key: dict[str, Any],
+        new_key: dict[str, Any],
+        tx: _Tx,
+        lsn: int,
+        summary: BatchSummary,
+        per_topic: Counter[str],
+    ) -> None:
+        """A primary key update is a delete of the old key (plus tombstone) and a create of the new one."""
+        ser = self.serializer
+        new_key_header = [("__debezium.newkey", ser.key(table.key_schema_json, new_key))]
+        old_key_header = [("__debezium.oldkey", ser.key(table.key_schema_json, old_key))]
+        self._emit(table, "d", before, None, old_key, tx, lsn, summary, per_topic, new_key_header)
+        if self.config.tombstones_on_delete:
+            self.producer.send(table.topic, ser.key(table.key_schema_json, old_key), None, new_key_header)
+        self._emit(table, "c", None, after, new_key, tx, lsn, summary, per_topic, old_key_header)
+
+    def _truncate(self, msg: Truncate, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
+        for relation in msg.relations:
+            table = self._schema(relation)
+            if table is None or "t" in self.config.skipped_operations:
+                summary.filtered += 1
+                continue
+            self._emit(table, "t", None, None, None, tx, lsn, summary, per_topic)
+
+    def send_heartbeat(self) -> None:
+        """Emit one heartbeat record, as Debezium does every ``heartbeat.interval.ms``."""
+        topic = self.config.heartbeat_topic
+        self.producer.ensure_topic(topic)
+        ser = self.serializer
+        self.producer.send(
+            topic,
+            ser.key(_HB_KEY_JSON, {"serverName": self.config.topic_prefix}),
+            ser.value(_HB_VALUE_JSON, {"ts_ms": now_ms()}),
+        )
+
+
+_TX_KEY_JSON = orjson.dumps(TX_KEY_SCHEMA)
+_TX_VALUE_JSON = orjson.dumps(TX_VALUE_SCHEMA)
+_HB_KEY_JSON = orjson.dumps(HEARTBEAT_KEY_SCHEMA)
+_HB_VALUE_JSON = orjson.dumps(HEARTBEAT_VALUE_SCHEMA)
+
+
+def _lsn_int(value: Any) -> int:
+    """psycopg returns pg_lsn columns as text in binary cursors' absence of a loader; accept both forms."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return int.from_bytes(bytes(value), "big")
+    return str_to_lsn(str(value))
+
+
+def _quote_publication(name: str) -> str:
+    # publication_names is parsed as an identifier list by pgoutput, so names needing quotes get them.
+    if name.isidentifier() and name == name.lower():
+        return name
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,37 @@
+"""Session fixtures: the embedded services started by `make up` (see .walflow/env.sh)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests import support
+
+
+def _need(var: str) -> str:
+    value = os.environ.get(var)
+    if not value:
+        pytest.skip(f"{var} is not set: run the tests through `make test`, which starts the services")
+    return value
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    return _need("WALFLOW_PG_DSN")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    return _need("WALFLOW_KAFKA_BOOTSTRAP")
+
+
+@pytest.fixture()
+def database(pg_dsn: str, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database for one test; returns its superuser DSN. Slots are dropped afterwards."""
+    name = support.create_database(request.node.name[:20].lower().replace("[", "_").replace("]", "").replace("-", "_"))
+    try:
+        yield support.pg_dsn(name)
+    finally:
+        support.drop_database(name)

@@ -1,0 +1,298 @@
+"""Streaming against the embedded PostgreSQL and broker: the records Debezium would produce."""
+
+from __future__ import annotations
+
+import base64
+
+import psycopg
+import pytest
+
+from tests.support import connector, read_topic, replay, stream, unique
+from walflow.errors import ConcurrentRunError, SlotError
+from walflow.source import connect, setup_source
+
+
+def setup(dsn: str, **overrides: object):
+    config = connector(unique("s"), **overrides)
+    with connect(dsn) as conn:
+        setup_source(conn, config)
+    return config
+
+
+def run_sql(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+CUSTOMERS = """
+CREATE TABLE customers (
+    id int PRIMARY KEY,
+    first_name text NOT NULL,
+    email varchar(255),
+    balance numeric(10, 2),
+    joined date,
+    updated timestamp(6),
+    active boolean DEFAULT true
+)
+"""
+
+
+def test_insert_update_delete_with_tombstone(database: str) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database)
+    run_sql(
+        database,
+        "INSERT INTO customers VALUES (1, 'Anne', 'annek@noanswer.org', 12.50, '2020-02-29', '2018-06-20 15:13:16.945104', true)",
+        "UPDATE customers SET first_name = 'Anne Marie' WHERE id = 1",
+        "DELETE FROM customers WHERE id = 1",
+    )
+    summary = stream(config, database)
+    topic = f"{config.topic_prefix}.public.customers"
+    assert summary.events == 3 and summary.events_per_topic == {topic: 3}
+    records = read_topic(topic)
+    assert [r.op for r in records] == ["c", "u", "d", None]
+    create, update, delete, tombstone = records
+
+    # key: schema + payload, named <prefix>.<schema>.<table>.Key
+    assert create.key["schema"] == {
+        "type": "struct",
+        "fields": [{"type": "int32", "optional": False, "field": "id"}],
+        "optional": False,
+        "name": f"{config.topic_prefix}.public.customers.Key",
+    }
+    assert create.key_payload == {"id": 1}
+
+    # value: the envelope
+    schema = create.value["schema"]
+    assert schema["name"] == f"{config.topic_prefix}.public.customers.Envelope"
+    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "op", "ts_ms", "transaction"]
+    after_fields = {f["field"]: f for f in schema["fields"][1]["fields"]}
+    assert after_fields["id"] == {"type": "int32", "optional": False, "field": "id"}
+    assert after_fields["first_name"] == {"type": "string", "optional": False, "field": "first_name"}
+    assert after_fields["email"] == {"type": "string", "optional": True, "field": "email"}
+    assert after_fields["balance"]["name"] == "org.apache.kafka.connect.data.Decimal"
+    assert after_fields["joined"]["name"] == "io.debezium.time.Date"
+    assert after_fields["updated"]["name"] == "io.debezium.time.MicroTimestamp"
+    assert schema["fields"][2]["name"] == "io.debezium.connector.postgresql.Source"
+
+    p = create.payload
+    assert p["before"] is None
+    assert p["after"] == {
+        "id": 1,
+        "first_name": "Anne",
+        "email": "annek@noanswer.org",
+        "balance": base64.b64encode((1250).to_bytes(2, "big")).decode(),
+        "joined": 18321,
+        "updated": 1529507596945104,
+        "active": True,
+    }
+    src = p["source"]
+    assert src["connector"] == "postgresql" and src["name"] == config.topic_prefix
+    assert src["db"] == database.split("dbname=")[1]
+    assert (src["schema"], src["table"], src["snapshot"]) == ("public", "customers", "false")
+    assert isinstance(src["txId"], int) and isinstance(src["lsn"], int) and src["xmin"] is None
+    assert isinstance(src["ts_ms"], int) and isinstance(p["ts_ms"], int) and p["ts_ms"] >= src["ts_ms"]
+    assert p["transaction"] is None
+
+    assert update.payload["before"] is None  # REPLICA IDENTITY DEFAULT
+    assert update.payload["after"]["first_name"] == "Anne Marie"
+    assert delete.payload["before"]["id"] == 1 and delete.payload["after"] is None
+    assert tombstone.value is None and tombstone.key_payload == {"id": 1}
+    assert src["lsn"] < update.payload["source"]["lsn"] < delete.payload["source"]["lsn"]
+
+
+def test_second_run_without_changes_produces_nothing(database: str) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database)
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    assert stream(config, database).events == 1
+    again = stream(config, database)
+    assert again.events == 0 and again.records == 0
+    assert len(read_topic(f"{config.topic_prefix}.public.customers")) == 1
+
+
+def test_primary_key_change_is_delete_tombstone_create(database: str) -> None:
+    run_sql(database, CUSTOMERS, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    config = setup(database)
+    run_sql(database, "UPDATE customers SET id = 2 WHERE id = 1")
+    stream(config, database)
+    delete, tombstone, create = read_topic(f"{config.topic_prefix}.public.customers")
+    assert (delete.op, tombstone.value, create.op) == ("d", None, "c")
+    assert delete.key_payload == {"id": 1} and tombstone.key_payload == {"id": 1} and create.key_payload == {"id": 2}
+    assert b'"payload":{"id":2}' in delete.headers["__debezium.newkey"]
+    assert b'"payload":{"id":1}' in create.headers["__debezium.oldkey"]
+    assert create.payload["after"]["first_name"] == "a"
+
+
+def test_replica_identity_full_fills_before(database: str) -> None:
+    run_sql(database, CUSTOMERS, "ALTER TABLE customers REPLICA IDENTITY FULL", "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    config = setup(database)
+    run_sql(database, "UPDATE customers SET first_name = 'b' WHERE id = 1", "DELETE FROM customers WHERE id = 1")
+    update, delete, _ = read_topic_after(config, database)
+    assert update.payload["before"]["first_name"] == "a" and update.payload["after"]["first_name"] == "b"
+    assert delete.payload["before"]["first_name"] == "b"
+
+
+def read_topic_after(config, dsn):
+    stream(config, dsn)
+    return read_topic(f"{config.topic_prefix}.public.customers")
+
+
+def test_truncate_event_only_when_not_skipped(database: str) -> None:
+    run_sql(database, CUSTOMERS, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    skipping = setup(database)
+    including = setup(database, **{"skipped.operations": "none"})
+    run_sql(database, "TRUNCATE customers")
+    assert stream(skipping, database).events == 0
+    assert stream(including, database).events == 1
+    (truncate,) = read_topic(f"{including.topic_prefix}.public.customers")
+    assert truncate.op == "t" and truncate.key is None
+    assert truncate.payload["source"]["table"] == "customers"
+
+
+def test_multi_table_transaction_metadata(database: str) -> None:
+    run_sql(database, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)")
+    config = setup(database, **{"provide.transaction.metadata": True})
+    with psycopg.connect(database, autocommit=False) as conn:
+        conn.execute("INSERT INTO a VALUES (1), (2)")
+        conn.execute("INSERT INTO b VALUES (1)")
+        conn.commit()
+    stream(config, database)
+    begin, end = read_topic(f"{config.topic_prefix}.transaction")
+    assert begin.payload["status"] == "BEGIN" and begin.payload["event_count"] is None
+    assert end.payload["status"] == "END" and end.payload["event_count"] == 3
+    assert begin.payload["id"] == end.payload["id"]
+    txid, lsn = end.payload["id"].split(":")
+    assert int(txid) > 0 and int(lsn) > 0
+    assert sorted((d["data_collection"], d["event_count"]) for d in end.payload["data_collections"]) == [
+        ("public.a", 2),
+        ("public.b", 1),
+    ]
+    assert begin.key_payload == {"id": end.payload["id"]}
+    a_events = read_topic(f"{config.topic_prefix}.public.a")
+    b_events = read_topic(f"{config.topic_prefix}.public.b")
+    blocks = [e.payload["transaction"] for e in a_events + b_events]
+    assert {b["id"] for b in blocks} == {end.payload["id"]}
+    assert sorted(b["total_order"] for b in blocks) == [1, 2, 3]
+    assert [b["data_collection_order"] for b in (e.payload["transaction"] for e in a_events)] == [1, 2]
+
+
+def test_column_added_mid_stream(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    config = setup(database)
+    run_sql(database, "INSERT INTO t VALUES (1, 'a')", "ALTER TABLE t ADD COLUMN w int NOT NULL DEFAULT 5", "INSERT INTO t VALUES (2, 'b', 6)")
+    stream(config, database)
+    first, second = read_topic(f"{config.topic_prefix}.public.t")
+    assert first.payload["after"] == {"id": 1, "v": "a"}
+    assert second.payload["after"] == {"id": 2, "v": "b", "w": 6}
+    fields = second.value["schema"]["fields"][1]["fields"]
+    assert fields[-1] == {"type": "int32", "optional": False, "field": "w"}
+
+
+def test_table_without_primary_key_has_null_key(database: str) -> None:
+    run_sql(database, "CREATE TABLE log (msg text)")
+    config = setup(database)
+    run_sql(database, "INSERT INTO log VALUES ('hello')")
+    stream(config, database)
+    (record,) = read_topic(f"{config.topic_prefix}.public.log")
+    assert record.key is None and record.payload["after"] == {"msg": "hello"}
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        run_sql(database, "UPDATE log SET msg = 'x'")  # PostgreSQL refuses: no replica identity
+
+
+def test_filters_and_key_columns(database: str) -> None:
+    run_sql(database, CUSTOMERS, "CREATE TABLE secret (id int PRIMARY KEY)")
+    config = setup(
+        database,
+        **{
+            "table.include.list": r"public\.customers",
+            "column.exclude.list": r"public\.customers\.email",
+            "message.key.columns": "public.customers:first_name",
+        },
+    )
+    run_sql(database, "INSERT INTO customers (id, first_name, email) VALUES (1, 'a', 'x@y')", "INSERT INTO secret VALUES (1)")
+    summary = stream(config, database)
+    assert summary.events == 1 and summary.filtered == 1
+    (record,) = read_topic(f"{config.topic_prefix}.public.customers")
+    assert "email" not in record.payload["after"]
+    assert record.key_payload == {"first_name": "a"}
+    assert read_topic(f"{config.topic_prefix}.public.secret") == []
+
+
+def test_schemas_disabled(database: str) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database, **{"key.converter.schemas.enable": False, "value.converter.schemas.enable": False})
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    stream(config, database)
+    (record,) = read_topic(f"{config.topic_prefix}.public.customers")
+    assert record.key == {"id": 1}
+    assert "schema" not in record.value and record.value["op"] == "c"
+
+
+def test_replay_gives_source_state(database: str) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database)
+    run_sql(
+        database,
+        "INSERT INTO customers (id, first_name) SELECT g, 'n' || g FROM generate_series(1, 500) g",
+        "UPDATE customers SET first_name = first_name || '!' WHERE id % 3 = 0",
+        "DELETE FROM customers WHERE id % 7 = 0",
+        "UPDATE customers SET id = id + 1000 WHERE id % 11 = 0",
+    )
+    stream(config, database, )
+    state = replay(read_topic(f"{config.topic_prefix}.public.customers"))
+    with psycopg.connect(database) as conn:
+        rows = dict(conn.execute("SELECT id, first_name FROM customers").fetchall())
+    assert {v["id"]: v["first_name"] for v in state.values()} == rows
+
+
+def test_batch_limit_stops_at_transaction_boundary(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    config = setup(database, **{"walflow.batch.max.events": 10})
+    for start in range(0, 60, 15):
+        run_sql(database, f"INSERT INTO t SELECT generate_series({start}, {start + 14})")
+    first = stream(config, database)
+    assert first.stopped_by == "walflow.batch.max.events"
+    assert first.events % 15 == 0 and first.events >= 15
+    total = first.events
+    while True:
+        summary = stream(config, database)
+        total += summary.events
+        if summary.events == 0:
+            break
+    assert total == 60
+    assert sorted(r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")) == list(range(60))
+
+
+def test_concurrent_run_fails_fast(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    config = setup(database)
+    with connect(database) as holder:
+        holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"walflow:{config.slot_name}",))
+        with pytest.raises(ConcurrentRunError, match="already streaming slot"):
+            stream(config, database)
+
+
+def test_missing_slot_is_never_recreated(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    config = setup(database)
+    run_sql(database, f"SELECT pg_drop_replication_slot('{config.slot_name}')")
+    with pytest.raises(SlotError, match="does not exist.*may have been missed"):
+        stream(config, database)
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone() == (0,)
+
+
+def test_heartbeat_record(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)", "CREATE TABLE hb (id int PRIMARY KEY, ts timestamptz)", "INSERT INTO hb VALUES (1, now())")
+    config = setup(
+        database,
+        **{"heartbeat.interval.ms": 1000, "heartbeat.action.query": "UPDATE hb SET ts = now() WHERE id = 1"},
+    )
+    summary = stream(config, database)
+    assert summary.heartbeat_sent
+    (hb,) = read_topic(f"__debezium-heartbeat.{config.topic_prefix}")
+    assert hb.key_payload == {"serverName": config.topic_prefix} and isinstance(hb.payload["ts_ms"], int)
+    # the action query's own change is captured like any other
+    assert [r.op for r in read_topic(f"{config.topic_prefix}.public.hb")] == ["u"]

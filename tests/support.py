@@ -1,0 +1,155 @@
+"""Helpers shared by the integration and end-to-end tests: databases, connectors, reading topics back."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import orjson
+import psycopg
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from psycopg import sql
+
+from walflow.config import ConnectorConfig, parse_config
+from walflow.kafka import EventProducer, producer_settings
+from walflow.stream import BatchSummary, StreamBatch
+
+
+def pg_dsn(dbname: str = "postgres") -> str:
+    base = os.environ["WALFLOW_PG_DSN"]
+    parts = [p for p in base.split() if not p.startswith("dbname=")]
+    return " ".join([*parts, f"dbname={dbname}"])
+
+
+def bootstrap() -> str:
+    return os.environ["WALFLOW_KAFKA_BOOTSTRAP"]
+
+
+def create_database(prefix: str) -> str:
+    """A new, empty database; returns its name."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return name
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(pg_dsn(), autocommit=True) as conn:
+        for (slot,) in conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
+        ).fetchall():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def connector(name: str, **overrides: Any) -> ConnectorConfig:
+    """A connector config whose names are unique to one test (topic prefix, slot, publication)."""
+    raw: dict[str, Any] = {
+        "name": name,
+        "topic.prefix": name,
+        "slot.name": name.lower(),
+        "publication.name": name.lower(),
+    }
+    raw.update(overrides)
+    return parse_config(raw, f"<test {name}>")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:6]}"
+
+
+def producer() -> EventProducer:
+    return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}))
+
+
+def stream(config: ConnectorConfig, dsn: str, **kwargs: Any) -> BatchSummary:
+    return StreamBatch(config, dsn, producer(), **kwargs).run()
+
+
+class Record:
+    """One Kafka record read back, with its key and value parsed."""
+
+    def __init__(self, msg: Any) -> None:
+        self.topic: str = msg.topic()
+        self.partition: int = msg.partition()
+        self.offset: int = msg.offset()
+        self.raw_key: bytes | None = msg.key()
+        self.raw_value: bytes | None = msg.value()
+        self.key = orjson.loads(self.raw_key) if self.raw_key is not None else None
+        self.value = orjson.loads(self.raw_value) if self.raw_value is not None else None
+        self.headers = dict(msg.headers() or [])
+
+    @property
+    def payload(self) -> Any:
+        if self.value is None:
+            return None
+        return self.value.get("payload", self.value) if isinstance(self.value, dict) and "schema" in self.value else self.value
+
+    @property
+    def key_payload(self) -> Any:
+        if self.key is None:
+            return None
+        return self.key.get("payload") if isinstance(self.key, dict) and "schema" in self.key else self.key
+
+    @property
+    def op(self) -> str | None:
+        p = self.payload
+        return p.get("op") if isinstance(p, dict) else None
+
+    def __repr__(self) -> str:
+        return f"Record({self.topic}@{self.offset}, key={self.key_payload}, op={self.op})"
+
+
+def read_topic(topic: str, timeout: float = 10.0) -> list[Record]:
+    """Every record of ``topic`` (all partitions), read to the end (EOF), in offset order per partition."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap(),
+            "group.id": f"walflow-test-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+        tmeta = metadata.topics.get(topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            return []
+        partitions = sorted(tmeta.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        done: set[int] = set()
+        records: list[Record] = []
+        while len(done) < len(partitions):
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise TimeoutError(f"no EOF on {topic} after {timeout} s")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(msg.partition())
+                    continue
+                if msg.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    return []
+                raise RuntimeError(msg.error().str())
+            records.append(Record(msg))
+        return records
+    finally:
+        consumer.close()
+
+
+def replay(records: list[Record]) -> dict[Any, dict[str, Any]]:
+    """Apply change events in order, the way a sink would: the table state they describe, by key."""
+    state: dict[Any, dict[str, Any]] = {}
+    for rec in records:
+        if rec.value is None:
+            continue
+        p = rec.payload
+        key = orjson.dumps(rec.key_payload, option=orjson.OPT_SORT_KEYS)
+        if p["op"] in ("c", "r", "u"):
+            state[key] = p["after"]
+        elif p["op"] == "d":
+            state.pop(key, None)
+        elif p["op"] == "t":
+            state.clear()
+    return state

@@ -1,0 +1,121 @@
+"""Connector configuration: Debezium names and defaults, and errors that name key, value and what is allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from walflow.config import load_all, load_config, parse_config, resolve
+from walflow.errors import ConfigError
+
+BASE = {"name": "inv", "topic.prefix": "inv"}
+
+
+def test_debezium_defaults() -> None:
+    config = parse_config(BASE)
+    assert config.get("slot.name") == "debezium"
+    assert config.get("publication.name") == "dbz_publication"
+    assert config.get("publication.autocreate.mode") == "all_tables"
+    assert config.get("snapshot.mode") == "initial"
+    assert config.get("decimal.handling.mode") == "precise"
+    assert config.get("time.precision.mode") == "adaptive"
+    assert config.get("tombstones.on.delete") is True
+    assert config.get("provide.transaction.metadata") is False
+    assert config.get("toasted.value.placeholder") == "__debezium_unavailable_value"
+    assert config.get("walflow.postgres.conn.id") == "postgres_default"
+    assert config.get("walflow.kafka.conn.id") == "kafka_default"
+    assert config.get("incremental.snapshot.chunk.size") == 1024
+    assert config.transaction_topic == "inv.transaction"
+
+
+def test_old_alias_for_topic_prefix() -> None:
+    config = parse_config({"name": "inv", "database.server.name": "legacy"})
+    assert config.topic_prefix == "legacy"
+    assert config.get("database.server.name") == "legacy"
+
+
+def test_unknown_key_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"'slot\.nmae' is not a known key"):
+        parse_config({**BASE, "slot.nmae": "x"})
+
+
+def test_wrong_type_names_key_and_value() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({**BASE, "incremental.snapshot.chunk.size": "lots"})
+    assert "'incremental.snapshot.chunk.size' = 'lots'" in str(err.value)
+
+
+def test_invalid_enum_lists_allowed_values() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({**BASE, "snapshot.mode": "sometimes"})
+    message = str(err.value)
+    assert "'snapshot.mode' = 'sometimes'" in message
+    for allowed in ("initial", "always", "never", "initial_only", "when_needed", "no_data"):
+        assert allowed in message
+
+
+def test_include_and_exclude_conflict() -> None:
+    with pytest.raises(ConfigError, match="'table.include.list' and 'table.exclude.list' cannot both be set"):
+        parse_config({**BASE, "table.include.list": "public.a", "table.exclude.list": "public.b"})
+
+
+def test_bad_regex_is_reported() -> None:
+    with pytest.raises(ConfigError, match=r"'table\.include\.list'.*not a valid regular expression"):
+        parse_config({**BASE, "table.include.list": "public.(a"})
+
+
+def test_secrets_do_not_belong_in_yaml() -> None:
+    with pytest.raises(ConfigError, match="database.password.*Airflow Connection"):
+        parse_config({**BASE, "database.password": "hunter2"})
+
+
+def test_required_keys() -> None:
+    with pytest.raises(ConfigError, match="'topic.prefix' is required"):
+        parse_config({"name": "inv"})
+
+
+def test_lists_accept_strings_and_sequences() -> None:
+    a = parse_config({**BASE, "table.include.list": "public.a, public.b"})
+    b = parse_config({**BASE, "table.include.list": ["public.a", "public.b"]})
+    assert a.table_include_list == b.table_include_list == ["public.a", "public.b"]
+
+
+def test_skipped_operations() -> None:
+    assert parse_config(BASE).skipped_operations == ["t"]
+    assert parse_config({**BASE, "skipped.operations": "none"}).skipped_operations == []
+    with pytest.raises(ConfigError, match="unknown operation"):
+        parse_config({**BASE, "skipped.operations": "x"})
+
+
+def test_slot_name_rules() -> None:
+    with pytest.raises(ConfigError, match="'slot.name' = 'Bad-Slot'"):
+        parse_config({**BASE, "slot.name": "Bad-Slot"})
+
+
+def test_patterned_keys() -> None:
+    config = parse_config({**BASE, "column.truncate.to.20.chars": "public.a.c", "column.mask.with.5.chars": "public.a.d"})
+    assert config.column_truncate == {20: ["public.a.c"]}
+    assert config.column_mask == {5: ["public.a.d"]}
+
+
+def test_yaml_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.yaml").write_text("name: a\ntopic.prefix: a\nslot.name: a\n")
+    (tmp_path / "b.yml").write_text("name: b\ntopic.prefix: b\n")
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    assert [c.name for c in load_all()] == ["a", "b"]
+    assert resolve("a", {"slot.name": "other"}).slot_name == "other"
+    with pytest.raises(ConfigError, match="no connector named 'zzz'"):
+        resolve("zzz")
+
+
+def test_invalid_yaml_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_shipped_connectors_are_valid() -> None:
+    root = Path(__file__).resolve().parents[2] / "include" / "connectors"
+    assert [c.name for c in load_all(root)] == ["inventory"]
