@@ -12,6 +12,7 @@ The sessions that produce the text must use ``DateStyle=ISO``, ``IntervalStyle=p
 from __future__ import annotations
 
 import base64
+from base64 import b64encode
 import logging
 import math
 from collections.abc import Callable
@@ -135,7 +136,16 @@ _TS_POS_INF = 9223372036825200000
 _TS_NEG_INF = -9223372036832400000
 
 
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+
+
 def _timestamp_micros(text: str) -> int:
+    try:
+        # The common case, in C: years 1..9999, no BC, no infinity.
+        delta = datetime.fromisoformat(text) - _NAIVE_EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    except ValueError:
+        pass
     if text == "infinity":
         return _TS_POS_INF
     if text == "-infinity":
@@ -276,11 +286,16 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
         exponent = Decimal(1).scaleb(-scale)
 
         def fixed(text: str, _scale: int = scale, _exp: Decimal = exponent) -> str | None:
-            if text == "NaN":
-                return None  # precise mode cannot carry NaN; Debezium emits null
-            value = Decimal(text).quantize(_exp)
-            unscaled = int(value.scaleb(_scale))
-            return base64.b64encode(_unscaled_bytes(unscaled)).decode("ascii")
+            # PostgreSQL prints numeric(p, s) with exactly s fraction digits, so the unscaled value is the
+            # digits without the point; anything else (NaN, negative scales) takes the Decimal path.
+            head, dot, frac = text.partition(".")
+            if len(frac) == _scale and (dot or _scale == 0) and text != "NaN":
+                unscaled = int(head + frac)
+            else:
+                if text == "NaN":
+                    return None  # precise mode cannot carry NaN; Debezium emits null
+                unscaled = int(Decimal(text).quantize(_exp).scaleb(_scale))
+            return b64encode(_unscaled_bytes(unscaled)).decode("ascii")
 
         params = {"scale": str(scale), "connect.decimal.precision": str(precision)}
         return _schema("bytes", "org.apache.kafka.connect.data.Decimal", params, 1), fixed, "decimal"

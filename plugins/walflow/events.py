@@ -138,24 +138,28 @@ HEARTBEAT_VALUE_SCHEMA = {
 
 
 class Serializer:
-    """The JSON converter pair: wraps payloads with their (pre-serialised) schema when enabled."""
+    """The JSON converter pair: wraps payloads with their (pre-serialised) schema when enabled.
+
+    ``key``/``value`` take the *envelope prefix* from :meth:`prefix` (``{"schema":…,"payload":``), computed
+    once per table, so each record costs one ``orjson.dumps`` and one join.
+    """
 
     def __init__(self, key_schemas: bool, value_schemas: bool) -> None:
         self.key_schemas = key_schemas
         self.value_schemas = value_schemas
 
     @staticmethod
-    def schema_bytes(schema: dict[str, Any]) -> bytes:
-        return orjson.dumps(schema)
+    def prefix(schema: dict[str, Any]) -> bytes:
+        return b'{"schema":' + orjson.dumps(schema) + b',"payload":'
 
-    def key(self, schema_json: bytes, payload: Any) -> bytes:
+    def key(self, prefix: bytes, payload: Any) -> bytes:
         if self.key_schemas:
-            return b'{"schema":' + schema_json + b',"payload":' + orjson.dumps(payload) + b"}"
+            return b"".join((prefix, orjson.dumps(payload), b"}"))
         return orjson.dumps(payload)
 
-    def value(self, schema_json: bytes, payload: Any) -> bytes:
+    def value(self, prefix: bytes, payload: Any) -> bytes:
         if self.value_schemas:
-            return b'{"schema":' + schema_json + b',"payload":' + orjson.dumps(payload) + b"}"
+            return b"".join((prefix, orjson.dumps(payload), b"}"))
         return orjson.dumps(payload)
 
 
@@ -293,6 +297,8 @@ class TableSchema:
                 ", ".join(skipped),
             )
         self.fields = fields
+        # (field name, tuple index, converter, TOAST placeholder): the shape row() iterates over.
+        self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
         by_name = {f.name: f for f in fields}
         self.key_fields = [by_name[k] for k in key_names]
         self.has_key = bool(self.key_fields)
@@ -326,8 +332,8 @@ class TableSchema:
             "version": 1,
         }
         self.envelope_schema = envelope
-        self.key_schema_json = serializer.schema_bytes(self.key_struct_schema)
-        self.value_schema_json = serializer.schema_bytes(envelope)
+        self.key_schema_json = serializer.prefix(self.key_struct_schema)
+        self.value_schema_json = serializer.prefix(envelope)
 
     @classmethod
     def from_relation(
@@ -362,22 +368,28 @@ class TableSchema:
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
         try:
-            for spec in self.fields:
-                value = values[spec.index]
-                if value is None:
-                    out[spec.name] = None
-                elif value is UNCHANGED_TOAST:
-                    out[spec.name] = spec.toast_value
-                else:
-                    out[spec.name] = spec.converter.convert(value)
+            return {
+                name: convert(value) if value.__class__ is str else (None if value is None else toast)
+                for name, index, convert, toast in self._plan
+                for value in (values[index],)
+            }
         except (ValueError, ArithmeticError) as exc:
-            raise ConversionError(
-                f"table {self.data_collection} column {spec.name!r}: cannot convert value {str(value)[:200]!r} "
-                f"({exc})"
-            ) from exc
-        return out
+            raise self._conversion_error(values, exc) from exc
+
+    def _conversion_error(self, values: Sequence[Any], exc: Exception) -> ConversionError:
+        """Find which column failed (off the hot path) and say so with its value."""
+        for spec in self.fields:
+            value = values[spec.index]
+            if isinstance(value, str):
+                try:
+                    spec.converter.convert(value)
+                except (ValueError, ArithmeticError) as col_exc:
+                    return ConversionError(
+                        f"table {self.data_collection} column {spec.name!r}: cannot convert value "
+                        f"{value[:200]!r} ({col_exc})"
+                    )
+        return ConversionError(f"table {self.data_collection}: cannot convert a row ({exc})")
 
     def key(self, row: dict[str, Any]) -> dict[str, Any]:
         return {spec.name: row[spec.name] for spec in self.key_fields}

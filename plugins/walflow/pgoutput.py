@@ -266,20 +266,18 @@ def _tuple(data: bytes, pos: int) -> tuple[list, int]:
     """Decode a TupleData structure starting at ``pos``; return values and the position after it."""
     ncols = (data[pos] << 8) | data[pos + 1]
     pos += 2
-    values: list = []
-    append = values.append
-    for _ in range(ncols):
+    values: list = [None] * ncols
+    unpack = _I32.unpack_from
+    for i in range(ncols):
         kind = data[pos]
         if kind == 0x74:  # 't' text
-            length = (data[pos + 1] << 24) | (data[pos + 2] << 16) | (data[pos + 3] << 8) | data[pos + 4]
             start = pos + 5
-            pos = start + length
-            append(data[start:pos].decode("utf-8"))
-        elif kind == 0x6E:  # 'n' null
-            append(None)
+            pos = start + unpack(data, pos + 1)[0]
+            values[i] = data[start:pos].decode("utf-8")
+        elif kind == 0x6E:  # 'n' null (already None)
             pos += 1
         elif kind == 0x75:  # 'u' unchanged TOAST
-            append(UNCHANGED_TOAST)
+            values[i] = UNCHANGED_TOAST
             pos += 1
         else:
             raise DecodeError(f"unknown TupleData column kind {chr(kind)!r}; binary values are not requested")

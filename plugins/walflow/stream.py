@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import psycopg
 
 from walflow.catalog import Catalog
@@ -87,7 +86,7 @@ class BatchSummary:
 class _Tx:
     """The transaction being streamed: its identity and counters for the metadata records."""
 
-    __slots__ = ("xid", "commit_ms", "final_lsn", "id", "total", "per_collection", "begun")
+    __slots__ = ("xid", "commit_ms", "final_lsn", "id", "total", "per_collection", "begun", "sources")
 
     def __init__(self, begin: Begin) -> None:
         self.xid = begin.xid
@@ -99,6 +98,8 @@ class _Tx:
         self.total = 0
         self.per_collection: Counter[str] = Counter()
         self.begun = False
+        # The part of each table's source block that is the same for every event of this transaction.
+        self.sources: dict[int, dict[str, Any]] = {}
 
 
 class StreamBatch:
@@ -126,6 +127,8 @@ class StreamBatch:
         self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
         self._fault = fault_hook or (lambda stage: None)
         self._schemas: dict[int, TableSchema | None] = {}
+        skipped = set(config.skipped_operations)
+        self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
         self._previous_commit_lsn: int | None = None
 
     # -- public -----------------------------------------------------------------------------------
@@ -249,7 +252,7 @@ class StreamBatch:
             with conn.cursor(name="walflow_peek", binary=True) as cur:
                 cur.itersize = FETCH_ROWS
                 cur.execute(
-                    "SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
+                    "SELECT (lsn - '0/0')::int8, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
                     + ", ".join(["%s"] * len(options))
                     + ")",
                     (config.slot_name, upto_text, upto_nchanges, *options),
@@ -263,7 +266,7 @@ class StreamBatch:
                         cls = type(msg)
                         if cls is Insert or cls is Update or cls is Delete:
                             assert tx is not None
-                            self._change(msg, tx, _lsn_int(lsn_value), summary, per_topic)
+                            self._change(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Begin:
                             tx = _Tx(msg)  # type: ignore[arg-type]
                             self._fault("before_produce")
@@ -292,7 +295,7 @@ class StreamBatch:
                             self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
                         elif cls is Truncate:
                             assert tx is not None
-                            self._truncate(msg, tx, _lsn_int(lsn_value), summary, per_topic)
+                            self._truncate(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Message:
                             pass  # logical decoding messages carry walflow's own watermarks; see snapshot code
                     else:
@@ -323,7 +326,7 @@ class StreamBatch:
             summary.events,
             producer.bytes / 1e6,
             producer.acked,
-            lsn_to_str(_lsn_int(lsn_value)),
+            lsn_to_str(lsn_value),
             summary.events / elapsed if elapsed else 0.0,
         )
 
@@ -345,22 +348,26 @@ class StreamBatch:
         return schema
 
     def _source(self, table: TableSchema, tx: _Tx, lsn: int) -> dict[str, Any]:
+        base = tx.sources.get(id(table))
+        if base is None:
+            base = tx.sources[id(table)] = {
+                "version": DEBEZIUM_VERSION,
+                "connector": "postgresql",
+                "name": self.config.topic_prefix,
+                "ts_ms": tx.commit_ms,
+                "snapshot": "false",
+                "db": self._database,
+                "sequence": None,
+                "schema": table.schema,
+                "table": table.table,
+                "txId": tx.xid,
+                "lsn": None,
+                "xmin": None,
+            }
         prev = self._previous_commit_lsn
-        return {
-            "version": DEBEZIUM_VERSION,
-            "connector": "postgresql",
-            "name": self.config.topic_prefix,
-            "ts_ms": tx.commit_ms,
-            "snapshot": "false",
-            "db": self._database,
-            # Debezium's sequence: [last committed LSN, this event's LSN], as strings.
-            "sequence": f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]',
-            "schema": table.schema,
-            "table": table.table,
-            "txId": tx.xid,
-            "lsn": lsn,
-            "xmin": None,
-        }
+        # Debezium's sequence: [last committed LSN, this event's LSN], as strings.
+        sequence = f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
+        return {**base, "sequence": sequence, "lsn": lsn}
 
     def _tx_begin(self, tx: _Tx) -> None:
         tx.begun = True
@@ -440,15 +447,14 @@ class StreamBatch:
         if table is None:
             summary.filtered += 1
             return
-        skipped = self.config.skipped_operations
         if type(msg) is Insert:
-            if "c" in skipped:
+            if self._skip_c:
                 summary.filtered += 1
                 return
             after = table.row(msg.new)
             self._emit(table, "c", None, after, table.key(after) if table.has_key else None, tx, lsn, summary, per_topic)
         elif type(msg) is Update:
-            if "u" in skipped:
+            if self._skip_u:
                 summary.filtered += 1
                 return
             after = table.row(msg.new)
@@ -460,7 +466,7 @@ class StreamBatch:
             else:
                 self._emit(table, "u", before, after, new_key, tx, lsn, summary, per_topic)
         else:
-            if "d" in skipped:
+            if self._skip_d:
                 summary.filtered += 1
                 return
             before = table.row(msg.old)
@@ -493,7 +499,7 @@ class StreamBatch:
     def _truncate(self, msg: Truncate, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
         for relation in msg.relations:
             table = self._schema(relation)
-            if table is None or "t" in self.config.skipped_operations:
+            if table is None or self._skip_t:
                 summary.filtered += 1
                 continue
             self._emit(table, "t", None, None, None, tx, lsn, summary, per_topic)
@@ -510,19 +516,10 @@ class StreamBatch:
         )
 
 
-_TX_KEY_JSON = orjson.dumps(TX_KEY_SCHEMA)
-_TX_VALUE_JSON = orjson.dumps(TX_VALUE_SCHEMA)
-_HB_KEY_JSON = orjson.dumps(HEARTBEAT_KEY_SCHEMA)
-_HB_VALUE_JSON = orjson.dumps(HEARTBEAT_VALUE_SCHEMA)
-
-
-def _lsn_int(value: Any) -> int:
-    """psycopg returns pg_lsn columns as text in binary cursors' absence of a loader; accept both forms."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return int.from_bytes(bytes(value), "big")
-    return str_to_lsn(str(value))
+_TX_KEY_JSON = Serializer.prefix(TX_KEY_SCHEMA)
+_TX_VALUE_JSON = Serializer.prefix(TX_VALUE_SCHEMA)
+_HB_KEY_JSON = Serializer.prefix(HEARTBEAT_KEY_SCHEMA)
+_HB_VALUE_JSON = Serializer.prefix(HEARTBEAT_VALUE_SCHEMA)
 
 
 def _quote_publication(name: str) -> str:

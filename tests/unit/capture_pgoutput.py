@@ -14,6 +14,8 @@ import psycopg
 SCENARIO = """
 CREATE TABLE cap (id int PRIMARY KEY, name text NOT NULL, note text, big text);
 CREATE TABLE capfull (id int PRIMARY KEY, v text);
+CREATE TYPE mood AS ENUM ('sad', 'happy');
+CREATE TABLE capenum (id int PRIMARY KEY, m mood);
 ALTER TABLE capfull REPLICA IDENTITY FULL;
 CREATE PUBLICATION cap_pub FOR ALL TABLES;
 """
@@ -23,7 +25,7 @@ DML = [
     "UPDATE cap SET id = 2 WHERE id = 1",
     "INSERT INTO capfull VALUES (1, 'a'); UPDATE capfull SET v = 'b' WHERE id = 1; DELETE FROM capfull WHERE id = 1",
     "DELETE FROM cap WHERE id = 2",
-    "SELECT pg_logical_emit_message(true, 'walflow-test', 'hello')",
+    "SELECT pg_logical_emit_message(true, 'walflow-test', 'hello'); INSERT INTO capenum VALUES (1, 'happy')",
     "ALTER TABLE cap ADD COLUMN extra int DEFAULT 7; INSERT INTO cap (id, name) VALUES (3, 'three')",
     "TRUNCATE cap, capfull",
 ]

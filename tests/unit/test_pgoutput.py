@@ -135,3 +135,13 @@ def test_lsn_round_trip() -> None:
 
 def test_commit_time_is_unix_ms() -> None:
     assert pg_micros_to_unix_ms(0) == 946_684_800_000
+
+
+def test_type_message_names_user_types(messages: list[object]) -> None:
+    from walflow.pgoutput import TypeInfo
+
+    (mood,) = of(messages, TypeInfo)
+    assert (mood.namespace, mood.name) == ("public", "mood")
+    enum_insert = next(m for m in of(messages, Insert) if m.relation.name == "capenum")
+    assert enum_insert.relation.columns[1].type_oid == mood.type_oid
+    assert enum_insert.new == ["1", "happy"]
