@@ -245,8 +245,10 @@ class StreamBatch:
         last_commit_end: int | None = None
         complete = True
         next_progress = time.monotonic() + PROGRESS_EVERY_S
-        # upto_nchanges bounds the server-side work too; PostgreSQL only stops at a transaction boundary.
-        upto_nchanges = max_events + 2
+        # upto_nchanges bounds the server-side work too (PostgreSQL stops only at a transaction boundary). It
+        # counts protocol messages, Begin/Commit/Relation included, hence the headroom over max_events.
+        upto_nchanges = max_events * 3 + 16
+        returned = 0
         conn.autocommit = False
         try:
             with conn.cursor(name="walflow_peek", binary=True) as cur:
@@ -261,6 +263,7 @@ class StreamBatch:
                     rows = cur.fetchmany(FETCH_ROWS)
                     if not rows:
                         break
+                    returned += len(rows)
                     for lsn_value, data in rows:
                         msg = decoder.decode(data)
                         cls = type(msg)
@@ -311,6 +314,10 @@ class StreamBatch:
                 conn.rollback()
                 conn.autocommit = True
         summary.events_per_topic = dict(per_topic)
+        if complete and returned >= upto_nchanges:
+            # PostgreSQL stopped at upto_nchanges, before upto: only what was read may be confirmed.
+            complete = False
+            summary.stopped_by = "upto_nchanges"
         if complete:
             # Everything committed before upto was read: the slot may move there even if nothing was captured,
             # which keeps an idle or filtered-out database from retaining WAL.

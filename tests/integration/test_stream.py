@@ -296,3 +296,24 @@ def test_heartbeat_record(database: str) -> None:
     assert hb.key_payload == {"serverName": config.topic_prefix} and isinstance(hb.payload["ts_ms"], int)
     # the action query's own change is captured like any other
     assert [r.op for r in read_topic(f"{config.topic_prefix}.public.hb")] == ["u"]
+
+
+def test_filtered_backlog_never_skips_later_changes(database: str) -> None:
+    """Many transactions of an excluded table fill PostgreSQL's upto_nchanges before the batch's end LSN:
+    the slot must then move only past what was read, never to the end LSN."""
+    run_sql(database, "CREATE TABLE noise (id int PRIMARY KEY)", "CREATE TABLE wanted (id int PRIMARY KEY)")
+    config = setup(database, **{"table.include.list": r"public\.wanted", "walflow.batch.max.events": 5})
+    with psycopg.connect(database, autocommit=True) as conn:
+        for i in range(200):
+            conn.execute("INSERT INTO noise VALUES (%s)", (i,))
+        conn.execute("INSERT INTO wanted VALUES (1)")
+    first = stream(config, database)
+    assert first.stopped_by == "upto_nchanges" and first.events == 0
+    events = 0
+    for _ in range(50):
+        summary = stream(config, database)
+        events += summary.events
+        if summary.stopped_by == "end":
+            break
+    assert events == 1
+    assert [r.key_payload for r in read_topic(f"{config.topic_prefix}.public.wanted")] == [{"id": 1}]
