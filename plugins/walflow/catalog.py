@@ -8,7 +8,8 @@ so does this module, once per Relation message, on a connection of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import psycopg
 
@@ -23,6 +24,10 @@ class CatalogColumn:
     default_expr: str | None
     #: pg_attribute.atttypid (the domain itself for a domain column), as pgoutput's Relation reports it
     attr_type_oid: int
+    #: the default's text form when it is a constant, evaluated by the server under the session settings
+    default_text: str | None = None
+    #: true when the default is computed by a function (nextval, now(), CURRENT_TIMESTAMP ...)
+    default_is_function: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,10 @@ class Catalog:
             ) in cur.fetchall():
                 element = None
                 if category == "A" and _elem_oid:
-                    element = ColumnType(oid=_elem_oid, name=elem_name or "", base_name=elem_name or "", category=elem_category or "")
+                    # an array column's modifier (numeric(10,2)[]) is its elements' modifier
+                    element = ColumnType(
+                        oid=_elem_oid, modifier=typmod, name=elem_name or "", base_name=elem_name or "", category=elem_category or ""
+                    )
                 columns[attname] = CatalogColumn(
                     attname,
                     notnull,
@@ -133,6 +141,36 @@ class Catalog:
                     default_expr,
                     attr_type_oid,
                 )
+            for colname, column in list(columns.items()):
+                if column.default_expr is None:
+                    continue
+                if _is_function_default(column.default_expr):
+                    columns[colname] = replace(column, default_is_function=True)
+                    continue
+                try:
+                    # A constant expression from the catalog, not user input: evaluating it is side-effect free,
+                    # and its text form is exactly what pgoutput would send for the same value.
+                    cur.execute(f"SELECT ({column.default_expr})::text")  # type: ignore[arg-type]
+                    row = cur.fetchone()
+                    columns[colname] = replace(column, default_text=row[0] if row else None)
+                except psycopg.Error:
+                    if not self._conn.autocommit:
+                        self._conn.rollback()
         table = CatalogTable(oid, schema, name, columns, tuple(pk or ()), replident)
         self._cache[oid] = table
         return table
+
+
+_QUOTED = re.compile(r"'(?:[^']|'')*'")
+_CASTS = re.compile(r"::\s*[\w\s.\"\[\]]+?(?:\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?=$|[\s),:])")
+_FUNCTION_CALL = re.compile(r"[A-Za-z_][\w.\"]*\s*\(")
+_SQL_VALUE_FUNCTIONS = re.compile(
+    r"\b(CURRENT_DATE|CURRENT_TIME|CURRENT_TIMESTAMP|LOCALTIME|LOCALTIMESTAMP|CURRENT_USER|SESSION_USER|USER|CURRENT_ROLE|CURRENT_CATALOG|CURRENT_SCHEMA)\b",
+    re.IGNORECASE,
+)
+
+
+def _is_function_default(expr: str) -> bool:
+    """True when a column default is computed (nextval, now(), CURRENT_TIMESTAMP, ...) rather than a literal."""
+    bare = _CASTS.sub("", _QUOTED.sub("''", expr))
+    return bool(_FUNCTION_CALL.search(bare) or _SQL_VALUE_FUNCTIONS.search(bare))

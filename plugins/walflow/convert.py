@@ -5,30 +5,32 @@ settings) go through one :class:`ColumnConverter` per column, built once per rel
 conversion is on the hot path. A converter pairs the field's Kafka Connect schema (as the JSON converter
 writes it) with a function from PostgreSQL's text output to the JSON payload value.
 
-The sessions that produce the text must use ``DateStyle=ISO``, ``IntervalStyle=postgres``,
+The sessions that produce the text must use ``DateStyle=ISO``, ``IntervalStyle=iso_8601``, ``lc_monetary=C``,
 ``TimeZone=UTC`` and ``extra_float_digits=3``: :data:`SESSION_SETTINGS` lists them.
 """
 
 from __future__ import annotations
 
 import base64
-from base64 import b64encode
 import logging
 import math
+import struct
+from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from walflow.errors import ConversionError
+import orjson
 
 log = logging.getLogger(__name__)
 
 #: Session settings under which PostgreSQL's text output is what the converters expect.
 SESSION_SETTINGS = {
     "DateStyle": "ISO, YMD",
-    "IntervalStyle": "postgres",
+    "IntervalStyle": "iso_8601",
+    "lc_monetary": "C",
     "TimeZone": "UTC",
     "extra_float_digits": "3",
     "bytea_output": "hex",
@@ -57,7 +59,7 @@ class ColumnType:
     element: ColumnType | None = None  # element type of an array
 
 
-@dataclass
+@dataclass(frozen=True)
 class ColumnConverter:
     """The Kafka Connect schema of one field and the function producing its JSON payload value."""
 
@@ -251,6 +253,7 @@ class ConverterSettings:
     time_precision_mode: str = "adaptive"
     binary_handling_mode: str = "bytes"
     interval_handling_mode: str = "numeric"
+    hstore_handling_mode: str = "json"
     include_unknown_datatypes: bool = False
 
     @classmethod
@@ -260,6 +263,7 @@ class ConverterSettings:
             time_precision_mode=config.time_precision_mode,
             binary_handling_mode=config.binary_handling_mode,
             interval_handling_mode=config.interval_handling_mode,
+            hstore_handling_mode=config.hstore_handling_mode,
             include_unknown_datatypes=config.include_unknown_datatypes,
         )
 
@@ -281,7 +285,8 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
     if mode == "double":
         return _schema("double"), _float, "double"
     if mode == "string":
-        return _schema("string"), str, "string"
+        # Debezium writes its special decimal values by name.
+        return _schema("string"), lambda t: _SPECIAL_DECIMAL_NAMES.get(t, t), "string"
     if scale is not None:
         exponent = Decimal(1).scaleb(-scale)
 
@@ -402,6 +407,11 @@ def build_converter(column_type: ColumnType, settings: ConverterSettings) -> Col
     :param settings: the connector's representation settings.
     """
     oid = column_type.oid
+    if column_type.category == "A" and column_type.element is not None:
+        return _array_converter(column_type.element, settings)
+    special = _special_converter(column_type, settings)
+    if special is not None:
+        return special
     simple = _SIMPLE.get(oid) or _SIMPLE_BY_NAME.get(column_type.base_name)
     if simple is not None:
         type_, name, func = simple
@@ -428,13 +438,278 @@ def _named(type_: str, name: str | None) -> dict[str, Any]:
     return _schema(type_, name, None, 1 if name else None)
 
 
-def guarded(column: str, converter: Callable[[str], Any]) -> Callable[[str], Any]:
-    """Wrap a converter so a failure names the column and the raw value."""
+_SPECIAL_DECIMAL_NAMES = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIVE_INFINITY"}
 
-    def call(text: str) -> Any:
-        try:
-            return converter(text)
-        except (ValueError, InvalidOperation, ArithmeticError) as exc:
-            raise ConversionError(f"column {column!r}: cannot convert value {text[:200]!r}: {exc}") from exc
+INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE = 3904, 3926, 3906, 3908, 3910, 3912
+INT4MULTIRANGE, NUMMULTIRANGE, TSMULTIRANGE, TSTZMULTIRANGE, DATEMULTIRANGE, INT8MULTIRANGE = 4451, 4532, 4533, 4534, 4535, 4536
+_RANGES = {INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE,
+           INT4MULTIRANGE, NUMMULTIRANGE, TSMULTIRANGE, TSTZMULTIRANGE, DATEMULTIRANGE, INT8MULTIRANGE}
 
-    return call
+
+# -- bits ------------------------------------------------------------------------------------------
+def _bits_value(text: str, num_bytes: int | None) -> str:
+    """Debezium's Bits: the rightmost character is bit 0; bytes little-endian, sized for the declared length."""
+    size = num_bytes if num_bytes is not None else (len(text) + 7) // 8
+    value = int(text, 2) if text else 0
+    return b64encode(value.to_bytes(size, "little")).decode("ascii")
+
+
+def _bits_converter(column_type: ColumnType) -> ColumnConverter:
+    varying = column_type.oid == VARBIT
+    length = column_type.modifier if column_type.modifier > 0 else (2**31 - 1 if varying else 1)
+    if not varying and length == 1:
+        return ColumnConverter(_schema("boolean"), lambda t: t == "1", semantic="boolean")
+    num_bytes = None if varying else length // 8 + (0 if length % 8 == 0 else 1)
+    schema = _schema("bytes", "io.debezium.data.Bits", {"length": str(length)}, 1)
+    return ColumnConverter(schema, lambda t, _n=num_bytes: _bits_value(t, _n), semantic="bits")
+
+
+# -- money -----------------------------------------------------------------------------------------
+def _money_converter(settings: ConverterSettings) -> ColumnConverter:
+    """MONEY as Debezium's decimal with 2 fraction digits (lc_monetary=C prints '-$1,234.56')."""
+
+    def plain(text: str) -> str:
+        negative = text.startswith("-") or text.startswith("(")
+        digits = "".join(ch for ch in text if ch.isdigit() or ch == ".")
+        return ("-" if negative else "") + digits
+
+    mode = settings.decimal_handling_mode
+    if mode == "double":
+        return ColumnConverter(_schema("double"), lambda t: float(plain(t)), semantic="double")
+    if mode == "string":
+        return ColumnConverter(_schema("string"), plain, semantic="string")
+
+    def precise(text: str) -> str:
+        unscaled = int(Decimal(plain(text)).scaleb(2))
+        return b64encode(_unscaled_bytes(unscaled)).decode("ascii")
+
+    schema = _schema("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2"}, 1)
+    return ColumnConverter(schema, precise, semantic="decimal")
+
+
+# -- interval --------------------------------------------------------------------------------------
+_DAYS_PER_MONTH_AVG = 365.25 / 12.0
+
+
+def _interval_parts(text: str) -> tuple[int, int, int, int, int, Decimal]:
+    """Parse IntervalStyle=iso_8601 output ('P1Y2M3DT4H5M6.78S', 'P-1Y-2M3DT-4H-5M-6.78S', 'PT0S')."""
+    if not text.startswith("P"):
+        raise ValueError(f"not an ISO 8601 interval: {text!r}")
+    date_part, _, time_part = text[1:].partition("T")
+    years = months = days = hours = minutes = 0
+    seconds = Decimal(0)
+    for part, units in ((date_part, "YMD"), (time_part, "HMS")):
+        number = ""
+        for ch in part:
+            if ch in units:
+                if ch == "S":
+                    seconds = Decimal(number)
+                else:
+                    value = int(number)
+                    if part is date_part:
+                        if ch == "Y":
+                            years = value
+                        elif ch == "M":
+                            months = value
+                        else:
+                            days = value
+                    elif ch == "H":
+                        hours = value
+                    else:
+                        minutes = value
+                number = ""
+            else:
+                number += ch
+        if number:
+            raise ValueError(f"not an ISO 8601 interval: {text!r}")
+    return years, months, days, hours, minutes, seconds
+
+
+def _interval_micros(text: str) -> int:
+    years, months, days, hours, minutes, seconds = _interval_parts(text)
+    number_of_days = ((years * 12) + months) * _DAYS_PER_MONTH_AVG + days
+    number_of_seconds = (((number_of_days * 24 + hours) * 60) + minutes) * 60 + float(seconds)
+    return int(number_of_seconds * 1e6)  # Java's (long) cast truncates toward zero
+
+
+def _interval_string(text: str) -> str:
+    years, months, days, hours, minutes, seconds = _interval_parts(text)
+    if -seconds.as_tuple().exponent > 6:
+        seconds = seconds.quantize(Decimal("0.000001"), rounding="ROUND_DOWN")
+    sec = format(seconds.normalize(), "f") if seconds else "0"
+    return f"P{years}Y{months}M{days}DT{hours}H{minutes}M{sec}S"
+
+
+def _interval_converter(settings: ConverterSettings) -> ColumnConverter:
+    if settings.interval_handling_mode == "string":
+        return ColumnConverter(_schema("string", "io.debezium.time.Interval", None, 1), _interval_string, semantic="string")
+    return ColumnConverter(_schema("int64", "io.debezium.time.MicroDuration", None, 1), _interval_micros, semantic="duration")
+
+
+# -- geometry --------------------------------------------------------------------------------------
+_POINT_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"type": "double", "optional": False, "field": "x"},
+        {"type": "double", "optional": False, "field": "y"},
+        {"type": "bytes", "optional": True, "field": "wkb"},
+        {"type": "int32", "optional": True, "field": "srid"},
+    ],
+    "optional": True,
+    "name": "io.debezium.data.geometry.Point",
+    "version": 1,
+    "doc": "Geometry (POINT)",
+}
+
+
+def _point(text: str) -> dict[str, Any]:
+    x_text, y_text = text.strip("()").split(",")
+    x, y = float(x_text), float(y_text)
+    wkb = b"\x01" + struct.pack("<Idd", 1, x, y)
+    return {"x": x, "y": y, "wkb": b64encode(wkb).decode("ascii"), "srid": None}
+
+
+def _geometry_schema(name: str, doc: str) -> dict[str, Any]:
+    return {
+        "type": "struct",
+        "fields": [
+            {"type": "bytes", "optional": False, "field": "wkb"},
+            {"type": "int32", "optional": True, "field": "srid"},
+        ],
+        "optional": True,
+        "name": name,
+        "version": 1,
+        "doc": doc,
+    }
+
+
+def _ewkb(text: str) -> dict[str, Any]:
+    """PostGIS hex EWKB to Debezium's {wkb, srid}: the SRID moves out of the WKB into its own field."""
+    raw = bytes.fromhex(text)
+    order = "<" if raw[0] == 1 else ">"
+    (geom_type,) = struct.unpack_from(order + "I", raw, 1)
+    srid = None
+    if geom_type & 0x20000000:
+        (srid,) = struct.unpack_from(order + "I", raw, 5)
+        geom_type &= ~0x20000000
+        raw = raw[:1] + struct.pack(order + "I", geom_type) + raw[9:]
+    return {"wkb": b64encode(raw).decode("ascii"), "srid": srid}
+
+
+# -- hstore ----------------------------------------------------------------------------------------
+def _hstore_pairs(text: str) -> dict[str, str | None]:
+    """Parse hstore's text output: '"a"=>"1", "b"=>NULL'."""
+    result: dict[str, str | None] = {}
+    i, n = 0, len(text)
+
+    def quoted(pos: int) -> tuple[str, int]:
+        assert text[pos] == '"'
+        pos += 1
+        out = []
+        while text[pos] != '"':
+            if text[pos] == "\\":
+                pos += 1
+            out.append(text[pos])
+            pos += 1
+        return "".join(out), pos + 1
+
+    while i < n:
+        while i < n and text[i] in " ,":
+            i += 1
+        if i >= n:
+            break
+        key, i = quoted(i)
+        i = text.index("=>", i) + 2
+        while text[i] == " ":
+            i += 1
+        if text.startswith("NULL", i):
+            result[key] = None
+            i += 4
+        else:
+            result[key], i = quoted(i)
+    return result
+
+
+def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
+    if settings.hstore_handling_mode == "map":
+        schema = {
+            "type": "map",
+            "keys": {"type": "string", "optional": False},
+            "values": {"type": "string", "optional": True},
+            "optional": True,
+        }
+        return ColumnConverter(schema, _hstore_pairs, semantic="map")
+    return ColumnConverter(
+        _schema("string", "io.debezium.data.Json", None, 1),
+        lambda t: orjson.dumps(_hstore_pairs(t)).decode("utf-8"),
+        semantic="io.debezium.data.Json",
+    )
+
+
+# -- arrays ----------------------------------------------------------------------------------------
+def parse_array(text: str) -> list[str | None]:
+    """Split a one-dimensional PostgreSQL array literal ('{1,NULL,"a b"}') into element texts."""
+    if text.startswith("["):  # explicit bounds: '[0:1]={a,b}'
+        text = text[text.index("=") + 1 :]
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"not an array literal: {text[:50]!r}")
+    body = text[1:-1]
+    if not body:
+        return []
+    if body.startswith("{"):
+        raise ValueError("multi-dimensional arrays are not supported")
+    items: list[str | None] = []
+    i, n = 0, len(body)
+    while i <= n:
+        if i < n and body[i] == '"':
+            i += 1
+            out = []
+            while body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                out.append(body[i])
+                i += 1
+            items.append("".join(out))
+            i += 2  # closing quote and the comma
+        else:
+            end = body.find(",", i)
+            if end < 0:
+                end = n
+            token = body[i:end]
+            items.append(None if token == "NULL" else token)
+            i = end + 1
+    return items
+
+
+def _array_converter(element: ColumnType, settings: ConverterSettings) -> ColumnConverter | None:
+    inner = build_converter(element, settings)
+    if inner is None:
+        return None
+    item_convert = inner.convert
+    items_schema = {**inner.schema, "optional": True}
+
+    def convert(text: str) -> list[Any]:
+        return [None if item is None else item_convert(item) for item in parse_array(text)]
+
+    return ColumnConverter({"type": "array", "items": items_schema, "optional": True}, convert, semantic="array")
+
+
+def _special_converter(column_type: ColumnType, settings: ConverterSettings) -> ColumnConverter | None:
+    oid, name = column_type.oid, column_type.base_name
+    if oid in (BIT, VARBIT):
+        return _bits_converter(column_type)
+    if oid == MONEY:
+        return _money_converter(settings)
+    if oid == INTERVAL:
+        return _interval_converter(settings)
+    if oid == POINT:
+        return ColumnConverter(dict(_POINT_SCHEMA), _point, semantic="point")
+    if oid in _RANGES:
+        return ColumnConverter(_schema("string"), str, semantic="string")
+    if name == "geometry":
+        return ColumnConverter(_geometry_schema("io.debezium.data.geometry.Geometry", "Geometry"), _ewkb, semantic="geometry")
+    if name == "geography":
+        return ColumnConverter(_geometry_schema("io.debezium.data.geometry.Geography", "Geography"), _ewkb, semantic="geometry")
+    if name == "hstore":
+        return _hstore_converter(settings)
+    return None

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
 from walflow.errors import ConfigError, ConversionError
 from walflow.pgoutput import UNCHANGED_TOAST, Relation
+from walflow.transforms import ColumnRules, zero_default
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +242,30 @@ def _parse_message_key_columns(value: str | None) -> list[tuple[re.Pattern[str],
     return result
 
 
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One source column as the table schema needs it (from the catalog, or the WAL alone)."""
+
+    name: str
+    type: ColumnType
+    not_null: bool = False
+    default_text: str | None = None
+    default_is_function: bool = False
+
+
+def _place(schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """Add keys to a field schema in the JSON converter's order: type … parameters, default, field."""
+    out = {k: v for k, v in schema.items() if k not in ("default", "field")}
+    if "parameters" in extra:
+        out["parameters"] = {**out.get("parameters", {}), **extra.pop("parameters")}
+    if "default" in extra:
+        out["default"] = extra.pop("default")
+    elif "default" in schema:
+        out["default"] = schema["default"]
+    out.update(extra)
+    return out
+
+
 class TableSchema:
     """Everything needed to turn one table's tuples into Debezium events."""
 
@@ -251,16 +276,16 @@ class TableSchema:
         serializer: Serializer,
         schema: str,
         table: str,
-        column_names: Sequence[str],
-        column_types: Sequence[ColumnType],
-        not_null: Sequence[bool],
+        columns: Sequence[ColumnSpec],
         key_columns: Sequence[str],
+        rules: ColumnRules | None = None,
     ) -> None:
         self.schema = schema
         self.table = table
         self.data_collection = f"{schema}.{table}"
         self.topic = topic_name(config.topic_prefix, schema, table, delimiter=config.topic_delimiter)
-        self.column_names = list(column_names)
+        self.column_names = [c.name for c in columns]
+        rules = rules or ColumnRules(config)
         settings = ConverterSettings.from_config(config)
         placeholder = config.toasted_value_placeholder
         key_override = filters.message_key_columns(schema, table)
@@ -272,8 +297,8 @@ class TableSchema:
                 f"(its columns: {self.column_names})"
             )
         fields: list[FieldSpec] = []
-        skipped: list[str] = []
-        for index, (name, ctype, nn) in enumerate(zip(column_names, column_types, not_null, strict=True)):
+        for index, column in enumerate(columns):
+            name, ctype = column.name, column.type
             is_key = name in key_names
             if not is_key and not filters.column_included(schema, table, name):
                 continue
@@ -284,23 +309,28 @@ class TableSchema:
                         f"key column {self.data_collection}.{name} has type {ctype.name or ctype.oid} that walflow "
                         "cannot represent; set 'include.unknown.datatypes: true' or choose 'message.key.columns'"
                     )
-                skipped.append(f"{name} ({ctype.name or ctype.oid})")
+                _warn_unknown_once(self.data_collection, name, ctype)
                 continue
-            converter.schema = {**converter.schema, "optional": not nn, "field": name}
-            converter.optional = not nn
-            fields.append(FieldSpec(index, name, converter, _toast_value(converter.schema, placeholder)))
-        if skipped:
-            log.warning(
-                "table %s: column(s) %s have types walflow does not know; they are left out of the events "
-                "(set 'include.unknown.datatypes: true' to carry them as bytes)",
-                self.data_collection,
-                ", ".join(skipped),
-            )
+            transform, masked = rules.value_transform(f"{schema}.{table}.{name}", ctype)
+            if transform is not None:
+                converter = replace(converter, convert=_chain(converter.convert, transform))
+            extra: dict[str, Any] = {"optional": not column.not_null}
+            params = rules.source_type_parameters(schema, table, name, ctype) or {}
+            if masked:
+                params["masked"] = "true"
+            if params:
+                extra["parameters"] = params
+            has_default, default = _default_value(column, converter, ctype)
+            if has_default:
+                extra["default"] = default
+            field_name = rules.field_name(name)
+            converter = replace(converter, schema=_place(converter.schema, **extra, field=field_name), optional=not column.not_null)
+            fields.append(FieldSpec(index, field_name, converter, _toast_value(converter.schema, placeholder)))
         self.fields = fields
         # (field name, tuple index, converter, TOAST placeholder): the shape row() iterates over.
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
         by_name = {f.name: f for f in fields}
-        self.key_fields = [by_name[k] for k in key_names]
+        self.key_fields = [by_name[rules.field_name(k)] for k in key_names]
         self.has_key = bool(self.key_fields)
         self.value_schema_name = schema_full_name(config.topic_prefix, schema, table, "Value")
         self.key_schema_name = schema_full_name(config.topic_prefix, schema, table, "Key")
@@ -343,20 +373,18 @@ class TableSchema:
         serializer: Serializer,
         relation: Relation,
         catalog_table: CatalogTable | None,
+        rules: ColumnRules | None = None,
     ) -> TableSchema:
         names = [c.name for c in relation.columns]
-        types: list[ColumnType] = []
-        not_null: list[bool] = []
+        specs: list[ColumnSpec] = []
         for column in relation.columns:
             info = catalog_table.columns.get(column.name) if catalog_table else None
-            # A column unknown to the catalog was dropped or renamed since this change was written: describe
-            # it from the Relation message alone, which is what the WAL says it was.
+            # A column the catalog no longer knows with this type was dropped, renamed or retyped since this
+            # change was written: describe it from the Relation message alone, which is what the WAL holds.
             if info is not None and info.attr_type_oid == column.type_oid:
-                types.append(info.type)
-                not_null.append(info.not_null)
+                specs.append(ColumnSpec(column.name, info.type, info.not_null, info.default_text, info.default_is_function))
             else:
-                types.append(ColumnType(oid=column.type_oid, modifier=column.type_modifier))
-                not_null.append(False)
+                specs.append(ColumnSpec(column.name, ColumnType(oid=column.type_oid, modifier=column.type_modifier)))
         if catalog_table is not None and catalog_table.primary_key and all(k in names for k in catalog_table.primary_key):
             keys = list(catalog_table.primary_key)
         elif relation.replica_identity == "f" or catalog_table is not None:
@@ -364,7 +392,7 @@ class TableSchema:
             keys = []
         else:
             keys = [c.name for c in relation.columns if c.is_key]
-        return cls(config, filters, serializer, relation.namespace, relation.name, names, types, not_null, keys)
+        return cls(config, filters, serializer, relation.namespace, relation.name, specs, keys, rules)
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:
@@ -395,6 +423,38 @@ class TableSchema:
         return {spec.name: row[spec.name] for spec in self.key_fields}
 
 
+_WARNED_UNKNOWN: set[tuple[str, str]] = set()
+
+
+def _warn_unknown_once(table: str, column: str, ctype: ColumnType) -> None:
+    if (table, column) in _WARNED_UNKNOWN:
+        return
+    _WARNED_UNKNOWN.add((table, column))
+    log.warning(
+        "column %s.%s has type %s that walflow does not know; it is left out of the events "
+        "(set 'include.unknown.datatypes: true' to carry it as bytes)",
+        table,
+        column,
+        ctype.name or ctype.base_name or ctype.oid,
+    )
+
+
+def _chain(convert: Any, transform: Any) -> Any:
+    return lambda text: transform(convert(text))
+
+
+def _default_value(column: ColumnSpec, converter: ColumnConverter, ctype: ColumnType) -> tuple[bool, Any]:
+    """A literal default as the typed value; a function default as the type's zero value (as Debezium)."""
+    if column.default_is_function:
+        return zero_default(converter, ctype)
+    if column.default_text is None:
+        return False, None
+    try:
+        return True, converter.convert(column.default_text)
+    except (ValueError, ArithmeticError):
+        return False, None
+
+
 def _toast_value(schema: dict[str, Any], placeholder: str) -> Any:
     """What an unchanged, unsent TOASTed value becomes: Debezium's placeholder in the column's own type."""
     import base64
@@ -409,6 +469,10 @@ def _toast_value(schema: dict[str, Any], placeholder: str) -> Any:
         return text
     if schema["type"] == "bytes":
         return base64.b64encode(raw).decode("ascii")
+    if schema["type"] == "array":
+        # an unchanged TOASTed array keeps the placeholder as its only element, in the element's type
+        item = _toast_value(schema["items"], placeholder)
+        return [item] if item is not None else None
     return None
 
 

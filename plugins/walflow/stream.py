@@ -48,6 +48,7 @@ from walflow.pgoutput import (
     lsn_to_str,
     str_to_lsn,
 )
+from walflow.transforms import ColumnRules
 from walflow.source import MESSAGES_SERVER_VERSION, check_slot, connect, server_info, try_lock_slot
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,7 @@ class StreamBatch:
         self.conninfo = conninfo
         self.producer = producer
         self.filters = Filters(config)
+        self.rules = ColumnRules(config)
         self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
         self._fault = fault_hook or (lambda stage: None)
         self._schemas: dict[int, TableSchema | None] = {}
@@ -348,7 +350,7 @@ class StreamBatch:
             schema = None
         else:
             schema = TableSchema.from_relation(
-                self.config, self.filters, self.serializer, relation, self._catalog.table(rid)
+                self.config, self.filters, self.serializer, relation, self._catalog.table(rid), self.rules
             )
             self.producer.ensure_topic(schema.topic)
         self._schemas[rid] = schema

@@ -187,7 +187,7 @@ def test_column_added_mid_stream(database: str) -> None:
     assert first.payload["after"] == {"id": 1, "v": "a"}
     assert second.payload["after"] == {"id": 2, "v": "b", "w": 6}
     fields = second.value["schema"]["fields"][1]["fields"]
-    assert fields[-1] == {"type": "int32", "optional": False, "field": "w"}
+    assert fields[-1] == {"type": "int32", "optional": False, "default": 5, "field": "w"}
 
 
 def test_table_without_primary_key_has_null_key(database: str) -> None:
