@@ -19,7 +19,7 @@ from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, localcontext
 from typing import Any
 
 import orjson
@@ -72,7 +72,8 @@ class ColumnConverter:
 
 # -- value functions ------------------------------------------------------------------------------
 def _bool(text: str) -> bool:
-    return text == "t"
+    # 't'/'f' from the output function; 'true'/'false' from a ::text cast (column defaults)
+    return text[0] == "t"
 
 
 def _float(text: str) -> float | str:
@@ -299,7 +300,9 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
             else:
                 if text == "NaN":
                     return None  # precise mode cannot carry NaN; Debezium emits null
-                unscaled = int(Decimal(text).quantize(_exp).scaleb(_scale))
+                with localcontext() as ctx:
+                    ctx.prec = 1000  # numeric allows 131072 digits before the point; never round here
+                    unscaled = int(Decimal(text).quantize(_exp).scaleb(_scale))
             return b64encode(_unscaled_bytes(unscaled)).decode("ascii")
 
         params = {"scale": str(scale), "connect.decimal.precision": str(precision)}
@@ -308,11 +311,11 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
     def variable(text: str) -> dict[str, Any] | None:
         if text in ("NaN", "Infinity", "-Infinity"):
             return None
-        value = Decimal(text)
-        exp = value.as_tuple().exponent
-        value_scale = max(0, -int(exp))
-        unscaled = int(value.scaleb(value_scale))
-        return {"scale": value_scale, "value": base64.b64encode(_unscaled_bytes(unscaled)).decode("ascii")}
+        # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale. Working
+        # on the text keeps every digit (Decimal arithmetic would round at its context precision).
+        head, _, frac = text.partition(".")
+        unscaled = int(head + frac) if head not in ("-", "") else int(head + (frac or "0"))
+        return {"scale": len(frac), "value": b64encode(_unscaled_bytes(unscaled)).decode("ascii")}
 
     schema = {
         "type": "struct",

@@ -35,6 +35,7 @@ from walflow.events import (
 )
 from walflow.kafka import EventProducer
 from walflow.pgoutput import (
+    UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
@@ -466,7 +467,11 @@ class StreamBatch:
             if self._skip_u:
                 summary.filtered += 1
                 return
-            after = table.row(msg.new)
+            new = msg.new
+            if msg.old is not None and not msg.old_is_key and UNCHANGED_TOAST in new:
+                # REPLICA IDENTITY FULL: the old row carries the TOASTed value the new row left out unchanged.
+                new = [o if n is UNCHANGED_TOAST else n for n, o in zip(new, msg.old)]
+            after = table.row(new)
             before = table.row(msg.old) if msg.old is not None else None
             new_key = table.key(after) if table.has_key else None
             old_key = table.key(before) if (table.has_key and before is not None) else None
