@@ -173,6 +173,7 @@ class ConnectorConfig(BaseModel):
     walflow_batch_max_events: int = Field(1_000_000, gt=0, alias="walflow.batch.max.events")
     walflow_batch_max_seconds: float = Field(300.0, gt=0, alias="walflow.batch.max.seconds")
     walflow_kafka_flush_timeout_s: float = Field(60.0, gt=0, alias="walflow.kafka.flush.timeout.seconds")
+    walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
 
     # -- patterned keys, collected by :func:`parse_config` ------------------------------------
     column_truncate: dict[int, list[str]] = Field(default_factory=dict, alias="__column_truncate")
@@ -224,6 +225,17 @@ class ConnectorConfig(BaseModel):
         _compile_all(value)
         return value
 
+    @field_validator("walflow_state_table", "signal_data_collection")
+    @classmethod
+    def _table_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            from walflow.state import split_table_name
+
+            parts = value.split(".")
+            # Debezium 2.x also accepts <database>.<schema>.<table> for PostgreSQL; the database is implicit
+            split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in value else value)
+        return value
+
     @field_validator("topic_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
@@ -265,6 +277,21 @@ class ConnectorConfig(BaseModel):
         if field is None:
             raise KeyError(key)
         return getattr(self, field)
+
+    @property
+    def state_table(self) -> tuple[str, str]:
+        from walflow.state import split_table_name
+
+        return split_table_name(self.walflow_state_table)
+
+    @property
+    def signal_table(self) -> tuple[str, str] | None:
+        from walflow.state import split_table_name
+
+        if not self.signal_data_collection:
+            return None
+        parts = self.signal_data_collection.split(".")
+        return split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in self.signal_data_collection else self.signal_data_collection)
 
     @property
     def transaction_topic(self) -> str:

@@ -190,9 +190,15 @@ class Filters:
         self._col_inc = comp(config.column_include_list)
         self._col_exc = comp(config.column_exclude_list)
         self._key_columns = _parse_message_key_columns(config.message_key_columns)
+        # walflow's own tables are read, never captured
+        self._internal = {config.state_table}
+        if config.signal_table:
+            self._internal.add(config.signal_table)
 
     def table_included(self, schema: str, table: str) -> bool:
         if schema in ("pg_catalog", "information_schema") or schema.startswith("pg_toast"):
+            return False
+        if (schema, table) in self._internal:
             return False
         if self._schema_inc and not _matches_any(self._schema_inc, schema):
             return False
@@ -393,6 +399,21 @@ class TableSchema:
         else:
             keys = [c.name for c in relation.columns if c.is_key]
         return cls(config, filters, serializer, relation.namespace, relation.name, specs, keys, rules)
+
+    @classmethod
+    def from_catalog(
+        cls,
+        config: ConnectorConfig,
+        filters: Filters,
+        serializer: Serializer,
+        table: CatalogTable,
+        rules: ColumnRules | None = None,
+    ) -> TableSchema:
+        """The schema of a table as the catalog describes it now (snapshots read it this way)."""
+        specs = [
+            ColumnSpec(c.name, c.type, c.not_null, c.default_text, c.default_is_function) for c in table.columns.values()
+        ]
+        return cls(config, filters, serializer, table.schema, table.name, specs, list(table.primary_key), rules)
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:

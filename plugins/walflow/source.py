@@ -15,7 +15,7 @@ from psycopg import sql
 
 from walflow.config import ConnectorConfig
 from walflow.convert import SESSION_SETTINGS
-from walflow.errors import SlotError, SourceError
+from walflow.errors import ConcurrentRunError, SlotError, SourceError
 from walflow.events import Filters
 
 log = logging.getLogger(__name__)
@@ -288,18 +288,17 @@ def try_lock_slot(conn: psycopg.Connection, config: ConnectorConfig) -> None:
         cur.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (advisory_lock_key(config.slot_name),))
         row = cur.fetchone()
     if not row or not row[0]:
-        from walflow.errors import ConcurrentRunError
-
         raise ConcurrentRunError(
             f"another walflow task is already streaming slot {config.slot_name!r} of connector {config.name!r}; "
             "one consumer per slot. This run stops without reading anything; the next scheduled run continues."
         )
 
 
-def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, signal_table: tuple[str, str] | None = None) -> SetupReport:
-    """Check the server, then create the publication and the slot if needed. Idempotent.
+def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_slot_now: bool = True) -> SetupReport:
+    """Check the server, then create the publication and (unless told not to) the slot. Idempotent.
 
-    The slot is created last, so a failed publication step leaves no slot retaining WAL.
+    The slot is created last, so a failed publication step leaves no slot retaining WAL. The setup operator
+    passes ``create_slot_now=False`` and creates the slot itself when it must export the slot's snapshot.
     """
     report = SetupReport()
     filters = Filters(config)
@@ -316,11 +315,13 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, signal_ta
                 f"its updates and deletes while it is published). Add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL."
             )
     published = {(s, t) for s, t, *_ in tables}
-    if signal_table:
-        published.add(signal_table)
+    if config.signal_table:
+        published.add(config.signal_table)
     ensure_publication(conn, config, published, report)
     slot = check_slot(conn, config, info.database, missing_ok=True)
     report.slot = config.slot_name
+    if slot is None and not create_slot_now:
+        return report
     if slot is None:
         report.slot_confirmed_lsn = create_slot(conn, config.slot_name)
         report.slot_created = True

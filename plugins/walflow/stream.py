@@ -49,6 +49,7 @@ from walflow.pgoutput import (
     lsn_to_str,
     str_to_lsn,
 )
+from walflow.state import StateStore
 from walflow.transforms import ColumnRules
 from walflow.source import MESSAGES_SERVER_VERSION, check_slot, connect, server_info, try_lock_slot
 
@@ -143,6 +144,17 @@ class StreamBatch:
         catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog")
         try:
             try_lock_slot(conn, config)
+            snapshot_state = StateStore(conn, config.name, config.state_table).get("snapshot")
+            if config.snapshot_mode == "initial_only":
+                log.info("connector %s: snapshot.mode=initial_only, so it does not stream", config.name)
+                summary.stopped_by = "snapshot.mode=initial_only"
+                return summary
+            if snapshot_state and snapshot_state.get("status") == "running":
+                raise SlotError(
+                    f"the initial snapshot of connector {config.name!r} has not completed (a setup run is taking it, "
+                    f"or died while taking it). Streaming now could put changes ahead of snapshot rows; run "
+                    f"{config.name}__setup until it succeeds, then stream."
+                )
             info = server_info(conn)
             slot = check_slot(conn, config, info.database, missing_ok=False)
             assert slot is not None

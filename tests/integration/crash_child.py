@@ -1,4 +1,5 @@
-"""Child process of the crash tests: streams one batch and SIGKILLs itself at the named stage."""
+"""Child process of the crash tests: streams one batch (or runs the setup, for snapshot stages) and SIGKILLs
+itself at the named stage, optionally only on its N-th occurrence."""
 
 from __future__ import annotations
 
@@ -9,17 +10,27 @@ import sys
 
 from tests.support import producer
 from walflow.config import parse_config
+from walflow.setup import ConnectorSetup
 from walflow.stream import StreamBatch
 
 
 def main() -> None:
     raw, dsn, stage = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+    nth = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    seen = 0
 
     def hook(name: str) -> None:
+        nonlocal seen
         if name == stage:
-            os.kill(os.getpid(), signal.SIGKILL)
+            seen += 1
+            if seen >= nth:
+                os.kill(os.getpid(), signal.SIGKILL)
 
-    StreamBatch(parse_config(raw), dsn, producer(), fault_hook=hook).run()
+    config = parse_config(raw)
+    if stage.startswith("snapshot"):
+        ConnectorSetup(config, dsn, producer, fault_hook=hook).run()
+    else:
+        StreamBatch(config, dsn, producer(), fault_hook=hook).run()
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ CASES = [
     Case("ltree", "ltree", "'Top.Science.Astronomy'", s("string", "io.debezium.data.Ltree", version=1), "Top.Science.Astronomy", needs="ltree"),
     Case("enum", "mood", "'happy'", s("string", "io.debezium.data.Enum", {"allowed": "sad,ok,happy"}, 1), "happy"),
     Case("inet", "inet", "'192.168.0.1/24'", s("string"), "192.168.0.1/24"),
+    Case("inet_host", "inet", "'192.168.0.1/32'", s("string"), "192.168.0.1"),
     Case("cidr", "cidr", "'10.0.0.0/8'", s("string"), "10.0.0.0/8"),
     Case("macaddr", "macaddr", "'08:00:2b:01:02:03'", s("string"), "08:00:2b:01:02:03"),
     Case("macaddr8", "macaddr8", "'08:00:2b:01:02:03:04:05'", s("string"), "08:00:2b:01:02:03:04:05"),

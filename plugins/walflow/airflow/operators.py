@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
-from walflow.source import connect, setup_source
+from walflow.setup import ConnectorSetup
 from walflow.stream import StreamBatch
 
 if TYPE_CHECKING:
@@ -68,22 +68,21 @@ class WalflowSetupOperator(_ConnectorOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
-        conn = connect(self._conninfo(config), application_name=f"walflow:{config.name}:setup")
-        try:
-            report = setup_source(conn, config)
-        finally:
-            conn.close()
+        kafka = self._kafka_hook(config)
+        setup = ConnectorSetup(config, self._conninfo(config), lambda: kafka.get_conn, progress=self.log.info)
+        report = setup.run()
         self.log.info(
-            "connector %s: publication %s (%s), slot %s (%s) at %s, %d captured table(s)",
+            "connector %s: publication %s (%s), slot %s (%s) at %s, %d captured table(s), snapshot: %s",
             config.name,
-            report.publication,
-            "created" if report.publication_created else "altered" if report.publication_altered else "kept",
-            report.slot,
-            "created" if report.slot_created else "kept",
-            report.slot_confirmed_lsn,
-            len(report.captured_tables),
+            report["publication"],
+            "created" if report["publication_created"] else "altered" if report["publication_altered"] else "kept",
+            report["slot"],
+            "created" if report["slot_created"] else "kept",
+            report["slot_confirmed_lsn"],
+            len(report["captured_tables"]),
+            report["snapshot"],
         )
-        return report.as_dict()
+        return report
 
 
 class WalflowStreamOperator(_ConnectorOperator):

@@ -1,0 +1,180 @@
+"""The setup step of a connector: server checks, publication, signal and state tables, slot, initial snapshot.
+
+``snapshot.mode`` decides whether a snapshot runs (the reference's semantics, where "offsets" are walflow's
+state table and slot):
+
+- ``initial``: when no snapshot of this connector completed yet;
+- ``always``: at every setup run;
+- ``never`` / ``no_data``: never; streaming starts at the slot's creation;
+- ``initial_only``: like ``initial``, then no streaming: the slot is dropped after the snapshot and stream
+  runs skip;
+- ``when_needed``: like ``initial``, and also when the slot is missing or has lost WAL (the only case in
+  which walflow recreates a slot, because the user asked for it).
+
+A snapshot that did not complete (the task died) is taken again from the start at the next setup run; until
+one completes, stream runs refuse to start, so no stream event can overtake a snapshot row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from walflow.config import ConnectorConfig
+from walflow.events import now_ms
+from walflow.kafka import EventProducer
+from walflow.snapshot import InitialSnapshot, SnapshotError, create_slot_with_snapshot, plan_tables
+from walflow.source import SetupReport, check_slot, connect, create_slot, quote_table, setup_source, try_lock_slot
+from walflow.state import StateStore
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_KEY = "snapshot"
+
+
+def ensure_signal_table(conn: psycopg.Connection, config: ConnectorConfig) -> bool:
+    """Create the signal table (the reference's id, type, data columns) if it is configured and missing."""
+    if not config.signal_table:
+        return False
+    schema, table = config.signal_table
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{table}"',)).fetchone()
+    if exists and exists[0]:
+        return False
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048) NULL)").format(
+            quote_table(schema, table)
+        )
+    )
+    log.info("created signal table %s.%s", schema, table)
+    return True
+
+
+def snapshot_needed(config: ConnectorConfig, state: dict[str, Any] | None, slot_missing: bool) -> bool:
+    mode = config.snapshot_mode
+    completed = bool(state) and state.get("status") == "completed"  # type: ignore[union-attr]
+    if mode in ("never", "no_data"):
+        return False
+    if mode == "always":
+        return True
+    if mode == "when_needed":
+        return not completed or slot_missing
+    return not completed  # initial, initial_only
+
+
+class ConnectorSetup:
+    """Run the setup of one connector. Idempotent: a second run with a completed snapshot changes nothing.
+
+    :param producer_factory: builds the Kafka producer, only when a snapshot has to run.
+    """
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        conninfo: str,
+        producer_factory: Callable[[], EventProducer],
+        *,
+        progress: Callable[[str], None] | None = None,
+        fault_hook: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.conninfo = conninfo
+        self.producer_factory = producer_factory
+        self._progress = progress
+        self._fault = fault_hook
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        conn = connect(self.conninfo, application_name=f"walflow:{config.name}:setup")
+        try:
+            try_lock_slot(conn, config)  # the stream cannot run while the snapshot is taken
+            ensure_signal_table(conn, config)
+            report = setup_source(conn, config, create_slot_now=False)
+            store = StateStore(conn, config.name, config.state_table)
+            store.ensure()
+            previous = store.get(SNAPSHOT_KEY)
+            database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+            slot = check_slot(conn, config, database, missing_ok=True)
+            if slot is None and previous and previous.get("status") == "completed" and config.snapshot_mode not in ("when_needed", "always", "initial_only"):
+                from walflow.errors import SlotError
+
+                raise SlotError(
+                    f"replication slot {config.slot_name!r} is gone although connector {config.name!r} streamed before: "
+                    "changes may have been missed. walflow never recreates a slot silently; set 'snapshot.mode' to "
+                    "'when_needed' (or 'always') and run the setup again to re-read the data."
+                )
+            result: dict[str, Any] = report.as_dict()
+            if not snapshot_needed(config, previous, slot is None):
+                if slot is None:
+                    report.slot_confirmed_lsn = create_slot(conn, config.slot_name)
+                    report.slot_created = True
+                    log.info("created replication slot %s at %s", config.slot_name, report.slot_confirmed_lsn)
+                else:
+                    report.slot_confirmed_lsn = slot.confirmed_flush_lsn
+                if config.snapshot_mode in ("never", "no_data") and not previous:
+                    store.put(SNAPSHOT_KEY, {"status": "skipped", "mode": config.snapshot_mode, "at_ms": now_ms()})
+                result = report.as_dict()
+                result["snapshot"] = {"ran": False, "reason": f"snapshot.mode={config.snapshot_mode}"}
+                return result
+            store.put(SNAPSHOT_KEY, {"status": "running", "mode": config.snapshot_mode, "started_ms": now_ms()})
+            summary = self._snapshot(conn, report, slot_exists=slot is not None, previous=previous)
+            store.put(
+                SNAPSHOT_KEY,
+                {
+                    "status": "completed",
+                    "mode": config.snapshot_mode,
+                    "completed_ms": now_ms(),
+                    "position_lsn": summary["position_lsn"],
+                    "rows": summary["rows"],
+                    "tables": summary["tables"],
+                },
+            )
+            if config.snapshot_mode == "initial_only":
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
+                log.info("snapshot.mode=initial_only: dropped slot %s; this connector does not stream", config.slot_name)
+            result = report.as_dict()
+            result["snapshot"] = {"ran": True, **summary}
+            return result
+        finally:
+            conn.close()
+
+    def _snapshot(self, conn: psycopg.Connection, report: SetupReport, *, slot_exists: bool, previous: dict[str, Any] | None) -> dict[str, Any]:
+        config = self.config
+        only = config.snapshot_include_collection_list or None
+        tables = plan_tables(conn, config, only=only)
+        producer = self.producer_factory()
+        producer.check_reachable()
+        for table in tables:
+            producer.ensure_topic(table.schema.topic)
+        recreate = slot_exists and previous is not None and previous.get("status") == "running"
+        if recreate:
+            # The last snapshot died before completing, and stream runs refused to start since: nothing read
+            # this slot, so it is replaced by one whose exported snapshot the new snapshot reads (no overlap).
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
+            log.info("previous snapshot did not complete: recreating slot %s to snapshot again from the start", config.slot_name)
+            slot_exists = False
+        if not slot_exists:
+            repl, consistent_point, snapshot_name = create_slot_with_snapshot(self.conninfo, config.slot_name)
+            report.slot_created = True
+            try:
+                runner = InitialSnapshot(config, self.conninfo, producer, snapshot_name=snapshot_name, position_lsn=consistent_point, progress=self._progress, fault_hook=self._fault)
+                summary = runner.run(tables)
+            finally:
+                repl.close()
+        else:
+            runner = InitialSnapshot(config, self.conninfo, producer, snapshot_name=None, position_lsn=None, progress=self._progress, fault_hook=self._fault)
+            summary = runner.run(tables)
+        producer.flush(config.walflow_kafka_flush_timeout_s)
+        info = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+        ).fetchone()
+        report.slot_confirmed_lsn = info[0] if info else None
+        if not tables:
+            log.warning("snapshot: no captured table matched; nothing was read")
+        return summary.as_dict()
+
+
+__all__ = ["ConnectorSetup", "SnapshotError", "ensure_signal_table", "snapshot_needed"]

@@ -1,0 +1,247 @@
+"""Initial snapshots against the real server and broker: modes, consistency with the stream, parallel readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.integration.test_types import CASES, PREAMBLE
+from tests.support import connector, producer, read_topic, replay, stream, unique
+from walflow.errors import SlotError
+from walflow.setup import ConnectorSetup
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_sql(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def setup(config, dsn: str) -> dict[str, Any]:
+    return ConnectorSetup(config, dsn, producer).run()
+
+
+def rows(dsn: str, table: str) -> dict[int, Any]:
+    with psycopg.connect(dsn) as conn:
+        return {r[0]: r[1] for r in conn.execute(f"SELECT id, v FROM {table}").fetchall()}
+
+
+def state_of(records) -> dict[int, Any]:
+    return {v["id"]: v["v"] for v in replay(records).values()}
+
+
+def test_initial_snapshot_then_stream_has_no_gap_and_no_overlap(database: str) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE a (id int PRIMARY KEY, v text)",
+        "CREATE TABLE b (id int PRIMARY KEY, v text)",
+        "CREATE TABLE c (id int PRIMARY KEY, v text)",
+        "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 2500) g",
+        "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 1200) g",
+        "INSERT INTO c SELECT g, 'c' || g FROM generate_series(1, 10) g",
+    )
+    config = connector(unique("snap"), **{"snapshot.max.threads": 3, "snapshot.fetch.size": 500})
+    report = setup(config, database)
+    assert report["snapshot"]["ran"] and report["snapshot"]["exported_snapshot"]
+    assert report["snapshot"]["rows_per_table"] == {"public.a": 2500, "public.b": 1200, "public.c": 10}
+    run_sql(database, "UPDATE a SET v = 'changed' WHERE id <= 10", "DELETE FROM b WHERE id > 1100", "INSERT INTO c VALUES (11, 'c11')")
+    summary = stream(config, database)
+    assert summary.events == 10 + 100 + 1
+    for table in ("a", "b", "c"):
+        records = read_topic(f"{config.topic_prefix}.public.{table}")
+        snapshot_rows = [r for r in records if r.op == "r"]
+        assert len(snapshot_rows) == len({r.key_payload["id"] for r in snapshot_rows}), "a row was snapshotted twice"
+        first_stream = next((i for i, r in enumerate(records) if r.op != "r"), len(records))
+        assert all(r.op == "r" for r in records[:first_stream]) and all(r.op != "r" for r in records[first_stream:])
+        assert state_of(records) == rows(database, table)
+    markers = [r.payload["source"]["snapshot"] for t in "abc" for r in read_topic(f"{config.topic_prefix}.public.{t}") if r.op == "r"]
+    assert markers.count("first") == 1 and markers.count("last") == 1
+    assert markers.count("first_in_data_collection") == 2 and markers.count("last_in_data_collection") == 2
+    # a second setup run changes nothing
+    again = setup(config, database)
+    assert again["snapshot"] == {"ran": False, "reason": "snapshot.mode=initial"} and not again["slot_created"]
+
+
+def test_snapshot_under_concurrent_writes_is_consistent(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 20000) g")
+    config = connector(unique("busy"), **{"snapshot.fetch.size": 1000, "snapshot.max.threads": 2})
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        with psycopg.connect(database, autocommit=True) as conn:
+            while not stop.is_set():
+                i += 1
+                conn.execute("UPDATE t SET v = %s WHERE id = %s", (f"w{i}", (i * 7919) % 20000 + 1))
+                if i % 5 == 0:
+                    conn.execute("DELETE FROM t WHERE id = %s", ((i * 104729) % 20000 + 1,))
+                    conn.execute("INSERT INTO t VALUES (%s, %s) ON CONFLICT DO NOTHING", (20000 + i, f"n{i}"))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        setup(config, database)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+    while stream(config, database).events:
+        pass
+    assert state_of(read_topic(f"{config.topic_prefix}.public.t")) == rows(database, "t")
+
+
+@pytest.mark.parametrize("mode", ["never", "no_data"])
+def test_no_snapshot_modes(database: str, mode: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'old')")
+    config = connector(unique("nosnap"), **{"snapshot.mode": mode})
+    assert setup(config, database)["snapshot"]["ran"] is False
+    run_sql(database, "INSERT INTO t VALUES (2, 'new')")
+    stream(config, database)
+    assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [2]
+
+
+def test_always_mode_snapshots_every_run_with_existing_slot(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
+    config = connector(unique("always"), **{"snapshot.mode": "always"})
+    first = setup(config, database)
+    run_sql(database, "UPDATE t SET v = 'b' WHERE id = 1")
+    second = setup(config, database)
+    assert first["snapshot"]["ran"] and first["snapshot"]["exported_snapshot"]
+    assert second["snapshot"]["ran"] and not second["snapshot"]["exported_snapshot"]  # slot exists: isolation approach
+    stream(config, database)
+    records = read_topic(f"{config.topic_prefix}.public.t")
+    assert [r.op for r in records] == ["r", "r", "u"]  # the update is streamed again after the second snapshot
+    assert state_of(records) == {1: "b"}
+
+
+def test_initial_only_snapshots_and_never_streams(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
+    config = connector(unique("only"), **{"snapshot.mode": "initial_only"})
+    assert setup(config, database)["snapshot"]["ran"]
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone() == (0,)
+    assert stream(config, database).stopped_by == "snapshot.mode=initial_only"
+    assert [r.op for r in read_topic(f"{config.topic_prefix}.public.t")] == ["r"]
+
+
+def test_when_needed_recreates_a_lost_slot_and_snapshots(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
+    config = connector(unique("needed"), **{"snapshot.mode": "when_needed"})
+    assert setup(config, database)["snapshot"]["ran"]
+    assert not setup(config, database)["snapshot"]["ran"]
+    run_sql(database, f"SELECT pg_drop_replication_slot('{config.slot_name}')", "INSERT INTO t VALUES (2, 'b')")
+    with pytest.raises(SlotError, match="does not exist"):
+        stream(config, database)
+    report = setup(config, database)
+    assert report["snapshot"]["ran"] and report["slot_created"]
+    assert state_of(read_topic(f"{config.topic_prefix}.public.t")) == {1: "a", 2: "b"}
+
+
+def test_initial_mode_refuses_to_recreate_a_lost_slot(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)")
+    config = connector(unique("lost"))
+    setup(config, database)
+    run_sql(database, f"SELECT pg_drop_replication_slot('{config.slot_name}')")
+    with pytest.raises(SlotError, match="never recreates a slot silently"):
+        setup(config, database)
+
+
+def test_include_collection_list_and_select_override(database: str) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE a (id int PRIMARY KEY, v text)",
+        "CREATE TABLE b (id int PRIMARY KEY, v text)",
+        "CREATE TABLE nokey (v text)",
+        "INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 10) g",
+        "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 10) g",
+        "INSERT INTO nokey SELECT 'n' || g FROM generate_series(1, 5) g",
+    )
+    config = connector(
+        unique("over"),
+        **{
+            "snapshot.include.collection.list": r"public\.a,public\.nokey",
+            "snapshot.select.statement.overrides": "public.a",
+            "snapshot.select.statement.overrides.public.a": "SELECT * FROM public.a WHERE id > 7",
+        },
+    )
+    report = setup(config, database)
+    assert report["snapshot"]["rows_per_table"] == {"public.a": 3, "public.nokey": 5}
+    assert sorted(r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.a")) == [8, 9, 10]
+    assert read_topic(f"{config.topic_prefix}.public.b") == []
+    assert all(r.key is None for r in read_topic(f"{config.topic_prefix}.public.nokey"))
+
+
+def test_awkward_keys_and_names(database: str) -> None:
+    run_sql(
+        database,
+        'CREATE SCHEMA "My.Schema"',
+        'CREATE TABLE "My.Schema"."Odd ""Table""" ("Key" text, f float8, PRIMARY KEY ("Key", f))',
+        'INSERT INTO "My.Schema"."Odd ""Table""" VALUES (\'b\', \'NaN\'), (\'a\', \'Infinity\'), (\'a\', \'-Infinity\'), (\'ä\', 1), (\'a\', 0)',
+    )
+    config = connector(unique("odd"), **{"snapshot.fetch.size": 2})
+    report = setup(config, database)
+    assert report["snapshot"]["rows"] == 5
+    records = read_topic(f"{config.topic_prefix}.My.Schema.Odd__Table_")
+    assert sorted((r.key_payload["Key"], str(r.key_payload["f"])) for r in records) == sorted(
+        [("b", "NaN"), ("a", "Infinity"), ("a", "-Infinity"), ("ä", "1.0"), ("a", "0.0")]
+    )
+
+
+def test_killed_snapshot_is_taken_again_from_the_start(database: str) -> None:
+    total = 20_000
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", f"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, {total}) g")
+    name = unique("kill")
+    raw = {"name": name, "topic.prefix": name, "slot.name": name, "publication.name": name, "snapshot.fetch.size": 100}
+    config = connector(name, **{k: v for k, v in raw.items() if k not in ("name",)})
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, "snapshot_row", "12000"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    partial = len(read_topic(f"{name}.public.t"))
+    assert partial < total
+    with pytest.raises(SlotError, match="has not completed"):
+        stream(config, database)
+    report = setup(config, database)
+    assert report["snapshot"]["ran"] and report["snapshot"]["rows"] == total
+    run_sql(database, "UPDATE t SET v = 'x' WHERE id = 1")
+    stream(config, database)
+    assert state_of(read_topic(f"{name}.public.t")) == rows(database, "t")
+
+
+def test_golden_types_snapshot_path(database: str) -> None:
+    """The snapshot reads values in the same text form as pgoutput: a row looks the same either way."""
+    cases = [c for c in CASES if not c.mode]
+    run_sql(database, *PREAMBLE, *{f"CREATE EXTENSION IF NOT EXISTS {c.needs}" for c in cases if c.needs})
+    columns = ", ".join(f'"{c.id}" {c.ddl}' for c in cases)
+    run_sql(database, f"CREATE TABLE golden (pk int PRIMARY KEY, {columns})", f"INSERT INTO golden VALUES (1, {', '.join(c.literal for c in cases)})")
+    config = connector(unique("snaptypes"))
+    setup(config, database)
+    run_sql(database, f"INSERT INTO golden VALUES (2, {', '.join(c.literal for c in cases)})")
+    stream(config, database)
+    snap, streamed = read_topic(f"{config.topic_prefix}.public.golden")
+    assert (snap.op, streamed.op) == ("r", "c")
+    snap_fields = {f["field"]: f for f in snap.value["schema"]["fields"][1]["fields"]}
+    failures = []
+    for case in cases:
+        if snap_fields.get(case.id) != {**case.schema, "optional": True, "field": case.id}:
+            failures.append(f"{case.id}: schema {snap_fields.get(case.id)}")
+        if snap.payload["after"].get(case.id, "<missing>") != case.value:
+            failures.append(f"{case.id}: value {snap.payload['after'].get(case.id, '<missing>')!r} != {case.value!r}")
+    assert not failures, "\n".join(failures)
+    assert {k: v for k, v in snap.payload["after"].items() if k != "pk"} == {k: v for k, v in streamed.payload["after"].items() if k != "pk"}
+    assert snap.value["schema"] == streamed.value["schema"]
