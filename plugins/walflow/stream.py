@@ -33,6 +33,8 @@ from walflow.events import (
     TableSchema,
     now_ms,
 )
+from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
+from walflow.incremental import WATERMARK_PREFIX, IncrementalSnapshots
 from walflow.kafka import EventProducer
 from walflow.pgoutput import (
     UNCHANGED_TOAST,
@@ -81,6 +83,8 @@ class BatchSummary:
     stopped_by: str = "end"
     seconds: float = 0.0
     heartbeat_sent: bool = False
+    snapshot_rows: int = 0
+    signals: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -134,6 +138,8 @@ class StreamBatch:
         skipped = set(config.skipped_operations)
         self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
         self._previous_commit_lsn: int | None = None
+        self._inc: IncrementalSnapshots | None = None
+        self._per_topic: Counter[str] = Counter()
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
@@ -144,7 +150,8 @@ class StreamBatch:
         catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog")
         try:
             try_lock_slot(conn, config)
-            snapshot_state = StateStore(conn, config.name, config.state_table).get("snapshot")
+            store = StateStore(conn, config.name, config.state_table)
+            snapshot_state = store.get("snapshot")
             if config.snapshot_mode == "initial_only":
                 log.info("connector %s: snapshot.mode=initial_only, so it does not stream", config.name)
                 summary.stopped_by = "snapshot.mode=initial_only"
@@ -162,37 +169,67 @@ class StreamBatch:
             self.producer.check_reachable()
             self._database = info.database
             self._catalog = Catalog(catalog_conn)
+            if config.signal_table or store.get(INCREMENTAL_KEY):
+                # its own autocommit connection: the stream connection holds the peek's transaction open
+                inc_store = StateStore(catalog_conn, config.name, config.state_table)
+                self._inc = IncrementalSnapshots(config, inc_store, catalog_conn, self.producer, self.serializer)
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_current_wal_lsn()::text")
-                upto_text = cur.fetchone()[0]  # type: ignore[index]
             summary.start_lsn = slot.confirmed_flush_lsn
-            summary.upto_lsn = upto_text
             if slot.confirmed_flush_lsn:
                 self._previous_commit_lsn = str_to_lsn(slot.confirmed_flush_lsn)
-            log.info(
-                "connector %s: streaming slot %s from %s up to %s (at most %d events, %.0f s)",
-                config.name,
-                config.slot_name,
-                slot.confirmed_flush_lsn,
-                upto_text,
-                config.walflow_batch_max_events,
-                config.walflow_batch_max_seconds,
-            )
-            advance_to = self._stream(conn, upto_text, info.version_num, summary, started)
-            if config.heartbeat_interval_ms > 0:
-                # A batch runs far less often than a Debezium heartbeat interval, so each batch sends one.
-                self.send_heartbeat()
-                summary.heartbeat_sent = True
-            self._fault("before_flush")
-            self.producer.flush(config.walflow_kafka_flush_timeout_s)
-            self._fault("flushed")
-            summary.records = self.producer.sent
-            summary.bytes = self.producer.bytes
-            if advance_to is not None:
-                self._advance(conn, advance_to)
-                summary.advanced_to = lsn_to_str(advance_to)
+            inc = self._inc
+            # One round = select incremental-snapshot chunks (if any), stream up to the current WAL position,
+            # flush, advance the slot, save progress. Without a running incremental snapshot there is one round.
+            while True:
+                if inc is not None and inc.active:
+                    if info.version_num < MESSAGES_SERVER_VERSION:
+                        raise SlotError(
+                            f"incremental snapshots need PostgreSQL 14 or newer (watermarks are logical decoding "
+                            f"messages); this server is {info.version}"
+                        )
+                    self._fault("incremental_chunk")
+                    inc.prepare(max(config.incremental_snapshot_chunk_size, ROUND_ROWS))
+                with conn.cursor() as cur:
+                    cur.execute("SELECT pg_current_wal_lsn()::text")
+                    upto_text = cur.fetchone()[0]  # type: ignore[index]
+                summary.upto_lsn = upto_text
+                log.info(
+                    "connector %s: streaming slot %s from %s up to %s (at most %d events, %.0f s)",
+                    config.name,
+                    config.slot_name,
+                    summary.advanced_to or slot.confirmed_flush_lsn,
+                    upto_text,
+                    config.walflow_batch_max_events,
+                    config.walflow_batch_max_seconds,
+                )
+                summary.stopped_by = "end"
+                advance_to = self._stream(conn, upto_text, info.version_num, summary, started)
+                if config.heartbeat_interval_ms > 0 and not summary.heartbeat_sent:
+                    # A batch runs far less often than a Debezium heartbeat interval, so each batch sends one.
+                    self.send_heartbeat()
+                    summary.heartbeat_sent = True
+                self._fault("before_flush")
+                self.producer.flush(config.walflow_kafka_flush_timeout_s)
+                self._fault("flushed")
+                summary.records = self.producer.sent
+                summary.bytes = self.producer.bytes
+                if advance_to is not None:
+                    self._advance(conn, advance_to)
+                    summary.advanced_to = lsn_to_str(advance_to)
+                if inc is not None:
+                    inc.abandon()
+                    inc.save()
+                    summary.snapshot_rows = inc.rows_emitted
+                    summary.signals = inc.signals_seen
+                if not (inc is not None and inc.active and summary.stopped_by == "end"):
+                    break
+                if summary.events >= config.walflow_batch_max_events:
+                    summary.stopped_by = "walflow.batch.max.events"
+                    break
+                if time.monotonic() - started >= config.walflow_batch_max_seconds:
+                    summary.stopped_by = "walflow.batch.max.seconds"
+                    break
         except BaseException:
             self.producer.close()
             raise
@@ -255,14 +292,16 @@ class StreamBatch:
         options = ["proto_version", "1", "publication_names", _quote_publication(config.publication_name)]
         if server_version >= MESSAGES_SERVER_VERSION:
             options += ["messages", "true"]
-        per_topic: Counter[str] = Counter()
+        per_topic = self._per_topic
+        inc = self._inc
+        signal_table = self.config.signal_table
         tx: _Tx | None = None
         last_commit_end: int | None = None
         complete = True
         next_progress = time.monotonic() + PROGRESS_EVERY_S
         # upto_nchanges bounds the server-side work too (PostgreSQL stops only at a transaction boundary). It
         # counts protocol messages, Begin/Commit/Relation included, hence the headroom over max_events.
-        upto_nchanges = max_events * 3 + 16
+        upto_nchanges = max_events * 3 + 16 + (8 * len(inc.chunks) if inc is not None else 0)
         returned = 0
         conn.autocommit = False
         try:
@@ -315,7 +354,9 @@ class StreamBatch:
                             assert tx is not None
                             self._truncate(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Message:
-                            pass  # logical decoding messages carry walflow's own watermarks; see snapshot code
+                            if inc is not None and msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
+                                xid, commit_ms = (tx.xid, tx.commit_ms) if tx is not None else (None, now_ms())
+                                inc.on_watermark(msg.content, lsn_value, xid, commit_ms, per_topic)  # type: ignore[attr-defined]
                     else:
                         now = time.monotonic()
                         if now >= next_progress:
@@ -467,8 +508,14 @@ class StreamBatch:
     def _change(self, msg: Insert | Update | Delete, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
         table = self._schema(msg.relation)
         if table is None:
+            relation = msg.relation
+            if self._inc is not None and type(msg) is Insert and self.config.signal_table == (relation.namespace, relation.name):
+                self._inc.on_signal({c.name: v for c, v in zip(relation.columns, msg.new)})
             summary.filtered += 1
             return
+        inc = self._inc
+        if inc is not None and inc.window_tables and table.data_collection in inc.window_tables:
+            self._window_change(inc, table, msg)
         if type(msg) is Insert:
             if self._skip_c:
                 summary.filtered += 1
@@ -500,6 +547,15 @@ class StreamBatch:
             self._emit(table, "d", before, None, key, tx, lsn, summary, per_topic)
             if self.config.tombstones_on_delete and key is not None:
                 self.producer.send(table.topic, self.serializer.key(table.key_schema_json, key), None)
+
+    def _window_change(self, inc: IncrementalSnapshots, table: TableSchema, msg: Insert | Update | Delete) -> None:
+        """A change inside an open watermark window drops the buffered snapshot rows it makes stale."""
+        if type(msg) is Delete:
+            inc.on_change(table.data_collection, table.row(msg.old))
+        elif type(msg) is Update:
+            inc.on_change(table.data_collection, table.row(msg.new), table.row(msg.old) if msg.old is not None else None)
+        else:
+            inc.on_change(table.data_collection, table.row(msg.new))
 
     def _key_change(
         self,
@@ -541,6 +597,9 @@ class StreamBatch:
             ser.value(_HB_VALUE_JSON, {"ts_ms": now_ms()}),
         )
 
+
+#: Rows of incremental-snapshot chunks selected per round (several chunks between one flush and the next).
+ROUND_ROWS = 20_000
 
 _TX_KEY_JSON = Serializer.prefix(TX_KEY_SCHEMA)
 _TX_VALUE_JSON = Serializer.prefix(TX_VALUE_SCHEMA)

@@ -1,0 +1,235 @@
+"""Incremental snapshots and signals, executed by the stream task, against the real server and broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support import connector, producer, read_topic, replay, stream, unique
+from walflow.setup import ConnectorSetup
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNALS = "public.walflow_signal"
+
+
+def run_sql(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def make(dsn: str, **overrides: Any):
+    raw = {"signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 100, **overrides}
+    config = connector(unique("inc"), **raw)
+    ConnectorSetup(config, dsn, producer).run()
+    return config
+
+
+def send_signal(dsn: str, kind: str, data: dict[str, Any] | str | None = None, signal_id: str | None = None) -> str:
+    signal_id = signal_id or uuid.uuid4().hex[:12]
+    text = data if isinstance(data, str) or data is None else json.dumps(data)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO {SIGNALS} VALUES (%s, %s, %s)", (signal_id, kind, text))
+    return signal_id
+
+
+def signal_status(dsn: str, config, signal_id: str) -> dict[str, Any] | None:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = %s", (config.name, f"signal:{signal_id}")).fetchone()
+    return row[0] if row else None
+
+
+def drain(config, dsn: str, limit: int = 200) -> int:
+    events = 0
+    for _ in range(limit):
+        summary = stream(config, dsn)
+        events += summary.events + summary.snapshot_rows
+        if summary.events == 0 and summary.snapshot_rows == 0:
+            return events
+    raise AssertionError("the stream never drained")
+
+
+def table_state(dsn: str, table: str) -> dict[Any, Any]:
+    with psycopg.connect(dsn) as conn:
+        return {r[0]: r[1] for r in conn.execute(f"SELECT id, v FROM {table}").fetchall()}
+
+
+def topic_state(config, table: str = "t") -> dict[Any, Any]:
+    return {v["id"]: v["v"] for v in replay(read_topic(f"{config.topic_prefix}.public.{table}")).values()}
+
+
+def test_incremental_snapshot_of_a_table(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 2500) g")
+    config = make(database)
+    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"})
+    drain(config, database)
+    records = read_topic(f"{config.topic_prefix}.public.t")
+    assert len(records) == 2500 and {r.op for r in records} == {"r"}
+    assert {r.payload["source"]["snapshot"] for r in records} == {"incremental"}
+    assert topic_state(config) == table_state(database, "t")
+    status = signal_status(database, config, signal_id)
+    assert status["status"] == "completed" and status["rows"] == 2500 and status["chunks"] >= 25
+
+
+def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 3000) g")
+    config = make(database)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with psycopg.connect(database, autocommit=True) as conn:
+                while not stop.is_set():
+                    action = rng.random()
+                    key = rng.randint(1, 3500)
+                    try:
+                        if action < 0.5:
+                            conn.execute("UPDATE t SET v = %s WHERE id = %s", (f"u{rng.random():.6f}", key))
+                        elif action < 0.7:
+                            conn.execute("DELETE FROM t WHERE id = %s", (key,))
+                        elif action < 0.9:
+                            conn.execute("INSERT INTO t VALUES (%s, %s) ON CONFLICT DO NOTHING", (key, f"i{seed}"))
+                        else:
+                            conn.execute("UPDATE t SET id = %s WHERE id = %s", (rng.randint(3501, 9000), key))
+                    except psycopg.errors.UniqueViolation:
+                        pass
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+        for _ in range(40):
+            summary = stream(config, database)
+            if summary.snapshot_rows == 0 and summary.signals == 0 and not _running(database, config):
+                break
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
+    drain(config, database)
+    assert not _running(database, config)
+    assert topic_state(config) == table_state(database, "t")
+
+
+def _running(dsn: str, config) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM walflow_state WHERE connector = %s AND key = 'incremental'", (config.name,)).fetchone()[0] > 0
+
+
+def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 60000) g")
+    name = unique("incKill")
+    raw = {"name": name, "topic.prefix": name, "slot.name": name.lower(), "publication.name": name.lower(),
+           "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 1000}
+    config = connector(name, **{k: v for k, v in raw.items() if k != "name"})
+    ConnectorSetup(config, database, producer).run()
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
+    # rounds select 20 chunks (20,000 rows): dying as the third round starts leaves two rounds saved
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, "incremental_chunk", "3"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    before = len(read_topic(f"{name}.public.t"))
+    assert before == 40000
+    with psycopg.connect(database) as conn:
+        progress = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (name,)).fetchone()[0]
+    assert progress["rows"] == 40000 and progress["last_key"] == ["40000"]
+    drain(config, database)
+    assert len(read_topic(f"{name}.public.t")) == 60000  # resumed, not restarted
+    assert topic_state(config) == table_state(database, "t")
+
+
+def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g")
+    config = make(database, **{"walflow.batch.max.events": 1})
+    with caplog.at_level("INFO"):
+        bad_json = send_signal(database, "execute-snapshot", "{not json")
+        unknown = send_signal(database, "make-coffee", {})
+        no_tables = send_signal(database, "execute-snapshot", {"data-collections": ["public.nothing"]})
+        send_signal(database, "log", {"message": "hello from a signal"})
+        stream(config, database)
+    assert signal_status(database, config, bad_json)["status"] == "failed"
+    assert "not JSON" in signal_status(database, config, bad_json)["error"]
+    assert "unknown signal type" in signal_status(database, config, unknown)["error"]
+    assert "no captured table matches" in signal_status(database, config, no_tables)["error"]
+    assert any("hello from a signal" in r.getMessage() for r in caplog.records)
+    assert any(bad_json in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+    run_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+    send_signal(database, "pause-snapshot", {})
+    stream(config, database)
+    assert signal_status(database, config, run_id)["status"] == "paused"
+    assert read_topic(f"{config.topic_prefix}.public.t") == []
+    send_signal(database, "resume-snapshot", {})
+    stream(config, database)  # one round at least
+    assert read_topic(f"{config.topic_prefix}.public.t")
+    send_signal(database, "stop-snapshot", {"data-collections": ["public.t"], "type": "incremental"})
+    drain(config, database)
+    status = signal_status(database, config, run_id)
+    assert status["status"] in ("stopped", "completed")
+
+
+def test_additional_condition_surrogate_key_and_awkward_tables(database: str) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE cond (id int PRIMARY KEY, v text, day date)",
+        "INSERT INTO cond SELECT g, 'v' || g, date '2024-01-01' + (g % 10) FROM generate_series(1, 300) g",
+        "CREATE TABLE nokey (v text, s int)",
+        "INSERT INTO nokey SELECT 'v' || g, CASE WHEN g % 4 = 0 THEN NULL ELSE g END FROM generate_series(1, 250) g",
+        "CREATE TABLE empty (id int PRIMARY KEY, v text)",
+        'CREATE SCHEMA "Odd.Schema"',
+        'CREATE TABLE "Odd.Schema"."Mixed ""Case""" (id text PRIMARY KEY, v text)',
+        'INSERT INTO "Odd.Schema"."Mixed ""Case""" SELECT \'k\' || g, \'v\' || g FROM generate_series(1, 230) g',
+        "CREATE TABLE fkey (id float8 PRIMARY KEY, v text)",
+        "INSERT INTO fkey VALUES ('NaN', 'nan'), ('Infinity', 'inf'), ('-Infinity', 'ninf'), (1.5, 'x')",
+    )
+    config = make(database)
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.cond"], "additional-condition": "day = '2024-01-03'"})
+    drain(config, database)
+    rows = read_topic(f"{config.topic_prefix}.public.cond")
+    assert len(rows) == 30 and {r.payload["after"]["day"] for r in rows} == {19725}
+
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"], "surrogate-key": "s"})
+    drain(config, database)
+    assert len(read_topic(f"{config.topic_prefix}.public.nokey")) == 250  # NULL surrogate keys included
+
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.empty", "Odd\\.Schema\\..*", "public.fkey"]})
+    drain(config, database)
+    assert read_topic(f"{config.topic_prefix}.public.empty") == []
+    odd = read_topic(f"{config.topic_prefix}.Odd.Schema.Mixed__Case_")
+    assert len(odd) == 230
+    floats = read_topic(f"{config.topic_prefix}.public.fkey")
+    assert sorted(str(r.key_payload["id"]) for r in floats) == sorted(["NaN", "Infinity", "-Infinity", "1.5"])
+
+
+def test_table_added_to_include_list_later(database: str) -> None:
+    run_sql(database, "CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, v text)",
+            "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 150) g")
+    config = make(database, **{"table.include.list": r"public\.a", "publication.autocreate.mode": "filtered"})
+    wider = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "topic.prefix": config.topic_prefix,
+                                      "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "publication.autocreate.mode": "filtered",
+                                      "table.include.list": r"public\.a,public\.b", "incremental.snapshot.chunk.size": 100})
+    ConnectorSetup(wider, database, producer).run()  # adds b to the publication
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.b"]})
+    run_sql(database, "UPDATE b SET v = 'changed' WHERE id = 1")
+    drain(wider, database)
+    assert topic_state(wider, "b") == table_state(database, "b")
