@@ -174,6 +174,8 @@ class ConnectorConfig(BaseModel):
     walflow_batch_max_seconds: float = Field(300.0, gt=0, alias="walflow.batch.max.seconds")
     walflow_kafka_flush_timeout_s: float = Field(60.0, gt=0, alias="walflow.kafka.flush.timeout.seconds")
     walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
+    walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")
+    walflow_snapshot_poke_seconds: float = Field(10.0, gt=0, alias="walflow.snapshot.poke.seconds")
 
     # -- patterned keys, collected by :func:`parse_config` ------------------------------------
     column_truncate: dict[int, list[str]] = Field(default_factory=dict, alias="__column_truncate")

@@ -460,3 +460,29 @@ def _dedupe_fields(table: SnapshotTable, surrogate: str | None) -> list[Any]:
 def _row_key(row: list[Any], fields: list[Any]) -> bytes:
     """The identity of a snapshot row, in the converted form streamed events are compared in."""
     return orjson.dumps([None if row[f.index] is None else f.converter.convert(row[f.index]) for f in fields])
+
+
+def send_signal(conn: psycopg.Connection, config: ConnectorConfig, kind: str, data: dict[str, Any], signal_id: str | None = None) -> str:
+    """Insert a signal row into the connector's signal table; the stream task acts on it. Returns its id."""
+    if not config.signal_table:
+        raise SourceError(
+            f"connector {config.name!r} has no 'signal.data.collection'; set it (for example public.walflow_signal) "
+            "and re-run the setup DAG, which creates the table and adds it to the publication"
+        )
+    signal_id = signal_id or uuid.uuid4().hex
+    payload = orjson.dumps(data).decode()
+    if len(payload) > MAX_SIGNAL_BYTES:
+        raise SourceError(f"the signal's data is {len(payload)} bytes; signals are limited to {MAX_SIGNAL_BYTES}")
+    conn.execute(
+        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(quote_table(*config.signal_table)),
+        (signal_id, kind, payload),
+    )
+    return signal_id
+
+
+SIGNAL_STATUS_SQL = "SELECT value FROM {} WHERE connector = %s AND key = %s"
+
+
+def signal_status(conn: psycopg.Connection, config: ConnectorConfig, signal_id: str) -> dict[str, Any] | None:
+    """What the stream task recorded about a signal: running, paused, completed, stopped or failed."""
+    return StateStore(conn, config.name, config.state_table).get(signal_key(signal_id))

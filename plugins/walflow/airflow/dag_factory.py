@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG
-from walflow.airflow.operators import WalflowSetupOperator, WalflowStreamOperator
+from airflow.sdk import DAG, Param
+from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
+from walflow.airflow.sensors import WalflowSnapshotSensor
 from walflow.config import ConnectorConfig, load_all
 
 START = datetime(2024, 1, 1)
@@ -46,10 +47,76 @@ def stream_dag(config: ConnectorConfig) -> DAG:
     return dag
 
 
+def snapshot_dag(config: ConnectorConfig) -> DAG:
+    """``<name>__snapshot``: an ad-hoc incremental snapshot, triggered from the UI form or by a backfill.
+
+    It has a schedule only so that ``airflow backfill`` can create runs with data intervals; it is paused
+    when created, so nothing runs unless someone triggers, backfills or unpauses it.
+    """
+    with DAG(
+        dag_id=f"{config.name}__snapshot",
+        description=f"walflow connector {config.name}: ad-hoc incremental snapshot of chosen tables",
+        schedule=config.walflow_snapshot_schedule,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=True,
+        max_active_runs=1,
+        render_template_as_native_obj=True,
+        tags=["walflow", config.name, "snapshot"],
+        params={
+            "data_collections": Param(
+                [],
+                type="array",
+                items={"type": "string"},
+                title="Tables",
+                description="Tables to snapshot: schema.table names or regular expressions, one per line.",
+            ),
+            "additional_condition": Param(
+                "",
+                type="string",
+                title="Additional condition",
+                description="Optional SQL condition on the rows (trusted users only); may use templates such as "
+                "{{ data_interval_start }} for backfills.",
+            ),
+            "surrogate_key": Param(
+                "",
+                type="string",
+                title="Surrogate key",
+                description="Optional column to chunk by instead of the primary key.",
+            ),
+        },
+        doc_md=(
+            f"Ad-hoc incremental snapshot for connector **{config.name}**: writes an `execute-snapshot` signal to "
+            f"`{config.signal_data_collection}` and waits until the stream DAG has read the tables.\n\n"
+            "Backfill an interval's rows with `additional_condition` such as "
+            "`updated_at >= '{{ data_interval_start }}' AND updated_at < '{{ data_interval_end }}'`."
+        ),
+    ) as dag:
+        signal = WalflowSignalOperator(
+            task_id="signal",
+            connector=config.name,
+            data_collections="{{ params.data_collections }}",
+            additional_condition="{{ params.additional_condition }}",
+            surrogate_key="{{ params.surrogate_key or None }}",
+        )
+        WalflowSnapshotSensor(
+            task_id="wait_for_snapshot",
+            connector=config.name,
+            signal_id="{{ ti.xcom_pull(task_ids='signal') }}",
+            poke_interval=config.walflow_snapshot_poke_seconds,
+            timeout=24 * 3600,
+            mode="reschedule",
+        ).set_upstream(signal)
+    return dag
+
+
 def build_connector_dags(directory: str | None = None) -> dict[str, Any]:
     """Every DAG of every connector in the connectors folder, keyed by DAG id."""
     dags: dict[str, Any] = {}
     for config in load_all(directory):
-        for dag in (setup_dag(config), stream_dag(config)):
+        built = [setup_dag(config), stream_dag(config)]
+        if config.signal_table:
+            built.append(snapshot_dag(config))
+        for dag in built:
             dags[dag.dag_id] = dag
     return dags

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
+from walflow.incremental import send_signal
 from walflow.setup import ConnectorSetup
+from walflow.source import connect
 from walflow.stream import StreamBatch
 
 if TYPE_CHECKING:
@@ -102,3 +104,74 @@ class WalflowStreamOperator(_ConnectorOperator):
         producer = self._kafka_hook(config).get_conn
         batch = StreamBatch(config, self._conninfo(config), producer)
         return batch.run().as_dict()
+
+
+class WalflowSignalOperator(_ConnectorOperator):
+    """Write a signal row for the connector's stream task; returns the signal's id (XCom).
+
+    For ``execute-snapshot``, ``data_collections``, ``additional_condition`` and ``surrogate_key`` build the
+    reference's signal data. ``additional_condition`` is rendered a second time, so a Params value may itself
+    hold templates such as ``{{ data_interval_start }}`` (that is how backfills snapshot each interval).
+    ``additional_condition`` is SQL executed by the stream task: only trusted users may send it.
+
+    :param signal_type: ``execute-snapshot``, ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot`` or ``log``.
+    :param data_collections: table names or regular expressions (``schema.table``).
+    :param additional_condition: a SQL condition narrowing the snapshot's rows.
+    :param surrogate_key: a column to chunk by instead of the primary key.
+    :param data: extra signal data (merged last).
+    """
+
+    template_fields: Sequence[str] = (
+        "connector",
+        "overrides",
+        "postgres_conn_id",
+        "kafka_config_id",
+        "signal_type",
+        "data_collections",
+        "additional_condition",
+        "surrogate_key",
+        "data",
+    )
+    ui_color = "#fdd0a2"
+
+    def __init__(
+        self,
+        *,
+        signal_type: str = "execute-snapshot",
+        data_collections: list[str] | str | None = None,
+        additional_condition: str | None = None,
+        surrogate_key: str | None = None,
+        data: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.signal_type = signal_type
+        self.data_collections = data_collections
+        self.additional_condition = additional_condition
+        self.surrogate_key = surrogate_key
+        self.data = data
+
+    def execute(self, context: Context) -> str:
+        config = self._config()
+        payload: dict[str, Any] = {}
+        if self.signal_type in ("execute-snapshot", "stop-snapshot"):
+            collections = self.data_collections
+            if isinstance(collections, str):
+                collections = [c.strip() for c in collections.replace("\n", ",").split(",") if c.strip()]
+            if self.signal_type == "execute-snapshot" and not collections:
+                raise ValueError("data_collections is empty: name at least one table (schema.table or a regex)")
+            if collections:
+                payload["data-collections"] = list(collections)
+            payload["type"] = "incremental"
+        condition = self.additional_condition
+        if condition:
+            condition = str(self.render_template(condition, context)).strip()
+            if condition:
+                payload["additional-condition"] = condition
+        if self.surrogate_key:
+            payload["surrogate-key"] = self.surrogate_key
+        payload.update(self.data or {})
+        with connect(self._conninfo(config), application_name=f"walflow:{config.name}:signal") as conn:
+            signal_id = send_signal(conn, config, self.signal_type, payload)
+        self.log.info("connector %s: wrote signal %s %s %s", config.name, signal_id, self.signal_type, payload)
+        return signal_id
