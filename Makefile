@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 ENV := source .walflow/env.sh &&
 
-.PHONY: venv up down status demo test test-unit test-integration test-e2e bench-stream clean
+.PHONY: venv up down status demo test test-unit test-integration test-e2e bench-stream bench-snapshot clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,9 @@ test-integration: up
 
 test-e2e: up
 	$(ENV) python -m pytest tests/e2e -q
+
+bench-snapshot: up
+	$(ENV) python bench/bench_snapshot.py
 
 bench-stream: up
 	$(ENV) python bench/bench_stream.py
