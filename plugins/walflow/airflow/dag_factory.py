@@ -72,15 +72,15 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
                 description="Tables to snapshot: schema.table names or regular expressions, one per line.",
             ),
             "additional_condition": Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 title="Additional condition",
                 description="Optional SQL condition on the rows (trusted users only); may use templates such as "
                 "{{ data_interval_start }} for backfills.",
             ),
             "surrogate_key": Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 title="Surrogate key",
                 description="Optional column to chunk by instead of the primary key.",
             ),

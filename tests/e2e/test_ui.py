@@ -1,0 +1,143 @@
+"""The Airflow UI path for real: the snapshot DAG's trigger form in headless Chromium (Debian's), via Playwright.
+
+The Airflow API server runs on the embedded runtime; the form's run is then executed with ``airflow tasks test``
+(no scheduler needed), and the signal it wrote is read back from the source database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support import unique
+
+pytestmark = pytest.mark.timeout(900)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _chromium() -> bool:
+    if CHROMIUM.exists():
+        return True
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return False
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
+    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"], env=env, capture_output=True, timeout=900)
+    return CHROMIUM.exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture()
+def ui_env(database: str, kafka_bootstrap: str, tmp_path: Path) -> dict[str, str]:
+    if not _chromium():
+        pytest.skip("Debian's chromium package could not be installed")
+    pytest.importorskip("playwright.sync_api")
+    name = unique("ui")
+    params = dict(p.split("=", 1) for p in database.split())
+    (tmp_path / f"{name}.yaml").write_text(
+        "\n".join(
+            [
+                f"name: {name}",
+                f"topic.prefix: {name}",
+                f"slot.name: {name}",
+                f"publication.name: {name}",
+                "snapshot.mode: no_data",
+                "signal.data.collection: public.walflow_signal",
+                f"walflow.postgres.conn.id: {name}_pg",
+                f"walflow.kafka.conn.id: {name}_kafka",
+            ]
+        )
+    )
+    env = {
+        **os.environ,
+        "WALFLOW_CONNECTORS_DIR": str(tmp_path),
+        f"AIRFLOW_CONN_{name.upper()}_PG": json.dumps(
+            {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": params["dbname"]}
+        ),
+        f"AIRFLOW_CONN_{name.upper()}_KAFKA": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+    }
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text)")
+    subprocess.run(["airflow", "dags", "test", f"{name}__setup"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(["airflow", "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=300)
+    return {"name": name, "dsn": database, **{k: v for k, v in env.items() if k.startswith(("AIRFLOW", "WALFLOW"))}}
+
+
+def test_trigger_form_writes_the_signal(ui_env: dict[str, str], tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    name, dsn = ui_env["name"], ui_env["dsn"]
+    dag_id = f"{name}__snapshot"
+    env = {**os.environ, **{k: v for k, v in ui_env.items() if k.startswith(("AIRFLOW", "WALFLOW"))}}
+    port = _free_port()
+    server = subprocess.Popen(
+        ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("the Airflow API server did not start")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{base}/dags/{dag_id}", wait_until="networkidle", timeout=120_000)
+            page.get_by_role("button", name="Trigger").first.click()
+            dialog = page.locator("[role=dialog][data-state=open]")
+            dialog.get_by_placeholder("Enter each string on a new line").fill("public.items")
+            page.screenshot(path=str(tmp_path / "trigger-form.png"))
+            dialog.get_by_role("button", name="Trigger").click()
+            page.wait_for_url(f"**/dags/{dag_id}/runs/**", timeout=60_000)
+            run_id = page.url.split("/runs/")[1].split("/")[0].split("?")[0]
+            page.wait_for_load_state("networkidle")
+            page.screenshot(path=str(tmp_path / "run.png"))
+            assert run_id in page.content() or "manual__" in page.content()
+            browser.close()
+        from urllib.parse import unquote
+
+        run_id = unquote(run_id)
+        subprocess.run(["airflow", "tasks", "test", dag_id, "signal", run_id], env=env, check=True, capture_output=True, timeout=300)
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT type, data FROM walflow_signal").fetchall()
+        assert len(rows) == 1
+        kind, data = rows[0]
+        assert kind == "execute-snapshot"
+        assert json.loads(data) == {"data-collections": ["public.items"], "type": "incremental"}
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(30)
