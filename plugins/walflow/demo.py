@@ -177,6 +177,28 @@ def main() -> None:
     if first:
         schema = orjson.loads(first[0].value())["schema"]
         print(f"\nvalue schema of {first[0].topic()}: {schema['name']} with fields {[f['field'] for f in schema['fields']]}")
+    show_lake()
+
+
+def show_lake() -> None:
+    """Source and lake row counts side by side (the lake read with pyiceberg, independently of Spark)."""
+    from pathlib import Path
+
+    from pyiceberg.table import StaticTable
+
+    warehouse = Path(os.environ["WALFLOW_WAREHOUSE"])
+    print("\nsource vs lake (Iceberg tables under " + str(warehouse) + "):")
+    with psycopg.connect(dsn("inventory")) as conn:
+        for table in ("customers", "products", "orders"):
+            (source,) = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()  # type: ignore[misc]
+            folder = warehouse / "inventory" / f"public__{table}" / "metadata"
+            hint = folder / "version-hint.text"
+            lake = "-"
+            if hint.exists():
+                static = StaticTable.from_metadata(str(folder / f"v{hint.read_text().strip()}.metadata.json"))
+                lake = str(static.scan().to_arrow().num_rows)
+            mark = "equal" if lake == str(source) else "DIFFERENT"
+            print(f"  inventory.public__{table:10s} source {source:5d}   lake {lake:>5s}   {mark}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
+from walflow.airflow.lake import apply_task
 from walflow.airflow.sensors import WalflowSnapshotSensor
 from walflow.config import ConnectorConfig, load_all
 
@@ -43,7 +44,9 @@ def stream_dag(config: ConnectorConfig) -> DAG:
         tags=["walflow", config.name],
         doc_md=f"Streams connector **{config.name}**'s slot `{config.slot_name}` to topics `{config.topic_prefix}.*`.",
     ) as dag:
-        WalflowStreamOperator(task_id="stream", connector=config.name)
+        stream = WalflowStreamOperator(task_id="stream", connector=config.name)
+        if config.walflow_lake_enabled:
+            stream >> apply_task(config)
     return dag
 
 

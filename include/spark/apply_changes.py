@@ -1,0 +1,452 @@
+"""walflow's Spark job: apply a connector's Debezium change events from Kafka to Iceberg tables, exactly once.
+
+Submitted by the stream DAG's SparkSubmitOperator after each stream batch (``local[*]`` on the embedded
+runtime, any Spark 3.5 cluster in production):
+
+    spark-submit --jars iceberg-spark-runtime-3.5_2.12-1.10.2.jar \\
+        --conf spark.sql.catalog.lake=org.apache.iceberg.spark.SparkCatalog ... \\
+        include/spark/apply_changes.py --topic-prefix inventory --bootstrap kafka:9092 --catalog lake
+
+Per topic (one source table): read the partitions from the offsets stored in the lake table's last snapshot
+summary to their end (found by consuming to EOF), one Spark task per partition slice, reading with
+confluent-kafka on the executors; keep the last event per key (Kafka offset order, which is the stream's order
+for a key); one MERGE INTO the Iceberg table, committing the consumed offsets in the same snapshot's summary.
+A rerun after a crash anywhere therefore applies exactly what was not committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("walflow.apply")
+
+INTERNAL_SUFFIXES = (".transaction", ".message")
+
+
+def _consumer(bootstrap: str, extra: dict[str, Any]) -> Any:
+    from confluent_kafka import Consumer
+
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"walflow-apply-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 * 1024 * 1024,
+    }
+    settings.update({k: v for k, v in extra.items() if not k.startswith("walflow.")})
+    return Consumer(settings)
+
+
+def list_topics(bootstrap: str, extra: dict[str, Any], prefix: str) -> dict[str, list[int]]:
+    consumer = _consumer(bootstrap, extra)
+    try:
+        metadata = consumer.list_topics(timeout=30)
+    finally:
+        consumer.close()
+    topics = {}
+    for name, meta in metadata.topics.items():
+        if name.startswith(prefix + ".") and not name.endswith(INTERNAL_SUFFIXES) and meta.error is None:
+            topics[name] = sorted(meta.partitions)
+    return topics
+
+
+def partition_end(bootstrap: str, extra: dict[str, Any], topic: str, partition: int, start: int) -> int:
+    """The partition's end, found by consuming to EOF from near the end (ListOffsets can be short)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    consumer = _consumer(bootstrap, extra)
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        begin = max(0, min(high, max(start, high - 1)))
+        consumer.assign([TopicPartition(topic, partition, begin)])
+        end = begin
+        while True:
+            msg = consumer.poll(30)
+            if msg is None:
+                raise RuntimeError(f"no EOF from {topic}[{partition}] within 30 s")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return max(end, msg.offset()) if msg.offset() >= 0 else end
+                raise RuntimeError(f"{topic}[{partition}]: {msg.error().str()}")
+            end = msg.offset() + 1
+    finally:
+        consumer.close()
+
+
+def read_slice(bootstrap: str, extra: dict[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[tuple[int, int, bytes | None, bytes | None]]:
+    """Yield (partition, offset, key, value) for offsets [start, end) of one partition (runs on executors)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    if end <= start:
+        return
+    consumer = _consumer(bootstrap, extra)
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        idle_since = time.monotonic()
+        while True:
+            # consume() returns when it has the batch or the timeout passed: keep the timeout short
+            messages = consumer.consume(5000, 0.5)
+            if not messages:
+                if time.monotonic() - idle_since > 60:
+                    raise RuntimeError(f"{topic}[{partition}]: nothing to read before offset {end} for 60 s")
+                continue
+            idle_since = time.monotonic()
+            for msg in messages:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"{topic}[{partition}] ended at {msg.offset()} before {end}: was the topic recreated?")
+                    raise RuntimeError(f"{topic}[{partition}]: {msg.error().str()}")
+                if msg.offset() >= end:
+                    return
+                yield partition, msg.offset(), msg.key(), msg.value()
+                if msg.offset() + 1 >= end:
+                    return
+    finally:
+        consumer.close()
+
+
+def parse_record(record: tuple[int, int, bytes | None, bytes | None]) -> tuple[Any, ...] | None:
+    """(schema_hash, schema_json, op, partition, offset, key_json, lsn, ts_ms, row_json) or None for tombstones."""
+    partition, offset, key, value = record
+    if value is None:
+        return None
+    doc = orjson.loads(value)
+    if "payload" in doc and "schema" in doc:
+        schema, payload = doc["schema"], doc["payload"]
+    else:
+        schema, payload = None, doc
+    op = payload["op"]
+    row = payload.get("after") if op != "d" else payload.get("before")
+    key_doc = orjson.loads(key) if key else None
+    key_payload = key_doc.get("payload") if isinstance(key_doc, dict) and "schema" in key_doc else key_doc
+    schema_json = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS) if schema is not None else b""
+    source = payload.get("source") or {}
+    return (
+        hashlib.sha1(schema_json).hexdigest(),
+        schema_json.decode(),
+        op,
+        partition,
+        offset,
+        orjson.dumps(key_payload, option=orjson.OPT_SORT_KEYS).decode() if key_payload is not None else None,
+        source.get("lsn"),
+        source.get("ts_ms"),
+        orjson.dumps(row).decode() if row is not None else None,
+        f"{source.get('schema')}.{source.get('table')}",
+    )
+
+
+class Applier:
+    def __init__(self, spark: Any, args: argparse.Namespace) -> None:
+        self.spark = spark
+        self.args = args
+        self.extra = json.loads(args.kafka_config) if args.kafka_config else {}
+        self.catalog = args.catalog
+        self.namespace = args.namespace or args.topic_prefix
+        from walflow.lake import placeholder_values
+
+        self.placeholders = placeholder_values(args.placeholder)
+        self.remaining = args.max_records
+
+    # -- offsets ----------------------------------------------------------------------------------
+    def table_ident(self, topic: str) -> str:
+        from walflow.lake import table_name
+
+        schema, _, table = topic[len(self.args.topic_prefix) + 1 :].partition(".")
+        return f"{self.catalog}.`{self.namespace}`.`{table_name(schema, table)}`"
+
+    def exists(self, ident: str) -> bool:
+        return bool(self.spark.catalog.tableExists(ident.replace("`", "")))
+
+    def stored_offsets(self, ident: str, topic: str) -> dict[int, int]:
+        from walflow.lake import OFFSETS_PROPERTY, parse_offsets
+
+        if not self.exists(ident):
+            return {}
+        rows = self.spark.sql(f"SELECT summary FROM {ident}.snapshots ORDER BY committed_at DESC").collect()
+        for row in rows:
+            text = (row["summary"] or {}).get(OFFSETS_PROPERTY)
+            if text:
+                return parse_offsets(text).get(topic, {})
+        return {}
+
+    # -- one topic --------------------------------------------------------------------------------
+    def apply_topic(self, topic: str, partitions: list[int]) -> dict[str, Any]:
+        from walflow.lake import LakeError
+
+        ident = self.table_ident(topic)
+        stored = self.stored_offsets(ident, topic)
+        slices = []
+        for p in partitions:
+            start = stored.get(p, 0)
+            end = partition_end(self.args.bootstrap, self.extra, topic, p, start)
+            if end < start:
+                raise LakeError(
+                    f"topic {topic} partition {p} ends at offset {end}, below the offset {start} the lake table {ident} "
+                    "already applied: the topic was recreated or the broker lost its data (the embedded broker keeps "
+                    "topics in memory only). Nothing was skipped silently; re-snapshot the source (setup DAG with "
+                    "snapshot.mode=always, or an ad-hoc snapshot) into a new lake namespace, or drop the lake table."
+                )
+            end = min(end, start + max(self.remaining, 0))
+            if end > start:
+                slices.append((p, start, end))
+                self.remaining -= end - start
+        if not slices:
+            return {"topic": topic, "table": ident, "records": 0, "committed": False}
+        bootstrap, extra = self.args.bootstrap, self.extra
+        rdd = (
+            self.spark.sparkContext.parallelize([(topic, *s) for s in slices], len(slices))
+            .flatMap(lambda s: read_slice(bootstrap, extra, *s))
+            .map(parse_record)
+            .filter(lambda r: r is not None)
+        )
+        rdd.persist()
+        try:
+            return self._apply(topic, ident, rdd, stored, slices)
+        finally:
+            rdd.unpersist()
+
+    def _apply(self, topic: str, ident: str, rdd: Any, stored: dict[int, int], slices: list[tuple[int, int, int]]) -> dict[str, Any]:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        from walflow.lake import META_COLUMNS, OFFSETS_PROPERTY, RowShape, format_offsets
+
+        offsets = dict(stored)
+        for p, _start, end in slices:
+            offsets[p] = end
+        schemas = dict(rdd.map(lambda r: (r[0], r[1])).distinct().collect())
+        counts = rdd.map(lambda r: r[2]).countByValue()
+        if not schemas or all(not s for s in schemas.values()):
+            if not counts:
+                return self._commit_offsets_only(ident, topic, offsets)
+            raise RuntimeError(f"{topic}: records carry no schema; enable value.converter.schemas.enable for the lake")
+        latest_hash = rdd.map(lambda r: (r[4], r[0])).filter(lambda r: schemas[r[1]] != "").max()[1]
+        shapes = {h: RowShape(json.loads(s)) for h, s in schemas.items() if s}
+        target = shapes[latest_hash]
+        key_names = self._key_names(rdd)
+        self._ensure_table(ident, target, json.loads(schemas[latest_hash]))
+        placeholders = self.placeholders
+        shapes_b = self.spark.sparkContext.broadcast({h: json.loads(s) for h, s in schemas.items() if s})
+        names = target.names
+        # a column added with a default holds it for every row that existed before (PostgreSQL fills them
+        # without change events): events of an older shape get the default, not NULL
+        from walflow.lake import field_defaults
+
+        defaults = field_defaults(json.loads(schemas[latest_hash]))
+
+        def to_row(r: tuple[Any, ...], local: dict[str, Any] = {}) -> tuple[Any, ...]:  # noqa: B006 - per-executor cache
+            shape = local.get(r[0])
+            if shape is None:
+                shape = local[r[0]] = RowShape(shapes_b.value[r[0]])
+            row = orjson.loads(r[8]) if r[8] else {}
+            values, toasted = shape.convert(row, placeholders)
+            by_name = dict(zip(shape.names, values))
+            return (r[5], r[2], r[3], r[4], r[6], r[7], toasted, *[by_name[n] if n in by_name else defaults.get(n) for n in names])
+
+        ddl = ", ".join(
+            ["`_walflow_key` string", "`_walflow_op` string", "`_walflow_partition` int", "`_walflow_offset` bigint", "`_walflow_lsn` bigint", "`_walflow_source_ts_ms` bigint", "`_walflow_toast` array<string>"]
+            + [f"`{n}` {target.types[n]}" for n in names]
+        )
+        frame = self.spark.createDataFrame(rdd.filter(lambda r: r[2] in ("c", "r", "u", "d", "t")).map(to_row), ddl)
+        truncate_at = frame.filter(F.col("_walflow_op") == "t").agg(F.max("_walflow_offset")).collect()[0][0]
+        if truncate_at is not None:
+            # A truncate removes every row before it; later events still apply. The DELETE commits without
+            # offsets: a crash after it repeats it, which changes nothing.
+            self.spark.sql(f"DELETE FROM {ident}")
+            frame = frame.filter(F.col("_walflow_offset") > truncate_at)
+        frame = frame.filter(F.col("_walflow_op") != "t")
+        if key_names:
+            frame = self._resolve_toast(frame, [n for n in names if target.types[n] in ("string", "binary") or target.types[n].startswith("array")])
+            latest = Window.partitionBy("_walflow_key").orderBy(F.col("_walflow_partition").desc(), F.col("_walflow_offset").desc())
+            frame = frame.withColumn("_walflow_rank", F.row_number().over(latest)).filter("_walflow_rank = 1").drop("_walflow_rank")
+        view = f"walflow_src_{uuid.uuid4().hex[:8]}"
+        frame.createOrReplaceTempView(view)
+        merge = self._merge_sql(ident, view, names, key_names)
+        self._with_offsets(merge, {OFFSETS_PROPERTY: format_offsets({topic: offsets})})
+        records = int(sum(counts.values()))
+        return {"topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets}
+
+    @staticmethod
+    def _resolve_toast(frame: Any, columns: list[str]) -> Any:
+        """An unchanged TOASTed value takes the latest value an earlier event of the same batch carried.
+
+        Only when no earlier event of the key has it does the placeholder stay, and the MERGE then keeps the
+        lake's current value.
+        """
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        if not columns:
+            return frame
+        history = Window.partitionBy("_walflow_key").orderBy("_walflow_partition", "_walflow_offset").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
+        )
+        still_toasted = []
+        for name in columns:
+            toasted = F.array_contains("_walflow_toast", name)
+            # a struct, so that a real NULL value counts as a value
+            known = F.last(F.when(~toasted, F.struct(F.col(f"`{name}`").alias("v"))), ignorenulls=True).over(history)
+            frame = frame.withColumn(f"_walflow_known_{name}", known)
+            frame = frame.withColumn(name, F.when(toasted & F.col(f"_walflow_known_{name}").isNotNull(), F.col(f"_walflow_known_{name}.v")).otherwise(F.col(f"`{name}`")))
+            still_toasted.append(F.when(toasted & F.col(f"_walflow_known_{name}").isNull(), F.lit(name)))
+        frame = frame.withColumn("_walflow_toast", F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
+        return frame.drop(*[f"_walflow_known_{n}" for n in columns])
+
+    def _key_names(self, rdd: Any) -> list[str]:
+        keys = rdd.map(lambda r: r[5]).filter(lambda k: k is not None).take(1)
+        return list(json.loads(keys[0]).keys()) if keys else []
+
+    def _commit_offsets_only(self, ident: str, topic: str, offsets: dict[int, int]) -> dict[str, Any]:
+        return {"topic": topic, "table": ident, "records": 0, "committed": False}
+
+    def _ensure_table(self, ident: str, shape: Any, value_schema: dict[str, Any]) -> None:
+        from walflow.lake import DELETED_COLUMN, LakeError, check_evolution, field_defaults, sql_literal
+
+        meta = "`_walflow_op` string, `_walflow_lsn` bigint, `_walflow_source_ts_ms` bigint, `_walflow_applied_at` timestamp"
+        if self.args.delete_mode == "soft":
+            meta += f", `{DELETED_COLUMN}` boolean"
+        if not self.exists(ident):
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.catalog}.`{self.namespace}`")
+            columns = ", ".join(f"`{n}` {shape.types[n]}" for n in shape.names)
+            self.spark.sql(
+                f"CREATE TABLE {ident} ({columns}, {meta}) USING iceberg TBLPROPERTIES ("
+                "'format-version'='2', 'write.delete.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "
+                "'write.merge.mode'='merge-on-read')"
+            )
+            return
+        existing = {f.name: f.dataType.simpleString() for f in self.spark.table(ident.replace("`", "")).schema.fields}
+        wanted = {n: _simple(self.spark, t) for n, t in shape.types.items()}
+        add, problems = check_evolution(existing, wanted)
+        if problems:
+            raise LakeError(
+                f"lake table {ident} cannot take the new schema: {'; '.join(problems)}. walflow only adds columns and "
+                "widens int→bigint, float→double, decimal precision. Migrate the lake table (or re-snapshot into a new one)."
+            )
+        defaults = field_defaults(value_schema)
+        pending = {}
+        for name in add:
+            if name in defaults:
+                # PostgreSQL gave every existing row the default without a change event: so must the lake.
+                # The intent is recorded first, so a crash between the steps is finished by the next run.
+                pending[name] = sql_literal(defaults[name], shape.types[name])
+                self.spark.sql(f"ALTER TABLE {ident} SET TBLPROPERTIES ('walflow.pending-default.{name}' = '{pending[name].replace(chr(39), chr(39) * 2)}')")
+            self.spark.sql(f"ALTER TABLE {ident} ADD COLUMN `{name}` {shape.types[name]}")
+        properties = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
+        for key, literal in properties.items():
+            if key.startswith("walflow.pending-default."):
+                column = key[len("walflow.pending-default.") :]
+                self.spark.sql(f"UPDATE {ident} SET `{column}` = {literal} WHERE `{column}` IS NULL")
+                self.spark.sql(f"ALTER TABLE {ident} UNSET TBLPROPERTIES ('{key}')")
+
+    def _merge_sql(self, ident: str, view: str, names: list[str], key_names: list[str]) -> str:
+        from walflow.lake import DELETED_COLUMN
+
+        def col(n: str) -> str:
+            return f"`{n}`"
+
+        meta_values = "s._walflow_op, s._walflow_lsn, s._walflow_source_ts_ms, current_timestamp()"
+        insert_cols = ", ".join([col(n) for n in names] + ["_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms", "_walflow_applied_at"])
+        insert_vals = ", ".join([f"s.{col(n)}" for n in names] + [meta_values])
+        if self.args.delete_mode == "soft":
+            insert_cols += f", {DELETED_COLUMN}"
+            insert_vals += ", s._walflow_op = 'd'"
+        if not key_names:
+            # no key: only inserts can be captured (PostgreSQL refuses other changes without a replica identity)
+            return f"INSERT INTO {ident} ({insert_cols}) SELECT {insert_vals} FROM {view} s WHERE s._walflow_op <> 'd'"
+        on = " AND ".join(f"t.{col(k)} <=> s.{col(k)}" for k in key_names)
+        sets = ", ".join(
+            f"t.{col(n)} = CASE WHEN array_contains(s._walflow_toast, '{n}') THEN t.{col(n)} ELSE s.{col(n)} END" for n in names
+        )
+        sets += ", t._walflow_op = s._walflow_op, t._walflow_lsn = s._walflow_lsn, t._walflow_source_ts_ms = s._walflow_source_ts_ms, t._walflow_applied_at = current_timestamp()"
+        if self.args.delete_mode == "soft":
+            deleted = (
+                f"WHEN MATCHED AND s._walflow_op = 'd' THEN UPDATE SET t.{DELETED_COLUMN} = true, t._walflow_op = 'd', "
+                "t._walflow_lsn = s._walflow_lsn, t._walflow_source_ts_ms = s._walflow_source_ts_ms, t._walflow_applied_at = current_timestamp()"
+            )
+            sets += f", t.{DELETED_COLUMN} = false"
+            not_matched = f"WHEN NOT MATCHED THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
+        else:
+            deleted = "WHEN MATCHED AND s._walflow_op = 'd' THEN DELETE"
+            not_matched = f"WHEN NOT MATCHED AND s._walflow_op <> 'd' THEN INSERT ({insert_cols}) VALUES ({insert_vals})"
+        return f"MERGE INTO {ident} t USING {view} s ON {on} {deleted} WHEN MATCHED THEN UPDATE SET {sets} {not_matched}"
+
+    def _with_offsets(self, statement: str, properties: dict[str, str]) -> None:
+        """Run one SQL commit with ``properties`` in its snapshot summary.
+
+        Iceberg's CommitMetadata keeps commit properties in a thread-local; PySpark pins each Python thread to
+        one JVM thread, so setting it here and running the statement on the same thread attaches them to the
+        MERGE's own snapshot: the data and its Kafka offsets commit together or not at all.
+        """
+        jvm = self.spark._jvm
+        cls = jvm.org.apache.spark.util.Utils.classForName("org.apache.iceberg.spark.CommitMetadata", True, False)
+        field = cls.getDeclaredField("COMMIT_PROPERTIES")
+        field.setAccessible(True)
+        local = field.get(None)
+        props = jvm.java.util.HashMap()
+        for key, value in properties.items():
+            props.put(key, value)
+        local.set(props)
+        try:
+            self.spark.sql(statement)
+        finally:
+            local.remove()
+
+
+def _simple(spark: Any, ddl_type: str) -> str:
+    from pyspark.sql.types import _parse_datatype_string
+
+    return _parse_datatype_string(ddl_type).simpleString()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="apply a walflow connector's change events to Iceberg")
+    parser.add_argument("--topic-prefix", required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--kafka-config", default="", help="JSON of extra librdkafka settings (TLS, SASL)")
+    parser.add_argument("--catalog", default="lake")
+    parser.add_argument("--namespace", default=None, help="Iceberg namespace (default: the topic prefix)")
+    parser.add_argument("--max-records", type=int, default=5_000_000)
+    parser.add_argument("--delete-mode", choices=["hard", "soft"], default="hard")
+    parser.add_argument("--placeholder", default="__debezium_unavailable_value")
+    parser.add_argument("--topics", default="", help="comma-separated topics (default: every topic of the prefix)")
+    parser.add_argument("--result", default="", help="write the JSON summary to this file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(f"walflow-apply-{args.topic_prefix}").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    started = time.monotonic()
+    applier = Applier(spark, args)
+    topics = list_topics(args.bootstrap, applier.extra, args.topic_prefix)
+    if args.topics:
+        wanted = {t.strip() for t in args.topics.split(",") if t.strip()}
+        topics = {t: p for t, p in topics.items() if t in wanted}
+    results = []
+    for topic in sorted(topics):
+        result = applier.apply_topic(topic, topics[topic])
+        log.info("%s → %s: %s record(s)%s", topic, result["table"], result["records"], "" if result["committed"] else " (nothing to commit)")
+        results.append(result)
+    summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}
+    text = json.dumps(summary, default=str)
+    print(f"WALFLOW_APPLY_SUMMARY {text}")
+    if args.result:
+        with open(args.result, "w") as fh:
+            fh.write(text)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The lake task of a stream DAG: the Spark job, submitted with the Spark provider's SparkSubmitOperator."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
+from walflow.config import ConnectorConfig
+from walflow.lake import table_name
+
+PROJECT = Path(__file__).resolve().parents[3]
+APPLICATION = PROJECT / "include" / "spark" / "apply_changes.py"
+
+
+def iceberg_runtime_jar() -> str | None:
+    """The Iceberg Spark runtime shipped in the pinned wheel (see DESIGN.md), if installed."""
+    try:
+        import snowpark_connect_deps_iceberg
+    except ImportError:
+        return None
+    jar = Path(snowpark_connect_deps_iceberg.__file__).parent / "jars" / "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+    return str(jar) if jar.exists() else None
+
+
+def warehouse(config: ConnectorConfig) -> str:
+    return config.walflow_lake_warehouse or os.environ.get("WALFLOW_WAREHOUSE", str(PROJECT / ".walflow" / "warehouse"))
+
+
+def spark_conf(config: ConnectorConfig) -> dict[str, str]:
+    """Catalog settings: a Hadoop catalog on the warehouse folder unless ``walflow.lake.spark.conf`` says otherwise."""
+    catalog = config.walflow_lake_catalog
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        f"spark.sql.catalog.{catalog}": "org.apache.iceberg.spark.SparkCatalog",
+        f"spark.sql.catalog.{catalog}.type": "hadoop",
+        f"spark.sql.catalog.{catalog}.warehouse": warehouse(config),
+        "spark.sql.session.timeZone": "UTC",
+    }
+    conf.update(config.walflow_lake_spark_conf)
+    return conf
+
+
+def lake_assets(config: ConnectorConfig) -> list[Asset]:
+    """One Asset per lake table whose source table is named literally in ``table.include.list``."""
+    namespace = config.walflow_lake_namespace or config.topic_prefix
+    assets = []
+    for entry in config.table_include_list:
+        plain = entry.replace("\\.", ".")
+        if plain.count(".") == 1 and all(part.replace("_", "").isalnum() for part in plain.split(".")):
+            schema, table = plain.split(".")
+            assets.append(Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}/{table_name(schema, table)}"))
+    return assets or [Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}")]
+
+
+def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> SparkSubmitOperator:
+    """SparkSubmitOperator running the apply job for this connector."""
+    conf = spark_conf(config)
+    jars = None if "spark.jars.packages" in conf else iceberg_runtime_jar()
+    kafka = config.walflow_kafka_conn_id
+    args = [
+        "--topic-prefix", config.topic_prefix,
+        "--bootstrap", "{{ conn['" + kafka + "'].extra_dejson['bootstrap.servers'] }}",
+        "--catalog", config.walflow_lake_catalog,
+        "--max-records", str(config.walflow_lake_max_records),
+        "--delete-mode", config.walflow_lake_delete_mode,
+        "--placeholder", config.toasted_value_placeholder,
+    ]
+    if config.walflow_lake_namespace:
+        args += ["--namespace", config.walflow_lake_namespace]
+    return SparkSubmitOperator(
+        task_id=task_id,
+        application=str(APPLICATION),
+        conn_id=config.walflow_spark_conn_id,
+        jars=jars,
+        conf=conf,
+        name=f"walflow-apply-{config.name}",
+        application_args=args,
+        env_vars={"PYTHONPATH": str(PROJECT / "plugins")},
+        outlets=lake_assets(config),
+    )
