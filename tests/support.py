@@ -155,30 +155,18 @@ def replay(records: list[Record]) -> dict[Any, dict[str, Any]]:
     return state
 
 
+
 def lake_rows(namespace: str, table: str, warehouse: str | None = None) -> list[dict[str, Any]]:
     """A lake table's rows read with pyiceberg (an independent reader, not the job's own Spark session)."""
-    from pathlib import Path
+    from walflow.lake import read_hadoop_table
 
-    from pyiceberg.table import StaticTable
-
-    folder = Path(warehouse or os.environ["WALFLOW_WAREHOUSE"]) / namespace / table / "metadata"
-    if not folder.exists():
-        return []
-    hint = folder / "version-hint.text"
-    version = hint.read_text().strip() if hint.exists() else max(int(p.name[1:].split(".")[0]) for p in folder.glob("v*.metadata.json"))
-    static = StaticTable.from_metadata(str(folder / f"v{version}.metadata.json"))
-    return static.scan().to_arrow().to_pylist()
+    static = read_hadoop_table(warehouse or os.environ["WALFLOW_WAREHOUSE"], namespace, table)
+    return static.scan().to_arrow().to_pylist() if static is not None else []
 
 
 def lake_snapshot_id(namespace: str, table: str, warehouse: str | None = None) -> int | None:
-    from pathlib import Path
+    from walflow.lake import read_hadoop_table
 
-    from pyiceberg.table import StaticTable
-
-    folder = Path(warehouse or os.environ["WALFLOW_WAREHOUSE"]) / namespace / table / "metadata"
-    hint = folder / "version-hint.text"
-    if not hint.exists():
-        return None
-    static = StaticTable.from_metadata(str(folder / f"v{hint.read_text().strip()}.metadata.json"))
-    snapshot = static.current_snapshot()
+    static = read_hadoop_table(warehouse or os.environ["WALFLOW_WAREHOUSE"], namespace, table)
+    snapshot = static.current_snapshot() if static is not None else None
     return snapshot.snapshot_id if snapshot else None

@@ -182,24 +182,17 @@ def main() -> None:
 
 def show_lake() -> None:
     """Source and lake row counts side by side (the lake read with pyiceberg, independently of Spark)."""
-    from pathlib import Path
+    from walflow.lake import read_hadoop_table
 
-    from pyiceberg.table import StaticTable
-
-    warehouse = Path(os.environ["WALFLOW_WAREHOUSE"])
-    print("\nsource vs lake (Iceberg tables under " + str(warehouse) + "):")
+    warehouse = os.environ["WALFLOW_WAREHOUSE"]
+    print(f"\nsource vs lake (Iceberg tables under {warehouse}):")
     with psycopg.connect(dsn("inventory")) as conn:
         for table in ("customers", "products", "orders"):
             (source,) = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()  # type: ignore[misc]
-            folder = warehouse / "inventory" / f"public__{table}" / "metadata"
-            hint = folder / "version-hint.text"
-            lake = "-"
-            if hint.exists():
-                static = StaticTable.from_metadata(str(folder / f"v{hint.read_text().strip()}.metadata.json"))
-                lake = str(static.scan().to_arrow().num_rows)
+            static = read_hadoop_table(warehouse, "inventory", f"public__{table}")
+            lake = str(static.scan().to_arrow().num_rows) if static is not None else "-"
             mark = "equal" if lake == str(source) else "DIFFERENT"
             print(f"  inventory.public__{table:10s} source {source:5d}   lake {lake:>5s}   {mark}")
-
 
 if __name__ == "__main__":
     main()

@@ -220,3 +220,21 @@ def field_defaults(value_schema: dict[str, Any]) -> dict[str, Any]:
     """Column defaults the event schema carries, converted to lake values (``default`` of each field)."""
     after = next(f for f in value_schema["fields"] if f["field"] == "after")
     return {f["field"]: value_converter(f)(f["default"]) for f in after["fields"] if f.get("default") is not None}
+
+
+def read_hadoop_table(warehouse: str, namespace: str, table: str) -> Any | None:
+    """A lake table of a Hadoop catalog opened with pyiceberg (no Spark needed), or None if it does not exist.
+
+    The Hadoop catalog keeps no catalog service: the table is ``<warehouse>/<namespace>/<table>``, and
+    ``metadata/version-hint.text`` names its current metadata file. For REST, Hive or JDBC catalogs use
+    ``pyiceberg.catalog.load_catalog`` instead.
+    """
+    from pathlib import Path
+
+    from pyiceberg.table import StaticTable
+
+    folder = Path(warehouse) / namespace / table / "metadata"
+    hint = folder / "version-hint.text"
+    if not hint.exists():
+        return None
+    return StaticTable.from_metadata(str(folder / f"v{hint.read_text().strip()}.metadata.json"))

@@ -92,6 +92,10 @@ def test_dag_files_import_cleanly() -> None:
     assert {"inventory__setup", "inventory__stream", "example_customers_cdc"} <= set(bag.dag_ids)
     stream = bag.dags["inventory__stream"]
     assert stream.max_active_runs == 1
+    # the downstream example is scheduled on an Asset that the stream DAG's Spark task really produces
+    outlets = {a.uri for a in stream.get_task("apply_to_lake").outlets}
+    consumer = bag.dags["example_lake_consumer"]
+    assert {a.uri for a in consumer.timetable.asset_condition.objects} <= outlets
 
 
 @pytest.fixture()
