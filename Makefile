@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 ENV := source .walflow/env.sh &&
 
-.PHONY: venv up down status demo test test-unit test-integration test-e2e bench-stream bench-snapshot clean
+.PHONY: venv up down status demo test test-unit test-integration test-e2e bench-stream bench-snapshot bench-apply clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,9 @@ test-e2e: up
 
 bench-snapshot: up
 	$(ENV) python bench/bench_snapshot.py
+
+bench-apply: up
+	$(ENV) python bench/bench_apply.py
 
 bench-stream: up
 	$(ENV) python bench/bench_stream.py

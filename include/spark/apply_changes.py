@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 import uuid
@@ -62,24 +63,12 @@ def list_topics(bootstrap: str, extra: dict[str, Any], prefix: str) -> dict[str,
 
 
 def partition_end(bootstrap: str, extra: dict[str, Any], topic: str, partition: int, start: int) -> int:
-    """The partition's end, found by consuming to EOF from near the end (ListOffsets can be short)."""
-    from confluent_kafka import KafkaError, TopicPartition
+    """The partition's end, found by consuming to EOF (ListOffsets can be short)."""
+    from walflow.lake import partition_end as find_end
 
     consumer = _consumer(bootstrap, extra)
     try:
-        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-        begin = max(0, min(high, max(start, high - 1)))
-        consumer.assign([TopicPartition(topic, partition, begin)])
-        end = begin
-        while True:
-            msg = consumer.poll(30)
-            if msg is None:
-                raise RuntimeError(f"no EOF from {topic}[{partition}] within 30 s")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return max(end, msg.offset()) if msg.offset() >= 0 else end
-                raise RuntimeError(f"{topic}[{partition}]: {msg.error().str()}")
-            end = msg.offset() + 1
+        return find_end(consumer, topic, partition, start)
     finally:
         consumer.close()
 
@@ -157,6 +146,7 @@ class Applier:
 
         self.placeholders = placeholder_values(args.placeholder)
         self.remaining = args.max_records
+        self.changelog = bool(getattr(args, "changelog", False))
 
     # -- offsets ----------------------------------------------------------------------------------
     def table_ident(self, topic: str) -> str:
@@ -164,6 +154,10 @@ class Applier:
 
         schema, _, table = topic[len(self.args.topic_prefix) + 1 :].partition(".")
         return f"{self.catalog}.`{self.namespace}`.`{table_name(schema, table)}`"
+
+    @staticmethod
+    def changelog_ident(ident: str) -> str:
+        return ident[:-1] + "__changelog`"
 
     def exists(self, ident: str) -> bool:
         return bool(self.spark.catalog.tableExists(ident.replace("`", "")))
@@ -186,13 +180,16 @@ class Applier:
 
         ident = self.table_ident(topic)
         stored = self.stored_offsets(ident, topic)
+        # the changelog commits separately with its own offsets: read from the lower of the two
+        log_stored = self.stored_offsets(self.changelog_ident(ident), topic) if self.changelog else None
         slices = []
         for p in partitions:
-            start = stored.get(p, 0)
-            end = partition_end(self.args.bootstrap, self.extra, topic, p, start)
-            if end < start:
+            start = stored.get(p, 0) if log_stored is None else min(stored.get(p, 0), log_stored.get(p, 0))
+            applied = stored.get(p, 0) if log_stored is None else max(stored.get(p, 0), log_stored.get(p, 0))
+            end = partition_end(self.args.bootstrap, self.extra, topic, p, applied)
+            if end < applied:
                 raise LakeError(
-                    f"topic {topic} partition {p} ends at offset {end}, below the offset {start} the lake table {ident} "
+                    f"topic {topic} partition {p} ends at offset {end}, below the offset {applied} the lake table {ident} "
                     "already applied: the topic was recreated or the broker lost its data (the embedded broker keeps "
                     "topics in memory only). Nothing was skipped silently; re-snapshot the source (setup DAG with "
                     "snapshot.mode=always, or an ad-hoc snapshot) into a new lake namespace, or drop the lake table."
@@ -212,15 +209,17 @@ class Applier:
         )
         rdd.persist()
         try:
-            return self._apply(topic, ident, rdd, stored, slices)
+            return self._apply(topic, ident, rdd, stored, slices, log_stored)
         finally:
             rdd.unpersist()
 
-    def _apply(self, topic: str, ident: str, rdd: Any, stored: dict[int, int], slices: list[tuple[int, int, int]]) -> dict[str, Any]:
+    def _apply(
+        self, topic: str, ident: str, rdd: Any, stored: dict[int, int], slices: list[tuple[int, int, int]], log_stored: dict[int, int] | None
+    ) -> dict[str, Any]:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        from walflow.lake import META_COLUMNS, OFFSETS_PROPERTY, RowShape, format_offsets
+        from walflow.lake import OFFSETS_PROPERTY, RowShape, format_offsets
 
         offsets = dict(stored)
         for p, _start, end in slices:
@@ -259,6 +258,9 @@ class Applier:
             + [f"`{n}` {target.types[n]}" for n in names]
         )
         frame = self.spark.createDataFrame(rdd.filter(lambda r: r[2] in ("c", "r", "u", "d", "t")).map(to_row), ddl)
+        if log_stored is not None:
+            self._append_changelog(topic, ident, frame, log_stored, offsets, target, json.loads(schemas[latest_hash]))
+            frame = frame.filter(_from_offsets(stored))
         truncate_at = frame.filter(F.col("_walflow_op") == "t").agg(F.max("_walflow_offset")).collect()[0][0]
         if truncate_at is not None:
             # A truncate removes every row before it; later events still apply. The DELETE commits without
@@ -303,6 +305,27 @@ class Applier:
         frame = frame.withColumn("_walflow_toast", F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
         return frame.drop(*[f"_walflow_known_{n}" for n in columns])
 
+    def _append_changelog(
+        self, topic: str, ident: str, frame: Any, log_stored: dict[int, int], offsets: dict[int, int], shape: Any, value_schema: dict[str, Any]
+    ) -> None:
+        """Append every event not yet in the changelog table (an audit trail: one row per event, in order)."""
+        from walflow.lake import OFFSETS_PROPERTY, format_offsets
+
+        log_ident = self.changelog_ident(ident)
+        meta = (
+            "`_walflow_op` string, `_walflow_lsn` bigint, `_walflow_source_ts_ms` bigint, `_walflow_partition` int, "
+            "`_walflow_offset` bigint, `_walflow_toast` array<string>, `_walflow_applied_at` timestamp"
+        )
+        self._ensure_table(log_ident, shape, value_schema, meta=meta, fill_defaults=False)
+        view = f"walflow_log_{uuid.uuid4().hex[:8]}"
+        frame.filter(_from_offsets(log_stored)).createOrReplaceTempView(view)
+        columns = [f"`{n}`" for n in shape.names] + ["_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms", "_walflow_partition", "_walflow_offset", "_walflow_toast"]
+        self._with_offsets(
+            f"INSERT INTO {log_ident} ({', '.join(columns)}, _walflow_applied_at) SELECT {', '.join(columns)}, current_timestamp() FROM {view} "
+            "ORDER BY _walflow_partition, _walflow_offset",
+            {OFFSETS_PROPERTY: format_offsets({topic: offsets})},
+        )
+
     def _key_names(self, rdd: Any) -> list[str]:
         keys = rdd.map(lambda r: r[5]).filter(lambda k: k is not None).take(1)
         return list(json.loads(keys[0]).keys()) if keys else []
@@ -310,12 +333,13 @@ class Applier:
     def _commit_offsets_only(self, ident: str, topic: str, offsets: dict[int, int]) -> dict[str, Any]:
         return {"topic": topic, "table": ident, "records": 0, "committed": False}
 
-    def _ensure_table(self, ident: str, shape: Any, value_schema: dict[str, Any]) -> None:
+    def _ensure_table(self, ident: str, shape: Any, value_schema: dict[str, Any], meta: str | None = None, fill_defaults: bool = True) -> None:
         from walflow.lake import DELETED_COLUMN, LakeError, check_evolution, field_defaults, sql_literal
 
-        meta = "`_walflow_op` string, `_walflow_lsn` bigint, `_walflow_source_ts_ms` bigint, `_walflow_applied_at` timestamp"
-        if self.args.delete_mode == "soft":
-            meta += f", `{DELETED_COLUMN}` boolean"
+        if meta is None:
+            meta = "`_walflow_op` string, `_walflow_lsn` bigint, `_walflow_source_ts_ms` bigint, `_walflow_applied_at` timestamp"
+            if self.args.delete_mode == "soft":
+                meta += f", `{DELETED_COLUMN}` boolean"
         if not self.exists(ident):
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.catalog}.`{self.namespace}`")
             columns = ", ".join(f"`{n}` {shape.types[n]}" for n in shape.names)
@@ -333,7 +357,7 @@ class Applier:
                 f"lake table {ident} cannot take the new schema: {'; '.join(problems)}. walflow only adds columns and "
                 "widens int→bigint, float→double, decimal precision. Migrate the lake table (or re-snapshot into a new one)."
             )
-        defaults = field_defaults(value_schema)
+        defaults = field_defaults(value_schema) if fill_defaults else {}
         pending = {}
         for name in add:
             if name in defaults:
@@ -403,6 +427,36 @@ class Applier:
             local.remove()
 
 
+def ship_walflow(spark: Any) -> None:
+    """Make ``walflow.lake`` importable on the executors of any cluster.
+
+    The executors convert events with :mod:`walflow.lake`; on a cluster they do not have this repository, so the
+    three pure-Python modules it needs are zipped on the driver and added with ``addPyFile``.
+    """
+    import tempfile
+    import zipfile
+    from pathlib import Path
+
+    import walflow
+
+    package = Path(walflow.__file__).parent
+    archive = Path(tempfile.mkdtemp(prefix="walflow-pyfiles-")) / "walflow_lake.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for module in ("__init__.py", "errors.py", "lake.py"):
+            zf.write(package / module, f"walflow/{module}")
+    spark.sparkContext.addPyFile(str(archive))
+
+
+def _from_offsets(starts: dict[int, int]) -> Any:
+    """A filter keeping the events at or after each partition's start offset."""
+    from pyspark.sql import functions as F
+
+    keep = F.lit(True)
+    for partition, start in starts.items():
+        keep = keep & ((F.col("_walflow_partition") != partition) | (F.col("_walflow_offset") >= start))
+    return keep
+
+
 def _simple(spark: Any, ddl_type: str) -> str:
     from pyspark.sql.types import _parse_datatype_string
 
@@ -413,12 +467,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="apply a walflow connector's change events to Iceberg")
     parser.add_argument("--topic-prefix", required=True)
     parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--kafka-config", default="", help="JSON of extra librdkafka settings (TLS, SASL)")
+    parser.add_argument(
+        "--kafka-config", default=os.environ.get("WALFLOW_KAFKA_CONFIG", ""), help="JSON of extra librdkafka settings (TLS, SASL); default $WALFLOW_KAFKA_CONFIG"
+    )
     parser.add_argument("--catalog", default="lake")
     parser.add_argument("--namespace", default=None, help="Iceberg namespace (default: the topic prefix)")
     parser.add_argument("--max-records", type=int, default=5_000_000)
     parser.add_argument("--delete-mode", choices=["hard", "soft"], default="hard")
     parser.add_argument("--placeholder", default="__debezium_unavailable_value")
+    parser.add_argument("--changelog", action="store_true", help="also append every event to <table>__changelog")
     parser.add_argument("--topics", default="", help="comma-separated topics (default: every topic of the prefix)")
     parser.add_argument("--result", default="", help="write the JSON summary to this file")
     args = parser.parse_args(argv)
@@ -427,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = SparkSession.builder.appName(f"walflow-apply-{args.topic_prefix}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.master.startswith("local"):
+        ship_walflow(spark)
     started = time.monotonic()
     applier = Applier(spark, args)
     topics = list_topics(args.bootstrap, applier.extra, args.topic_prefix)

@@ -180,6 +180,7 @@ class ConnectorConfig(BaseModel):
     walflow_lake_warehouse: str | None = Field(None, alias="walflow.lake.warehouse")
     walflow_lake_max_records: int = Field(5_000_000, gt=0, alias="walflow.lake.max.records")
     walflow_lake_delete_mode: Literal["hard", "soft"] = Field("hard", alias="walflow.lake.delete.mode")
+    walflow_lake_changelog: bool = Field(False, alias="walflow.lake.changelog")
     walflow_lake_spark_conf: dict[str, str] = Field(default_factory=dict, alias="walflow.lake.spark.conf")
     walflow_spark_conn_id: str = Field("spark_default", alias="walflow.spark.conn.id")
     walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")

@@ -145,7 +145,65 @@ def read_all(topics: list[str]) -> dict[str, list]:
     return out
 
 
+def broker_lost_topics() -> bool:
+    """True when a demo topic is missing or ends below the offsets the lake already applied from it."""
+    from walflow.lake import OFFSETS_PROPERTY, parse_offsets, partition_end, read_hadoop_table
+
+    consumer = Consumer(
+        {"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "group.id": "walflow-demo-check", "enable.partition.eof": True}
+    )
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        for table in ("customers", "products", "orders"):
+            topic = f"inventory.public.{table}"
+            if topic not in topics:
+                return True
+            lake = read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], "inventory", f"public__{table}")
+            applied: dict[int, int] = {}
+            for snapshot in reversed(lake.snapshots() if lake is not None else []):
+                text = snapshot.summary.additional_properties.get(OFFSETS_PROPERTY) if snapshot.summary else None
+                if text:
+                    applied = parse_offsets(text).get(topic, {})
+                    break
+            for partition, offset in applied.items():
+                if partition_end(consumer, topic, partition, 0) < offset:
+                    return True
+    finally:
+        consumer.close()
+    return False
+
+
+def start_over_if_broker_lost() -> None:
+    """Start the demo afresh when the broker no longer holds what earlier runs produced.
+
+    The embedded broker keeps topics in memory, so a ``make down``/``make up`` loses them while the database,
+    its slot and the lake survive: the slot would only resend new changes and the lake job would rightly refuse
+    topics that end below the offsets it already applied. A production broker keeps its topics; this only
+    concerns the demo's own objects.
+    """
+    import shutil
+    from pathlib import Path
+
+    with psycopg.connect(dsn("postgres"), autocommit=True) as conn:
+        slot = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'walflow_inventory'").fetchone()
+        if slot is None:
+            return
+        if not broker_lost_topics():
+            return
+        print("the embedded broker restarted and lost the demo's topics (it keeps them in memory): starting the demo over")
+        conn.execute("SELECT pg_drop_replication_slot('walflow_inventory')")
+        conn.execute("DROP DATABASE IF EXISTS inventory WITH (FORCE)")
+    shutil.rmtree(Path(os.environ["WALFLOW_WAREHOUSE"]) / "inventory", ignore_errors=True)
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]})
+    stale = [t for t in admin.list_topics(timeout=10).topics if t.startswith("inventory.") or t == "inventory"]
+    for future in admin.delete_topics(stale, operation_timeout=30).values() if stale else []:
+        future.result()
+
+
 def main() -> None:
+    start_over_if_broker_lost()
     ensure_database()
     airflow_dag_test("inventory__setup")
     make_changes(random.Random())
@@ -193,6 +251,7 @@ def show_lake() -> None:
             lake = str(static.scan().to_arrow().num_rows) if static is not None else "-"
             mark = "equal" if lake == str(source) else "DIFFERENT"
             print(f"  inventory.public__{table:10s} source {source:5d}   lake {lake:>5s}   {mark}")
+
 
 if __name__ == "__main__":
     main()

@@ -238,3 +238,26 @@ def read_hadoop_table(warehouse: str, namespace: str, table: str) -> Any | None:
     if not hint.exists():
         return None
     return StaticTable.from_metadata(str(folder / f"v{hint.read_text().strip()}.metadata.json"))
+
+
+def partition_end(consumer: Any, topic: str, partition: int, start: int, timeout: float = 30.0) -> int:
+    """A partition's end offset, found by consuming to EOF with ``consumer`` (``enable.partition.eof`` set).
+
+    ListOffsets can be short by the last batch on some Kafka-compatible brokers (see DESIGN.md), so it only
+    gives where to begin reading: one record before it, or ``start`` when that is further.
+    """
+    from confluent_kafka import KafkaError, TopicPartition
+
+    _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+    begin = max(0, min(high, max(start, high - 1)))
+    consumer.assign([TopicPartition(topic, partition, begin)])
+    end = begin
+    while True:
+        msg = consumer.poll(timeout)
+        if msg is None:
+            raise LakeError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                return max(end, msg.offset()) if msg.offset() >= 0 else end
+            raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+        end = msg.offset() + 1

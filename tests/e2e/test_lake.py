@@ -36,6 +36,7 @@ def lake_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypa
                 f"slot.name: {name}",
                 f"publication.name: {name}",
                 "skipped.operations: none",
+                "walflow.lake.changelog: true",
                 f"walflow.postgres.conn.id: {name}_pg",
                 f"walflow.kafka.conn.id: {name}_kafka",
             ]
@@ -68,6 +69,15 @@ def assert_lake_equals_source(name: str, dsn: str, table: str) -> None:
             assert lake[key][column] == value, f"{table}[{key}].{column}: lake {lake[key][column]!r} != source {value!r}"
 
 
+def assert_changelog_complete(name: str, table: str) -> None:
+    """The changelog holds each event of the topic exactly once (no gap, no duplicate after reruns)."""
+    from tests.support import read_topic
+
+    events = [(r.partition, r.offset) for r in read_topic(f"{name}.public.{table}") if r.value is not None]
+    logged = sorted((r["_walflow_partition"], r["_walflow_offset"]) for r in lake_rows(name, f"public__{table}__changelog"))
+    assert logged == sorted(events), f"changelog of {table}: {len(logged)} rows for {len(events)} events"
+
+
 BIG = "(SELECT string_agg(md5(i::text || 'x'), '') FROM generate_series(1, 400) i)"
 
 
@@ -97,6 +107,9 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str]) -> No
     assert len(lake[10]["doc"]) == 12800 and lake[10]["owner"] == "toasted row"
     assert lake[11]["tier"] == 2 and lake[1003]["_walflow_op"] == "c"
     assert isinstance(lake[5]["balance"], Decimal)
+    assert_changelog_complete(name, "accounts")
+    history = sorted((r for r in lake_rows(name, "public__accounts__changelog") if r["id"] == 10), key=lambda r: r["_walflow_offset"])
+    assert [r["_walflow_op"] for r in history] == ["r", "u", "u"] and history[-1]["owner"] == "toasted row"
 
     # a second apply with no new events changes nothing
     before = lake_snapshot_id(name, "public__accounts")
@@ -124,7 +137,7 @@ def test_killed_spark_job_leaves_the_lake_consistent(lake_connector: dict[str, s
     command = ["spark-submit", "--master", "local[2]", "--jars", iceberg_runtime_jar() or ""]
     for key, value in spark_conf(config).items():
         command += ["--conf", f"{key}={value}"]
-    command += [str(APPLICATION), "--topic-prefix", name, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"]]
+    command += [str(APPLICATION), "--topic-prefix", name, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "--changelog"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     for round_, delay in enumerate((6.0, 9.0, 12.0)):
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -142,6 +155,7 @@ def test_killed_spark_job_leaves_the_lake_consistent(lake_connector: dict[str, s
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert_lake_equals_source(name, dsn, "accounts")
+    assert_changelog_complete(name, "accounts")
 
 
 def test_pgbench_workload_reaches_the_lake(lake_connector: dict[str, str]) -> None:

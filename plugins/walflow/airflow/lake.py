@@ -70,6 +70,8 @@ def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> Spark
     ]
     if config.walflow_lake_namespace:
         args += ["--namespace", config.walflow_lake_namespace]
+    if config.walflow_lake_changelog:
+        args.append("--changelog")
     return SparkSubmitOperator(
         task_id=task_id,
         application=str(APPLICATION),
@@ -78,6 +80,7 @@ def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> Spark
         conf=conf,
         name=f"walflow-apply-{config.name}",
         application_args=args,
-        env_vars={"PYTHONPATH": str(PROJECT / "plugins")},
+        # librdkafka settings (TLS, SASL) of the Kafka Connection reach the job through its environment, not argv
+        env_vars={"PYTHONPATH": str(PROJECT / "plugins"), "WALFLOW_KAFKA_CONFIG": "{{ conn['" + kafka + "'].extra }}"},
         outlets=lake_assets(config),
     )

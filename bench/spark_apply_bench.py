@@ -1,0 +1,70 @@
+"""The Spark side of ``bench_apply.py`` (run with spark-submit): time the apply job's two passes and a plain
+Iceberg append of the same number of rows, all in one Spark session so that JVM start-up is not counted.
+
+Prints ``BENCH_APPLY {json}`` on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "include" / "spark"), str(ROOT / "plugins")]
+
+import apply_changes  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--topic-prefix", required=True)
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--load", type=int, required=True, help="events of the initial snapshot")
+    parser.add_argument("--changes", type=int, required=True, help="change events after it")
+    args = parser.parse_args()
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+
+    def run(max_records: int) -> tuple[float, dict]:
+        ns = argparse.Namespace(
+            topic_prefix=args.topic_prefix, bootstrap=args.bootstrap, kafka_config="", catalog="lake", namespace=None,
+            max_records=max_records, delete_mode="hard", placeholder="__debezium_unavailable_value", topics="", result="",
+        )
+        applier = apply_changes.Applier(spark, ns)
+        topic = f"{args.topic_prefix}.public.bench"
+        start = time.perf_counter()
+        result = applier.apply_topic(topic, [0])
+        return time.perf_counter() - start, result
+
+    load_s, load = run(args.load)
+    assert load["records"] == args.load, load
+    apply_s, applied = run(args.changes)
+    assert applied["records"] == args.changes, applied
+    table = f"lake.`{args.topic_prefix}`.`public__bench`"
+    lake_rows = spark.table(table.replace("`", "")).count()
+
+    # the physical limit in the same session: a plain Iceberg append of as many rows of the same shape
+    append_table = f"lake.`{args.topic_prefix}`.`append_limit`"
+    spark.sql(f"CREATE TABLE {append_table} (id bigint, name string, price decimal(12,2), created timestamp_ntz, active boolean, "
+              "_walflow_op string, _walflow_lsn bigint, _walflow_source_ts_ms bigint, _walflow_applied_at timestamp) USING iceberg "
+              "TBLPROPERTIES ('format-version'='2')")
+    rows = spark.range(args.changes).selectExpr(
+        "id", "concat('name-', id) AS name", "CAST((id % 100000) / 100.0 AS decimal(12,2)) AS price",
+        "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created", "id % 2 = 0 AS active",
+        "'u' AS _walflow_op", "id AS _walflow_lsn", "id AS _walflow_source_ts_ms", "current_timestamp() AS _walflow_applied_at",
+    ).cache()
+    rows.count()  # materialise first: the append alone is timed
+    start = time.perf_counter()
+    rows.writeTo(append_table.replace("`", "")).append()
+    append_s = time.perf_counter() - start
+    print("BENCH_APPLY " + json.dumps({"load_s": load_s, "apply_s": apply_s, "append_s": append_s, "lake_rows": lake_rows, "ops": applied.get("ops")}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
