@@ -1,5 +1,6 @@
 """Lake apply benchmark: 1,000,000 change events (80% updates, 10% inserts, 10% deletes) applied by the Spark job
-to a 1,000,000-row Iceberg table on ``local[2]``, against a plain Iceberg append of as many rows in the same run.
+to a 1,000,000-row Iceberg table on ``local[2]``, against two limits measured in the same run: a plain Iceberg
+append of as many rows, and the MERGE alone (the same mix of changes, already in memory, merged into that table).
 
 The events are real: the table is snapshotted and the changes streamed from PostgreSQL by walflow. Prints one
 JSON line.
@@ -67,8 +68,8 @@ def main() -> None:
         assert report["snapshot"]["rows"] == n, report["snapshot"]
         with psycopg.connect(dsn, autocommit=True) as conn:
             # 80% updates, 10% deletes, 10% inserts: n change events
-            conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id %% 10 < 8")
-            conn.execute("DELETE FROM bench WHERE id %% 10 = 8")
+            conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id % 10 < 8")
+            conn.execute("DELETE FROM bench WHERE id % 10 = 8")
             conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint * 11 / 10) g", (n, n))
             (source_rows,) = conn.execute("SELECT count(*) FROM bench").fetchone()  # type: ignore[misc]
         changes = 0
@@ -84,9 +85,12 @@ def main() -> None:
             command += ["--conf", f"{key}={value}"]
         command += [str(ROOT / "bench" / "spark_apply_bench.py"), "--topic-prefix", name, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "--load", str(n), "--changes", str(n)]
         started = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "plugins")})
+        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include' / 'spark'}"})
         if result.returncode != 0:
-            sys.exit(f"spark job failed:\n{result.stderr[-4000:]}")
+            useful = [line for line in result.stderr.splitlines() if " INFO " not in line and " WARN " not in line]
+            sys.exit(f"spark job failed (exit {result.returncode}):\n" + "\n".join(useful[-60:]) + "\n" + result.stdout[-2000:])
+        for phase in (line for line in result.stderr.splitlines() if "walflow.apply" in line):
+            print(phase, file=sys.stderr)
         line = next(l for l in result.stdout.splitlines() if l.startswith("BENCH_APPLY "))
         spark = json.loads(line.split(" ", 1)[1])
         assert spark["lake_rows"] == source_rows, (spark["lake_rows"], source_rows)
@@ -103,10 +107,14 @@ def main() -> None:
                     "load_seconds": round(spark["load_s"], 2),
                     "load_rows_per_s": round(n / spark["load_s"]),
                     "apply_seconds": round(spark["apply_s"], 2),
+                    "apply_phases": spark["apply_timings"],
                     "apply_changes_per_s": round(apply_rate),
                     "append_seconds": round(spark["append_s"], 2),
                     "append_rows_per_s": round(append_rate),
                     "apply_ratio_to_append": round(apply_rate / append_rate, 3),
+                    "merge_only_seconds": round(spark["merge_s"], 2),
+                    "merge_only_changes_per_s": round(n / spark["merge_s"]),
+                    "apply_ratio_to_merge_only": round(apply_rate / (n / spark["merge_s"]), 3),
                     "lake_rows_equal_source": spark["lake_rows"] == source_rows,
                     "spark_job_seconds": round(time.perf_counter() - started, 1),
                 }

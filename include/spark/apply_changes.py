@@ -105,34 +105,80 @@ def read_slice(bootstrap: str, extra: dict[str, Any], topic: str, partition: int
         consumer.close()
 
 
-def parse_record(record: tuple[int, int, bytes | None, bytes | None]) -> tuple[Any, ...] | None:
-    """(schema_hash, schema_json, op, partition, offset, key_json, lsn, ts_ms, row_json) or None for tombstones."""
-    partition, offset, key, value = record
-    if value is None:
-        return None
-    doc = orjson.loads(value)
-    if "payload" in doc and "schema" in doc:
-        schema, payload = doc["schema"], doc["payload"]
-    else:
-        schema, payload = None, doc
-    op = payload["op"]
-    row = payload.get("after") if op != "d" else payload.get("before")
-    key_doc = orjson.loads(key) if key else None
-    key_payload = key_doc.get("payload") if isinstance(key_doc, dict) and "schema" in key_doc else key_doc
-    schema_json = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS) if schema is not None else b""
-    source = payload.get("source") or {}
-    return (
-        hashlib.sha1(schema_json).hexdigest(),
-        schema_json.decode(),
-        op,
-        partition,
-        offset,
-        orjson.dumps(key_payload, option=orjson.OPT_SORT_KEYS).decode() if key_payload is not None else None,
-        source.get("lsn"),
-        source.get("ts_ms"),
-        orjson.dumps(row).decode() if row is not None else None,
-        f"{source.get('schema')}.{source.get('table')}",
-    )
+_SCHEMA_PREFIX = b'{"schema":'
+_PAYLOAD_SEPARATOR = b',"payload":'
+
+
+def parse_records(records: Iterator[tuple[int, int, bytes | None, bytes | None]], markers: tuple[bytes, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Parse one partition slice's records (runs on the executors; tombstones are dropped).
+
+    Yields (schema_hash, schema_json | None, op, partition, offset, key_json, lsn, ts_ms, row_json, may_toast),
+    ``may_toast`` telling whether the row holds one of the TOAST placeholder ``markers``. The schema
+    text travels only with the first record of each schema in the slice: every record repeats the same few kB
+    of schema, and carrying it through Spark's cache would dominate the job's cost.
+    """
+    hashes: dict[bytes, str] = {}
+    for partition, offset, key, value in records:
+        if value is None:
+            continue
+        schema_bytes = None
+        if value.startswith(_SCHEMA_PREFIX):
+            # The envelope {"schema": ..., "payload": ...} as the JSON converter writes it: hash the schema's
+            # bytes as they are and parse only the payload. A schema's own keys never include "payload".
+            cut = value.find(_PAYLOAD_SEPARATOR)
+            if cut > 0:
+                schema_bytes = value[len(_SCHEMA_PREFIX) : cut]
+                payload = orjson.loads(value[cut + len(_PAYLOAD_SEPARATOR) : -1])
+        if schema_bytes is None:
+            doc = orjson.loads(value)
+            if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
+                payload = doc["payload"]
+                schema_bytes = orjson.dumps(doc["schema"], option=orjson.OPT_SORT_KEYS)
+            else:
+                payload, schema_bytes = doc, b""
+        schema_hash = hashes.get(schema_bytes)
+        schema_text = None
+        if schema_hash is None:
+            # "" marks records without a schema part (converter schemas disabled)
+            schema_hash = hashes[schema_bytes] = hashlib.sha1(schema_bytes).hexdigest() if schema_bytes else ""
+            schema_text = schema_bytes.decode()
+        op = payload["op"]
+        row = payload.get("after") if op != "d" else payload.get("before")
+        key_doc = orjson.loads(key) if key else None
+        key_payload = key_doc.get("payload") if isinstance(key_doc, dict) and "schema" in key_doc else key_doc
+        source = payload.get("source") or {}
+        row_json = orjson.dumps(row) if row is not None else None
+        yield (
+            schema_hash,
+            schema_text,
+            op,
+            partition,
+            offset,
+            orjson.dumps(key_payload, option=orjson.OPT_SORT_KEYS).decode() if key_payload is not None else None,
+            source.get("lsn"),
+            source.get("ts_ms"),
+            row_json,
+            row_json is not None and any(m in row_json for m in markers),
+        )
+
+
+def slice_stats(records: Iterator[tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
+    """One pass over a slice: its schemas, op counts, newest schema and key field names."""
+    schemas: dict[str, str] = {}
+    ops: dict[str, int] = {}
+    newest: tuple[int, str] | None = None
+    key_names: list[str] | None = None
+    toasted = 0
+    for r in records:
+        toasted += r[9]
+        if r[1] is not None:
+            schemas[r[0]] = r[1]
+        ops[r[2]] = ops.get(r[2], 0) + 1
+        if r[0] != "" and (newest is None or r[4] > newest[0]):
+            newest = (r[4], r[0])
+        if key_names is None and r[5] is not None:
+            key_names = list(orjson.loads(r[5]).keys())
+    yield {"schemas": schemas, "ops": ops, "newest": newest, "key_names": key_names, "toasted": toasted}
 
 
 class Applier:
@@ -201,11 +247,13 @@ class Applier:
         if not slices:
             return {"topic": topic, "table": ident, "records": 0, "committed": False}
         bootstrap, extra = self.args.bootstrap, self.extra
+        markers = tuple(orjson.dumps(v) for v in self.placeholders)
+        # one Spark task per offset slice, so that even a single-partition topic is read by every core
+        tasks = offset_slices(slices, self.spark.sparkContext.defaultParallelism)
         rdd = (
-            self.spark.sparkContext.parallelize([(topic, *s) for s in slices], len(slices))
+            self.spark.sparkContext.parallelize([(topic, *s) for s in tasks], len(tasks))
             .flatMap(lambda s: read_slice(bootstrap, extra, *s))
-            .map(parse_record)
-            .filter(lambda r: r is not None)
+            .mapPartitions(lambda records: parse_records(records, markers))
         )
         rdd.persist()
         try:
@@ -224,17 +272,39 @@ class Applier:
         offsets = dict(stored)
         for p, _start, end in slices:
             offsets[p] = end
-        schemas = dict(rdd.map(lambda r: (r[0], r[1])).distinct().collect())
-        counts = rdd.map(lambda r: r[2]).countByValue()
-        if not schemas or all(not s for s in schemas.values()):
+        phase = time.monotonic()
+        schemas: dict[str, str] = {}
+        counts: dict[str, int] = {}
+        newest: tuple[int, str] | None = None
+        key_names: list[str] = []
+        toasted = 0
+        for stats in rdd.mapPartitions(slice_stats).collect():
+            schemas.update(stats["schemas"])
+            for op, n in stats["ops"].items():
+                counts[op] = counts.get(op, 0) + n
+            if stats["newest"] is not None and (newest is None or stats["newest"][0] > newest[0]):
+                newest = stats["newest"]
+            key_names = key_names or stats["key_names"] or []
+            toasted += stats["toasted"]
+        if newest is None:
             if not counts:
                 return self._commit_offsets_only(ident, topic, offsets)
-            raise RuntimeError(f"{topic}: records carry no schema; enable value.converter.schemas.enable for the lake")
-        latest_hash = rdd.map(lambda r: (r[4], r[0])).filter(lambda r: schemas[r[1]] != "").max()[1]
+            from walflow.lake import LakeError
+
+            raise LakeError(
+                f"the records of {topic} carry no schema part (value.converter.schemas.enable is false), and the lake "
+                "types its columns from the event schema: set value.converter.schemas.enable: true in the connector, "
+                "or set walflow.lake.enabled: false"
+            )
+        latest_hash = newest[1]
+        timings = {"read_s": round(time.monotonic() - phase, 2)}
+        log.info("%s: read and parsed %d record(s) in %.1f s", topic, sum(counts.values()), timings["read_s"])
+        phase = time.monotonic()
         shapes = {h: RowShape(json.loads(s)) for h, s in schemas.items() if s}
         target = shapes[latest_hash]
-        key_names = self._key_names(rdd)
         self._ensure_table(ident, target, json.loads(schemas[latest_hash]))
+        timings["table_s"] = round(time.monotonic() - phase, 2)
+        phase = time.monotonic()
         placeholders = self.placeholders
         shapes_b = self.spark.sparkContext.broadcast({h: json.loads(s) for h, s in schemas.items() if s})
         names = target.names
@@ -257,11 +327,14 @@ class Applier:
             ["`_walflow_key` string", "`_walflow_op` string", "`_walflow_partition` int", "`_walflow_offset` bigint", "`_walflow_lsn` bigint", "`_walflow_source_ts_ms` bigint", "`_walflow_toast` array<string>"]
             + [f"`{n}` {target.types[n]}" for n in names]
         )
-        frame = self.spark.createDataFrame(rdd.filter(lambda r: r[2] in ("c", "r", "u", "d", "t")).map(to_row), ddl)
+        # verifySchema=False: the rows are built from the very shapes the DDL comes from
+        frame = self.spark.createDataFrame(rdd.filter(lambda r: r[2] in ("c", "r", "u", "d", "t")).map(to_row), ddl, verifySchema=False)
+        if log_stored is not None or counts.get("t"):
+            frame = frame.persist()  # used twice: convert the events once
         if log_stored is not None:
             self._append_changelog(topic, ident, frame, log_stored, offsets, target, json.loads(schemas[latest_hash]))
             frame = frame.filter(_from_offsets(stored))
-        truncate_at = frame.filter(F.col("_walflow_op") == "t").agg(F.max("_walflow_offset")).collect()[0][0]
+        truncate_at = frame.filter(F.col("_walflow_op") == "t").agg(F.max("_walflow_offset")).collect()[0][0] if counts.get("t") else None
         if truncate_at is not None:
             # A truncate removes every row before it; later events still apply. The DELETE commits without
             # offsets: a crash after it repeats it, which changes nothing.
@@ -269,15 +342,18 @@ class Applier:
             frame = frame.filter(F.col("_walflow_offset") > truncate_at)
         frame = frame.filter(F.col("_walflow_op") != "t")
         if key_names:
-            frame = self._resolve_toast(frame, [n for n in names if target.types[n] in ("string", "binary") or target.types[n].startswith("array")])
+            if toasted:  # the window is only worth its cost when some event holds a placeholder
+                frame = self._resolve_toast(frame, [n for n in names if target.types[n] in ("string", "binary") or target.types[n].startswith("array")])
             latest = Window.partitionBy("_walflow_key").orderBy(F.col("_walflow_partition").desc(), F.col("_walflow_offset").desc())
             frame = frame.withColumn("_walflow_rank", F.row_number().over(latest)).filter("_walflow_rank = 1").drop("_walflow_rank")
         view = f"walflow_src_{uuid.uuid4().hex[:8]}"
         frame.createOrReplaceTempView(view)
         merge = self._merge_sql(ident, view, names, key_names)
         self._with_offsets(merge, {OFFSETS_PROPERTY: format_offsets({topic: offsets})})
+        timings["merge_s"] = round(time.monotonic() - phase, 2)
+        log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
         records = int(sum(counts.values()))
-        return {"topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets}
+        return {"topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets, "timings": timings}
 
     @staticmethod
     def _resolve_toast(frame: Any, columns: list[str]) -> Any:
@@ -325,10 +401,6 @@ class Applier:
             "ORDER BY _walflow_partition, _walflow_offset",
             {OFFSETS_PROPERTY: format_offsets({topic: offsets})},
         )
-
-    def _key_names(self, rdd: Any) -> list[str]:
-        keys = rdd.map(lambda r: r[5]).filter(lambda k: k is not None).take(1)
-        return list(json.loads(keys[0]).keys()) if keys else []
 
     def _commit_offsets_only(self, ident: str, topic: str, offsets: dict[int, int]) -> dict[str, Any]:
         return {"topic": topic, "table": ident, "records": 0, "committed": False}
@@ -425,6 +497,17 @@ class Applier:
             self.spark.sql(statement)
         finally:
             local.remove()
+
+
+def offset_slices(slices: list[tuple[int, int, int]], parallelism: int, min_size: int = 20_000) -> list[tuple[int, int, int]]:
+    """Cut (partition, start, end) ranges into about ``parallelism`` pieces of at least ``min_size`` records."""
+    total = sum(end - start for _p, start, end in slices)
+    size = max(min_size, -(-total // max(parallelism, 1)))
+    out = []
+    for partition, start, end in slices:
+        for begin in range(start, end, size):
+            out.append((partition, begin, min(begin + size, end)))
+    return out
 
 
 def ship_walflow(spark: Any) -> None:

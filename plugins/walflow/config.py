@@ -173,6 +173,8 @@ class ConnectorConfig(BaseModel):
     walflow_batch_max_events: int = Field(1_000_000, gt=0, alias="walflow.batch.max.events")
     walflow_batch_max_seconds: float = Field(300.0, gt=0, alias="walflow.batch.max.seconds")
     walflow_kafka_flush_timeout_s: float = Field(60.0, gt=0, alias="walflow.kafka.flush.timeout.seconds")
+    walflow_slot_max_retained_wal_bytes: int = Field(1 << 30, gt=0, alias="walflow.slot.max.retained.wal.bytes")
+    walflow_slot_fail_retained_wal_bytes: int | None = Field(None, gt=0, alias="walflow.slot.fail.retained.wal.bytes")
     walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
     walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
     walflow_lake_catalog: str = Field("lake", alias="walflow.lake.catalog")

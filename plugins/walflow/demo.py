@@ -236,6 +236,10 @@ def main() -> None:
         schema = orjson.loads(first[0].value())["schema"]
         print(f"\nvalue schema of {first[0].topic()}: {schema['name']} with fields {[f['field'] for f in schema['fields']]}")
     show_lake()
+    from walflow.cli import render, status
+
+    print("\n$ walflow status inventory")
+    print(render(status("inventory", dsn=dsn("inventory"))))
 
 
 def show_lake() -> None:

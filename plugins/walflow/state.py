@@ -72,7 +72,7 @@ class StateStore:
 
     def exists(self) -> bool:
         with self._conn.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (".".join(f'"{p}"' for p in self.table),))
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (".".join('"' + p.replace('"', '""') + '"' for p in self.table),))
             row = cur.fetchone()
         return bool(row and row[0])
 

@@ -85,6 +85,8 @@ class BatchSummary:
     heartbeat_sent: bool = False
     snapshot_rows: int = 0
     signals: int = 0
+    retained_wal_bytes: int | None = None
+    lag_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -230,6 +232,20 @@ class StreamBatch:
                 if time.monotonic() - started >= config.walflow_batch_max_seconds:
                     summary.stopped_by = "walflow.batch.max.seconds"
                     break
+            self._check_retained_wal(conn, summary)
+            if store.exists():
+                # what `walflow status` shows as the last run
+                store.put(
+                    "last_batch",
+                    {
+                        "finished_at_ms": int(time.time() * 1000),
+                        "events": summary.events,
+                        "transactions": summary.transactions,
+                        "seconds": round(time.monotonic() - started, 3),
+                        "advanced_to": summary.advanced_to,
+                        "stopped_by": summary.stopped_by,
+                    },
+                )
         except BaseException:
             self.producer.close()
             raise
@@ -253,6 +269,47 @@ class StreamBatch:
         return summary
 
     # -- internals --------------------------------------------------------------------------------
+    def _check_retained_wal(self, conn: psycopg.Connection, summary: BatchSummary) -> None:
+        """Measure the WAL the slot still retains after this batch advanced it; warn or fail above the limits.
+
+        Checked after the batch has streamed and advanced the slot, so the check never stops the one thing that
+        lets the server recycle WAL: a slot still above the limit then is one that does not keep up.
+        """
+        config = self.config
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
+                "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s",
+                (config.slot_name,),
+            )
+            row = cur.fetchone()
+        if row is None:
+            return
+        summary.retained_wal_bytes, summary.lag_bytes = int(row[0] or 0), int(row[1] or 0)
+        retained = summary.retained_wal_bytes
+        advice = (
+            "The server cannot recycle WAL this slot retains, so the disk fills and, with max_slot_wal_keep_size set, "
+            "the slot is invalidated and changes are lost. Run the stream DAG more often or with larger "
+            "walflow.batch.max.events / walflow.batch.max.seconds; if the captured tables are idle while others are "
+            "busy, set heartbeat.action.query so the slot has changes to confirm"
+        )
+        hard = config.walflow_slot_fail_retained_wal_bytes
+        if hard is not None and retained > hard:
+            raise SlotError(
+                f"slot {config.slot_name!r} still retains {retained} bytes of WAL after this batch, above "
+                f"walflow.slot.fail.retained.wal.bytes={hard} (the batch itself was delivered and the slot advanced). "
+                f"{advice}."
+            )
+        if retained > config.walflow_slot_max_retained_wal_bytes:
+            log.warning(
+                "connector %s: slot %s retains %d bytes of WAL, above walflow.slot.max.retained.wal.bytes=%d. %s.",
+                config.name,
+                config.slot_name,
+                retained,
+                config.walflow_slot_max_retained_wal_bytes,
+                advice,
+            )
+
     def _check_publication(self, conn: psycopg.Connection) -> None:
         with conn.cursor() as cur:
             cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication_name,))

@@ -111,6 +111,16 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str]) -> No
     history = sorted((r for r in lake_rows(name, "public__accounts__changelog") if r["id"] == 10), key=lambda r: r["_walflow_offset"])
     assert [r["_walflow_op"] for r in history] == ["r", "u", "u"] and history[-1]["owner"] == "toasted row"
 
+    # `walflow status` sees the slot, the last batch and the lake's commits
+    from walflow.cli import render, status
+
+    report = status(name, dsn=dsn)
+    assert report["source"]["exists"] and report["source"]["last_batch"]["events"] > 0
+    lake_tables = {t["table"]: t for t in report["lake"]["tables"]}
+    assert lake_tables[f"{name}.public__accounts"]["rows"] == len(source_rows(dsn, "accounts"))
+    assert lake_tables[f"{name}.public__accounts"]["offsets"]
+    assert "retained WAL" in render(report)
+
     # a second apply with no new events changes nothing
     before = lake_snapshot_id(name, "public__accounts")
     run_dag(f"{name}__stream")

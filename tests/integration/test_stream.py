@@ -317,3 +317,21 @@ def test_filtered_backlog_never_skips_later_changes(database: str) -> None:
             break
     assert events == 1
     assert [r.key_payload for r in read_topic(f"{config.topic_prefix}.public.wanted")] == [{"id": 1}]
+
+
+def test_retained_wal_above_the_limits_warns_then_fails_after_delivering(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database, **{"walflow.slot.max.retained.wal.bytes": 1})
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    with caplog.at_level("WARNING", logger="walflow.stream"):
+        summary = stream(config, database)
+    assert summary.events == 1 and summary.retained_wal_bytes is not None
+    assert any("walflow.slot.max.retained.wal.bytes=1" in r.getMessage() for r in caplog.records)
+
+    hard = config.model_copy(update={"walflow_slot_fail_retained_wal_bytes": 1})
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (2, 'b')")
+    with pytest.raises(SlotError, match=r"walflow.slot.fail.retained.wal.bytes=1 \(the batch itself was delivered"):
+        stream(hard, database)
+    # the failure came after delivery and the slot advance: nothing is streamed twice or lost
+    assert [r.key["payload"]["id"] for r in read_topic(f"{config.topic_prefix}.public.customers")] == [1, 2]
+    assert stream(config, database).events == 0

@@ -1,0 +1,161 @@
+"""``walflow status <connector>``: where a connector stands, from the source database and the lake.
+
+Prints the slot's position, the WAL it retains, its lag behind the server, the last stream batch and the last
+lake commit of each table. The source is reached through the connector's Airflow Connection (or ``--dsn``);
+the lake is read with pyiceberg from the Hadoop-catalog warehouse (``--warehouse``, default the connector's
+``walflow.lake.warehouse`` or ``$WALFLOW_WAREHOUSE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from walflow.config import resolve
+from walflow.errors import WalflowError
+from walflow.source import connect
+from walflow.state import StateStore
+
+
+def _conninfo(conn_id: str) -> str:
+    try:
+        from walflow.airflow.hooks import WalflowPostgresHook
+    except ImportError as exc:  # pragma: no cover - Airflow is a dependency; the message helps a partial install
+        raise WalflowError(f"cannot read Airflow Connection {conn_id!r} ({exc}); pass --dsn") from None
+    return WalflowPostgresHook(postgres_conn_id=conn_id).get_conninfo()
+
+
+def slot_status(conninfo: str, connector: str, slot: str, state_table: tuple[str, str]) -> dict[str, Any]:
+    """The slot's positions and retained WAL, and the last batch and snapshot state the connector recorded."""
+    with connect(conninfo, application_name=f"walflow:{connector}:status") as conn:
+        row = conn.execute(
+            "SELECT s.database, s.active, s.active_pid, s.restart_lsn::text, s.confirmed_flush_lsn::text, "
+            "pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, s.wal_status "
+            "FROM pg_replication_slots s WHERE s.slot_name = %s",
+            (slot,),
+        ).fetchone()
+        store = StateStore(conn, connector, state_table)
+        last = store.get("last_batch")
+        snapshot = store.get("snapshot")
+    out: dict[str, Any] = {"slot": slot, "exists": row is not None}
+    if row is not None:
+        keys = ("database", "active", "active_pid", "restart_lsn", "confirmed_flush_lsn", "current_wal_lsn", "retained_wal_bytes", "lag_bytes", "wal_status")
+        out.update(dict(zip(keys, row)))
+    out["last_batch"] = last
+    if last and last.get("finished_at_ms"):
+        out["seconds_since_last_batch"] = round(time.time() - last["finished_at_ms"] / 1000, 1)
+    out["snapshot"] = snapshot
+    return out
+
+
+def lake_status(warehouse: str, namespace: str) -> list[dict[str, Any]]:
+    """The current snapshot of every table of ``namespace`` in a Hadoop-catalog warehouse."""
+    from walflow.lake import OFFSETS_PROPERTY, parse_offsets, read_hadoop_table
+
+    tables = []
+    folder = Path(warehouse) / namespace
+    for path in sorted(p for p in folder.glob("*") if (p / "metadata").is_dir()):
+        table = read_hadoop_table(warehouse, namespace, path.name)
+        snapshot = table.current_snapshot() if table is not None else None
+        entry: dict[str, Any] = {"table": f"{namespace}.{path.name}", "snapshot_id": None}
+        if snapshot is not None:
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            entry.update(
+                snapshot_id=snapshot.snapshot_id,
+                committed_at=dt.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, dt.timezone.utc).isoformat(timespec="seconds"),
+                # Spark's merge-on-read writes position deletes: live rows are records minus deleted positions
+                rows=int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0)),
+                operation=snapshot.summary.operation.value if snapshot.summary else None,
+            )
+            for older in reversed(table.snapshots()):
+                text = (older.summary.additional_properties if older.summary else {}).get(OFFSETS_PROPERTY)
+                if text:
+                    entry["offsets"] = parse_offsets(text)
+                    break
+        tables.append(entry)
+    return tables
+
+
+def status(connector: str, dsn: str | None = None, warehouse: str | None = None) -> dict[str, Any]:
+    config = resolve(connector)
+    conninfo = dsn or _conninfo(config.walflow_postgres_conn_id)
+    result: dict[str, Any] = {"connector": config.name, "source": slot_status(conninfo, config.name, config.slot_name, config.state_table)}
+    where = warehouse or config.walflow_lake_warehouse or os.environ.get("WALFLOW_WAREHOUSE")
+    if config.walflow_lake_enabled and where:
+        result["lake"] = {"warehouse": where, "tables": lake_status(where, config.walflow_lake_namespace or config.topic_prefix)}
+    return result
+
+
+def _mb(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.1f} MB"
+
+
+def render(result: dict[str, Any]) -> str:
+    src = result["source"]
+    lines = [f"connector {result['connector']}"]
+    if not src["exists"]:
+        lines.append(f"  slot {src['slot']}: MISSING (run the setup DAG; changes made since the slot was lost were not captured)")
+    else:
+        lines += [
+            f"  slot {src['slot']} on database {src['database']}: {'active (pid %s)' % src['active_pid'] if src['active'] else 'inactive'}, wal_status {src['wal_status']}",
+            f"    confirmed {src['confirmed_flush_lsn']}, restart {src['restart_lsn']}, server at {src['current_wal_lsn']}",
+            f"    retained WAL {_mb(src['retained_wal_bytes'])}, lag {_mb(src['lag_bytes'])}",
+        ]
+    last = src.get("last_batch")
+    if last:
+        lines.append(
+            f"  last batch: {last['events']} event(s) in {last['seconds']} s, stopped by {last['stopped_by']}, "
+            f"{src.get('seconds_since_last_batch', '?')} s ago, slot advanced to {last['advanced_to']}"
+        )
+    else:
+        lines.append("  last batch: none recorded")
+    if src.get("snapshot"):
+        lines.append(f"  initial snapshot: {src['snapshot'].get('status')}")
+    lake = result.get("lake")
+    if lake:
+        lines.append(f"  lake ({lake['warehouse']}):")
+        for t in lake["tables"] or []:
+            if t["snapshot_id"] is None:
+                lines.append(f"    {t['table']}: no commit yet")
+                continue
+            offsets = ", ".join(f"{p}:{o}" for parts in (t.get("offsets") or {}).values() for p, o in parts.items()) or "-"
+            lines.append(f"    {t['table']}: {t['rows']} row(s), last commit {t['committed_at']} ({t['operation']}), offsets {offsets}")
+        if not lake["tables"]:
+            lines.append("    no tables yet")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="walflow", description="walflow operations")
+    commands = parser.add_subparsers(dest="command", required=True)
+    cmd = commands.add_parser("status", help="slot position, retained WAL, lag, last run and last lake commit per table")
+    cmd.add_argument("connector", help="connector name (or YAML path)")
+    cmd.add_argument("--dsn", default=None, help="libpq conninfo of the source (default: the connector's Airflow Connection)")
+    cmd.add_argument("--warehouse", default=None, help="Hadoop-catalog warehouse folder of the lake")
+    cmd.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    import logging
+
+    logging.getLogger("pyiceberg").setLevel(logging.WARNING)
+    try:
+        result = status(args.connector, args.dsn, args.warehouse)
+    except WalflowError as exc:
+        print(f"walflow status: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str).decode())
+    else:
+        print(render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
