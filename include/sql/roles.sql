@@ -1,0 +1,47 @@
+-- Least-privilege roles for a walflow connector (the reference's "Setting up permissions"), run by a superuser
+-- or the tables' owner in the captured database with psql:
+--
+--   psql -d inventory -v role=walflow -v password='...' -v owners=walflow_owners -v schema=public \
+--        -v tables='public.customers,public.products,public.orders' -f include/sql/roles.sql
+--
+-- * :role logs in with REPLICATION: enough for a logical slot and pgoutput, nothing else server-wide.
+-- * A 'filtered' publication (publication.autocreate.mode) may only be created by the owner of every table
+--   it names, so ownership of the captured tables moves to the NOLOGIN group :owners, of which both the
+--   connector role and the role that owned them before are members: the application keeps working as before.
+--   (With 'disabled', create the publication yourself and skip the ownership part; 'all_tables' needs a
+--   superuser.)
+-- * CREATE on the database lets the role create the publication; CREATE on :schema lets setup create the
+--   state table (walflow.state.table) and the signal table (signal.data.collection), which the role then owns.
+-- * Snapshots read the tables: SELECT comes with the group's ownership; the explicit grant keeps it if the
+--   ownership part is skipped.
+-- The password is a psql variable so that it never lands in this file; the Airflow Connection holds it.
+
+\set ON_ERROR_STOP on
+
+CREATE ROLE :"role" WITH LOGIN REPLICATION PASSWORD :'password';
+CREATE ROLE :"owners" NOLOGIN;
+GRANT :"owners" TO :"role";
+
+-- the tables' current owners join the group before handing it their tables
+SELECT DISTINCT format('GRANT %I TO %I', :'owners', pg_get_userbyid(c.relowner))
+FROM unnest(string_to_array(:'tables', ',')) AS t(name)
+JOIN pg_class c ON c.oid = trim(t.name)::regclass
+WHERE pg_get_userbyid(c.relowner) <> :'owners'
+\gexec
+
+SELECT format('ALTER TABLE %s OWNER TO %I', trim(t.name)::regclass, :'owners')
+FROM unnest(string_to_array(:'tables', ',')) AS t(name)
+\gexec
+
+SELECT format('GRANT CREATE ON DATABASE %I TO %I', current_database(), :'role')
+\gexec
+GRANT USAGE, CREATE ON SCHEMA :"schema" TO :"role";
+
+SELECT format('GRANT SELECT ON %s TO %I', trim(t.name)::regclass, :'role')
+FROM unnest(string_to_array(:'tables', ',')) AS t(name)
+\gexec
+
+-- Signals: whoever may start ad-hoc snapshots needs INSERT on the signal table (created by the setup DAG).
+-- An 'execute-snapshot' signal's additional-condition is SQL run by the connector, so grant it to trusted
+-- roles only, e.g. after setup:
+--   GRANT INSERT ON public.walflow_signal TO snapshot_operators;
