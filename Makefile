@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 ENV := source .walflow/env.sh &&
 
-.PHONY: venv up down status demo test test-unit test-integration test-e2e bench-stream bench-snapshot bench-apply clean
+.PHONY: venv up down status demo test test-unit test-integration test-e2e test-faults bench-stream bench-snapshot bench-apply clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,10 @@ test-integration: up
 
 test-e2e: up
 	$(ENV) python -m pytest tests/e2e -q
+
+# the fault suite in full: 20 iterations per scenario (make test runs 3) and the table of results
+test-faults: up
+	$(ENV) WALFLOW_FAULT_ITERATIONS=20 python -m pytest tests/faults -q -p no:cacheprovider
 
 bench-snapshot: up
 	$(ENV) python bench/bench_snapshot.py

@@ -1,6 +1,7 @@
 """Lake apply benchmark: 1,000,000 change events (80% updates, 10% inserts, 10% deletes) applied by the Spark job
 to a 1,000,000-row Iceberg table on ``local[2]``, against two limits measured in the same run: a plain Iceberg
-append of as many rows, and the MERGE alone (the same mix of changes, already in memory, merged into that table).
+append of as many rows, and the MERGE alone (the same mix of changes, already in memory, merged into that table);
+plus one plain consumer reading the same records from the broker.
 
 The events are real: the table is snapshotted and the changes streamed from PostgreSQL by walflow. Prints one
 JSON line.
@@ -37,6 +38,38 @@ TABLE = "CREATE TABLE bench (id bigint PRIMARY KEY, name text NOT NULL, price nu
 
 def producer() -> EventProducer:
     return EventProducer(producer_settings({"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]}))
+
+
+def kafka_read(topic: str, start: int) -> tuple[float, int, int]:
+    """One consumer reading the change records (from offset ``start`` to the end) and discarding them: the
+    Kafka side of the limit (every record carries its schema, ~3 kB)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+         "enable.partition.eof": True, "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, start)])
+        records = size = 0
+        began = time.perf_counter()
+        while True:
+            batch = consumer.consume(10000, 5)
+            if not batch:
+                raise RuntimeError(f"{topic}: no EOF")
+            done = False
+            for msg in batch:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        done = True
+                        break
+                    raise RuntimeError(msg.error().str())
+                records += 1
+                size += len(msg.value() or b"")
+            if done:
+                return time.perf_counter() - began, records, size
+    finally:
+        consumer.close()
 
 
 def main() -> None:
@@ -80,6 +113,8 @@ def main() -> None:
                 break
         assert changes == n, changes
 
+        read_s, read_records, read_bytes = kafka_read(f"{name}.public.bench", n)
+
         command = ["spark-submit", "--master", args.master, "--driver-memory", "6g", "--jars", iceberg_runtime_jar() or ""]
         for key, value in spark_conf(config).items():
             command += ["--conf", f"{key}={value}"]
@@ -115,6 +150,9 @@ def main() -> None:
                     "merge_only_seconds": round(spark["merge_s"], 2),
                     "merge_only_changes_per_s": round(n / spark["merge_s"]),
                     "apply_ratio_to_merge_only": round(apply_rate / (n / spark["merge_s"]), 3),
+                    "kafka_read_records": read_records,
+                    "kafka_read_records_per_s": round(read_records / read_s),
+                    "kafka_read_mb_per_s": round(read_bytes / 1e6 / read_s, 1),
                     "lake_rows_equal_source": spark["lake_rows"] == source_rows,
                     "spark_job_seconds": round(time.perf_counter() - started, 1),
                 }

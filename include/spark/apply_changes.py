@@ -209,23 +209,52 @@ class Applier:
         return bool(self.spark.catalog.tableExists(ident.replace("`", "")))
 
     def stored_offsets(self, ident: str, topic: str) -> dict[int, int]:
-        from walflow.lake import OFFSETS_PROPERTY, parse_offsets
+        return self.stored_position(ident, topic)[0]
+
+    def stored_position(self, ident: str, topic: str) -> tuple[dict[int, int], dict[int, str]]:
+        """The offsets committed with the table's newest snapshot that has them, and the fingerprints of the
+        last record applied from each partition (committed alongside)."""
+        from walflow.lake import FINGERPRINTS_PROPERTY, OFFSETS_PROPERTY, parse_offsets
 
         if not self.exists(ident):
-            return {}
+            return {}, {}
         rows = self.spark.sql(f"SELECT summary FROM {ident}.snapshots ORDER BY committed_at DESC").collect()
         for row in rows:
-            text = (row["summary"] or {}).get(OFFSETS_PROPERTY)
+            summary = row["summary"] or {}
+            text = summary.get(OFFSETS_PROPERTY)
             if text:
-                return parse_offsets(text).get(topic, {})
-        return {}
+                prints = json.loads(summary.get(FINGERPRINTS_PROPERTY) or "{}").get(topic, {})
+                return parse_offsets(text).get(topic, {}), {int(p): v for p, v in prints.items()}
+        return {}, {}
+
+    def fingerprints(self, topic: str, offsets: dict[int, int]) -> dict[int, str]:
+        """Fingerprints of the records just before each partition's offset (the last ones applied)."""
+        from walflow.lake import record_fingerprint
+
+        consumer = _consumer(self.args.bootstrap, self.extra)
+        try:
+            return {p: record_fingerprint(consumer, topic, p, o - 1) for p, o in offsets.items() if o > 0}
+        finally:
+            consumer.close()
 
     # -- one topic --------------------------------------------------------------------------------
     def apply_topic(self, topic: str, partitions: list[int]) -> dict[str, Any]:
         from walflow.lake import LakeError
 
         ident = self.table_ident(topic)
-        stored = self.stored_offsets(ident, topic)
+        stored, stored_prints = self.stored_position(ident, topic)
+        # The topic must still be the one the lake read: a recreated topic (or a broker that lost its data and
+        # was refilled) can hold as many records as before, so offsets alone cannot tell.
+        current = self.fingerprints(topic, {p: o for p, o in stored.items() if p in stored_prints})
+        for p, fingerprint in current.items():
+            if fingerprint != stored_prints[p]:
+                raise LakeError(
+                    f"topic {topic} partition {p}: the record at offset {stored[p] - 1} is not the one the lake table "
+                    f"{ident} applied there (fingerprint {fingerprint or 'missing'}, expected {stored_prints[p]}): the "
+                    "topic was recreated or the broker lost its data (the embedded broker keeps topics in memory "
+                    "only), so its offsets no longer line up with the lake's. Nothing was skipped silently; re-snapshot "
+                    "the source into a new lake namespace (walflow.lake.namespace), or drop the lake table."
+                )
         # the changelog commits separately with its own offsets: read from the lower of the two
         log_stored = self.stored_offsets(self.changelog_ident(ident), topic) if self.changelog else None
         slices = []
@@ -267,7 +296,7 @@ class Applier:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        from walflow.lake import OFFSETS_PROPERTY, RowShape, format_offsets
+        from walflow.lake import FINGERPRINTS_PROPERTY, OFFSETS_PROPERTY, RowShape, format_offsets
 
         offsets = dict(stored)
         for p, _start, end in slices:
@@ -349,7 +378,9 @@ class Applier:
         view = f"walflow_src_{uuid.uuid4().hex[:8]}"
         frame.createOrReplaceTempView(view)
         merge = self._merge_sql(ident, view, names, key_names)
-        self._with_offsets(merge, {OFFSETS_PROPERTY: format_offsets({topic: offsets})})
+        self._with_offsets(
+            merge, {OFFSETS_PROPERTY: format_offsets({topic: offsets}), FINGERPRINTS_PROPERTY: json.dumps({topic: self.fingerprints(topic, offsets)})}
+        )
         timings["merge_s"] = round(time.monotonic() - phase, 2)
         log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
         records = int(sum(counts.values()))

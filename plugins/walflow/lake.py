@@ -40,6 +40,7 @@ from walflow.errors import WalflowError
 META_COLUMNS = ("_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms", "_walflow_applied_at")
 DELETED_COLUMN = "_walflow_deleted"
 OFFSETS_PROPERTY = "walflow.offsets"
+FINGERPRINTS_PROPERTY = "walflow.fingerprints"
 TOAST_COLUMN = "_walflow_toast"
 
 _EPOCH_DATE = dt.date(1970, 1, 1)
@@ -261,3 +262,30 @@ def partition_end(consumer: Any, topic: str, partition: int, start: int, timeout
                 return max(end, msg.offset()) if msg.offset() >= 0 else end
             raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
         end = msg.offset() + 1
+
+
+def record_fingerprint(consumer: Any, topic: str, partition: int, offset: int, timeout: float = 30.0) -> str:
+    """A short hash of the record at ``offset`` (key and value), or "" when the partition has no such record.
+
+    Stored with the lake's offsets, it tells a topic that was recreated and refilled (same offsets, other
+    records) from the topic the lake read.
+    """
+    import hashlib
+
+    from confluent_kafka import KafkaError, TopicPartition
+
+    consumer.assign([TopicPartition(topic, partition, offset)])
+    msg = consumer.poll(timeout)
+    if msg is None:
+        raise LakeError(f"no answer from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+    if msg.error():
+        if msg.error().code() == KafkaError._PARTITION_EOF:
+            return ""
+        raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+    if msg.offset() != offset:
+        return ""  # the record is gone (retention, or a shorter recreated topic)
+    digest = hashlib.sha1()
+    digest.update(msg.key() or b"")
+    digest.update(b"\0")
+    digest.update(msg.value() or b"")
+    return digest.hexdigest()[:16]
