@@ -87,6 +87,8 @@ class BatchSummary:
     signals: int = 0
     retained_wal_bytes: int | None = None
     lag_bytes: int | None = None
+    last_event_commit_ms: int | None = None
+    ops: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -395,6 +397,7 @@ class StreamBatch:
                                 summary.first_lsn = lsn_to_str(tx.final_lsn)
                             if tx.total:
                                 summary.last_lsn = lsn_to_str(tx.final_lsn)
+                                summary.last_event_commit_ms = tx.commit_ms
                             tx = None
                             if summary.events >= max_events:
                                 summary.stopped_by = "walflow.batch.max.events"
@@ -560,6 +563,7 @@ class StreamBatch:
         key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
         self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
         summary.events += 1
+        summary.ops[op] = summary.ops.get(op, 0) + 1
         per_topic[table.topic] += 1
 
     def _change(self, msg: Insert | Update | Delete, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:

@@ -81,6 +81,18 @@ def test_setup_then_stream(connector_dir: dict[str, str]) -> None:
     run_dag(f"{name}__stream")
     assert len(read_topic(f"{name}.public.orders")) == len(orders)
 
+    # the operator reused directly: its XCom carries the reference's streaming metrics
+    from walflow.airflow.operators import WalflowStreamOperator
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO orders (item, qty) VALUES ('kiwi', 7)")
+        conn.execute("UPDATE orders SET qty = 8 WHERE item = 'kiwi'")
+    result = WalflowStreamOperator(task_id="stream_once", connector=name).execute({})
+    metrics = result["metrics"]
+    assert metrics["TotalNumberOfCreateEventsSeen"] == 1 and metrics["TotalNumberOfUpdateEventsSeen"] == 1
+    assert metrics["NumberOfCommittedTransactions"] >= 2 and metrics["SourceEventPosition"]["confirmed"] == result["advanced_to"]
+    assert metrics["MilliSecondsBehindSource"] >= 0 and metrics["CapturedTables"] == [f"{name}.public.orders"]
+
 
 def test_dag_files_import_cleanly() -> None:
     from airflow.dag_processing.dagbag import DagBag

@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
 from walflow.incremental import send_signal
+from walflow.metrics import numeric, snapshot_metrics, streaming_metrics
 from walflow.setup import ConnectorSetup
 from walflow.source import connect
 from walflow.stream import StreamBatch
@@ -73,6 +74,7 @@ class WalflowSetupOperator(_ConnectorOperator):
         kafka = self._kafka_hook(config)
         setup = ConnectorSetup(config, self._conninfo(config), lambda: kafka.get_conn, progress=self.log.info)
         report = setup.run()
+        report["metrics"] = publish_metrics(config.name, "snapshot", snapshot_metrics(report), self.log)
         self.log.info(
             "connector %s: publication %s (%s), slot %s (%s) at %s, %d captured table(s), snapshot: %s",
             config.name,
@@ -85,6 +87,16 @@ class WalflowSetupOperator(_ConnectorOperator):
             report["snapshot"],
         )
         return report
+
+
+def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any) -> dict[str, Any]:
+    """Log ``metrics`` and send the numeric ones as Airflow gauges named ``walflow.<connector>.<kind>.<metric>``."""
+    from airflow.sdk.observability.stats import Stats
+
+    log.info("connector %s %s metrics: %s", connector, kind, metrics)
+    for name, value in numeric(metrics).items():
+        Stats.gauge(f"walflow.{connector}.{kind}.{name}", value)
+    return metrics
 
 
 class WalflowStreamOperator(_ConnectorOperator):
@@ -103,7 +115,10 @@ class WalflowStreamOperator(_ConnectorOperator):
         config = self._config()
         producer = self._kafka_hook(config).get_conn
         batch = StreamBatch(config, self._conninfo(config), producer)
-        return batch.run().as_dict()
+        summary = batch.run()
+        result = summary.as_dict()
+        result["metrics"] = publish_metrics(config.name, "streaming", streaming_metrics(summary), self.log)
+        return result
 
 
 class WalflowSignalOperator(_ConnectorOperator):
