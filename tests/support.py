@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import uuid
 from typing import Any
 
@@ -53,6 +54,24 @@ def connector(name: str, **overrides: Any) -> ConnectorConfig:
     }
     raw.update(overrides)
     return parse_config(raw, f"<test {name}>")
+
+
+def airflow_connector(folder: Any, name: str, database: str, kafka_bootstrap: str, *settings: str) -> dict[str, str]:
+    """Write ``<folder>/<name>.yaml`` for a connector whose source and broker come from two Airflow Connections
+    (``<name>_pg``, ``<name>_kafka``); return the environment that defines those Connections and the folder."""
+    import json
+    from pathlib import Path
+
+    params = dict(p.split("=", 1) for p in database.split())
+    lines = [f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", f"publication.name: {name}", *settings]
+    lines += [f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka"]
+    (Path(folder) / f"{name}.yaml").write_text("\n".join(lines))
+    postgres = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": params["dbname"]}
+    return {
+        f"AIRFLOW_CONN_{name.upper()}_PG": json.dumps(postgres),
+        f"AIRFLOW_CONN_{name.upper()}_KAFKA": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+        "WALFLOW_CONNECTORS_DIR": str(folder),
+    }
 
 
 def unique(prefix: str) -> str:
@@ -170,3 +189,45 @@ def lake_snapshot_id(namespace: str, table: str, warehouse: str | None = None) -
     static = read_hadoop_table(warehouse or os.environ["WALFLOW_WAREHOUSE"], namespace, table)
     snapshot = static.current_snapshot() if static is not None else None
     return snapshot.snapshot_id if snapshot else None
+
+
+def run_dag(dag_id: str) -> Any:
+    """Run one of the connector factory's DAGs with ``dag.test()``; it must succeed."""
+    from walflow.airflow.dag_factory import build_connector_dags
+
+    run = build_connector_dags()[dag_id].test()
+    assert run.state == "success", f"{dag_id} ended {run.state}"
+    return run
+
+
+def apply_command(config: ConnectorConfig, warehouse: str | None = None, *extra: str) -> list[str]:
+    """The spark-submit command of the lake job for ``config`` (as the stream DAG's task builds it)."""
+    from walflow.airflow.lake import APPLICATION, iceberg_runtime_jar, spark_conf
+
+    conf = spark_conf(config)
+    if warehouse:
+        conf[f"spark.sql.catalog.{config.walflow_lake_catalog}.warehouse"] = warehouse
+    command = ["spark-submit", "--master", "local[2]", "--jars", iceberg_runtime_jar() or ""]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    return command + [str(APPLICATION), "--topic-prefix", config.topic_prefix, "--bootstrap", bootstrap(), *extra]
+
+
+def run_apply(
+    config: ConnectorConfig, warehouse: str | None = None, *extra: str, kill_after: float | None = None
+) -> subprocess.CompletedProcess[str] | None:
+    """Run the lake job; with ``kill_after``, SIGKILL its whole process group after that many seconds."""
+    import signal
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
+    command = apply_command(config, warehouse, *extra)
+    if kill_after is None:
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.wait(timeout=kill_after)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return None

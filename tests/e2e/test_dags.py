@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.support import read_topic, unique
+from tests.support import airflow_connector, read_topic, run_dag, unique
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -17,40 +16,10 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture()
 def connector_dir(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     name = unique("e2e")
-    params = dict(p.split("=", 1) for p in database.split())
-    pg_conn = f"walflow_{name}_pg"
-    kafka_conn = f"walflow_{name}_kafka"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{pg_conn.upper()}",
-        json.dumps({"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": params["dbname"]}),
-    )
-    monkeypatch.setenv(f"AIRFLOW_CONN_{kafka_conn.upper()}", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
-    (tmp_path / f"{name}.yaml").write_text(
-        "\n".join(
-            [
-                f"name: {name}",
-                f"topic.prefix: {name}",
-                f"slot.name: {name}",
-                f"publication.name: {name}",
-                "publication.autocreate.mode: filtered",
-                "provide.transaction.metadata: true",
-                "skipped.operations: none",
-                f"walflow.postgres.conn.id: {pg_conn}",
-                f"walflow.kafka.conn.id: {kafka_conn}",
-            ]
-        )
-    )
-    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    settings = ("publication.autocreate.mode: filtered", "provide.transaction.metadata: true", "skipped.operations: none")
+    for key, value in airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings).items():
+        monkeypatch.setenv(key, value)
     return {"name": name, "dsn": database}
-
-
-def run_dag(dag_id: str) -> dict:
-    from walflow.airflow.dag_factory import build_connector_dags
-
-    dag = build_connector_dags()[dag_id]
-    run = dag.test()
-    assert run.state == "success", f"{dag_id} ended {run.state}"
-    return run
 
 
 def test_setup_then_stream(connector_dir: dict[str, str]) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 from decimal import Decimal
 from pathlib import Path
@@ -13,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import lake_rows, lake_snapshot_id, unique
+from tests.support import airflow_connector, lake_rows, lake_snapshot_id, run_apply, run_dag, unique
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,35 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture()
 def lake_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     name = unique("lake")
-    params = dict(p.split("=", 1) for p in database.split())
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{name.upper()}_PG",
-        json.dumps({"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": params["dbname"]}),
-    )
-    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
-    (tmp_path / f"{name}.yaml").write_text(
-        "\n".join(
-            [
-                f"name: {name}",
-                f"topic.prefix: {name}",
-                f"slot.name: {name}",
-                f"publication.name: {name}",
-                "skipped.operations: none",
-                "walflow.lake.changelog: true",
-                f"walflow.postgres.conn.id: {name}_pg",
-                f"walflow.kafka.conn.id: {name}_kafka",
-            ]
-        )
-    )
-    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    env = airflow_connector(tmp_path, name, database, kafka_bootstrap, "skipped.operations: none", "walflow.lake.changelog: true")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
     return {"name": name, "dsn": database}
-
-
-def run_dag(dag_id: str) -> None:
-    from walflow.airflow.dag_factory import build_connector_dags
-
-    run = build_connector_dags()[dag_id].test()
-    assert run.state == "success", f"{dag_id} ended {run.state}"
 
 
 def source_rows(dsn: str, table: str) -> dict[Any, dict[str, Any]]:
@@ -135,7 +108,6 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str]) -> No
 
 
 def test_killed_spark_job_leaves_the_lake_consistent(lake_connector: dict[str, str]) -> None:
-    from walflow.airflow.lake import APPLICATION, iceberg_runtime_jar, spark_conf
     from walflow.config import resolve
 
     name, dsn = lake_connector["name"], lake_connector["dsn"]
@@ -144,11 +116,6 @@ def test_killed_spark_job_leaves_the_lake_consistent(lake_connector: dict[str, s
         conn.execute("INSERT INTO accounts SELECT g, 'o' || g, g, NULL, NULL, NULL FROM generate_series(1, 2000) g")
     run_dag(f"{name}__setup")
     config = resolve(name)
-    command = ["spark-submit", "--master", "local[2]", "--jars", iceberg_runtime_jar() or ""]
-    for key, value in spark_conf(config).items():
-        command += ["--conf", f"{key}={value}"]
-    command += [str(APPLICATION), "--topic-prefix", name, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "--changelog"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
     for round_, delay in enumerate((6.0, 9.0, 12.0)):
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("UPDATE accounts SET balance = balance + 1 WHERE id %% 5 = %s" % round_)
@@ -156,13 +123,9 @@ def test_killed_spark_job_leaves_the_lake_consistent(lake_connector: dict[str, s
         from tests.support import stream as stream_batch
 
         stream_batch(config, dsn)
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
-            proc.wait(timeout=delay)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        run_apply(config, None, "--changelog", kill_after=delay)
+    result = run_apply(config, None, "--changelog")
+    assert result is not None
     assert result.returncode == 0, result.stderr[-3000:]
     assert_lake_equals_source(name, dsn, "accounts")
     assert_changelog_complete(name, "accounts")

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import unique
+from tests.support import airflow_connector, unique
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -58,28 +58,10 @@ def ui_env(database: str, kafka_bootstrap: str, tmp_path: Path) -> dict[str, str
         pytest.skip("Debian's chromium package could not be installed")
     pytest.importorskip("playwright.sync_api")
     name = unique("ui")
-    params = dict(p.split("=", 1) for p in database.split())
-    (tmp_path / f"{name}.yaml").write_text(
-        "\n".join(
-            [
-                f"name: {name}",
-                f"topic.prefix: {name}",
-                f"slot.name: {name}",
-                f"publication.name: {name}",
-                "snapshot.mode: no_data",
-                "signal.data.collection: public.walflow_signal",
-                f"walflow.postgres.conn.id: {name}_pg",
-                f"walflow.kafka.conn.id: {name}_kafka",
-            ]
-        )
-    )
+    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal")
     env = {
         **os.environ,
-        "WALFLOW_CONNECTORS_DIR": str(tmp_path),
-        f"AIRFLOW_CONN_{name.upper()}_PG": json.dumps(
-            {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": params["dbname"]}
-        ),
-        f"AIRFLOW_CONN_{name.upper()}_KAFKA": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+        **airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
     }
     with psycopg.connect(database, autocommit=True) as conn:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from tests.support import lake_rows, read_topic, replay
+from tests.support import lake_rows, read_topic, replay, run_apply
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS: list[dict[str, Any]] = []
@@ -128,31 +127,6 @@ def check_topic(records: list[Any], dsn: str) -> tuple[int, int]:
     wrong = [k for k in source if k in state and state[k] != source[k]]
     assert not (missing or extra or wrong), f"topic replay differs from the source: {len(missing)} missing, {len(extra)} extra, {len(wrong)} wrong"
     return found, duplicates
-
-
-def apply_command(config: Any, warehouse: str) -> list[str]:
-    from walflow.airflow.lake import APPLICATION, iceberg_runtime_jar, spark_conf
-
-    command = ["spark-submit", "--master", "local[2]", "--jars", iceberg_runtime_jar() or ""]
-    for key, value in {**spark_conf(config), f"spark.sql.catalog.{config.walflow_lake_catalog}.warehouse": warehouse}.items():
-        command += ["--conf", f"{key}={value}"]
-    return command + [str(APPLICATION), "--topic-prefix", config.topic_prefix, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"]]
-
-
-def run_apply(config: Any, warehouse: str, kill_after: float | None = None) -> subprocess.CompletedProcess[str] | None:
-    """Run the Spark apply job; with ``kill_after``, SIGKILL its whole process group after that many seconds."""
-    import signal
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
-    if kill_after is None:
-        return subprocess.run(apply_command(config, warehouse), env=env, capture_output=True, text=True, timeout=900)
-    proc = subprocess.Popen(apply_command(config, warehouse), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        proc.wait(timeout=kill_after)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return None
 
 
 def check_lake(config: Any, dsn: str, warehouse: str) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.faults.harness import ITERATIONS, ROOT, Writer, all_records, check_lake, check_topic, record, run_apply, seed_table
-from tests.support import stream, unique
+from tests.faults.harness import ITERATIONS, ROOT, Writer, all_records, check_lake, check_topic, record, seed_table
+from tests.support import run_apply, stream, unique
 from walflow.config import parse_config
 from walflow.errors import ConcurrentRunError, WalflowError
 from walflow.setup import ConnectorSetup
