@@ -11,6 +11,8 @@ import os
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +132,12 @@ def check_topic(records: list[Any], dsn: str) -> tuple[int, int]:
 
 
 def check_lake(config: Any, dsn: str, warehouse: str) -> None:
-    result = run_apply(config, warehouse)
+    from walflow.lake import table_name
+
+    namespace = config.walflow_lake_namespace or config.topic_prefix
+    result = run_apply(config, warehouse, *(["--namespace", namespace] if config.walflow_lake_namespace else []))
     assert result is not None and result.returncode == 0, result.stderr[-3000:] if result else ""
-    lake = {r["id"]: {"id": r["id"], "v": r["v"], "note": r["note"]} for r in lake_rows(config.topic_prefix, "public__t", warehouse)}
+    lake = {r["id"]: {"id": r["id"], "v": r["v"], "note": r["note"]} for r in lake_rows(namespace, table_name("public", "t"), warehouse)}
     source = source_rows(dsn)
     assert lake == source, f"lake differs from the source: {len(set(source) ^ set(lake))} keys differ, {sum(1 for k in source if lake.get(k) != source[k])} rows differ"
 
@@ -141,6 +146,17 @@ def record(scenario: str, iterations: int, written: int, found: int, duplicates:
     # a change whose COMMIT was cut off by a restart may have committed: found can exceed written, never trail it
     assert found >= written, f"{scenario}: {written} changes committed but only {found} reached Kafka"
     RESULTS.append({"scenario": scenario, "iterations": iterations, "written": written, "found": found, "duplicates": duplicates, "result": result})
+
+
+@contextmanager
+def scenario(name: str, iterations: int) -> Iterator[None]:
+    """Record a failing scenario in the table too (a passing one records itself with its figures)."""
+    try:
+        yield
+    except BaseException as exc:
+        RESULTS.append({"scenario": name, "iterations": iterations, "written": "-", "found": "-", "duplicates": "-",
+                        "result": f"FAIL ({type(exc).__name__})"})
+        raise
 
 
 def all_records(config: Any) -> list[Any]:

@@ -16,13 +16,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.faults.harness import ITERATIONS, ROOT, Writer, all_records, check_lake, check_topic, record, seed_table
+from tests.faults.harness import ITERATIONS, ROOT, Writer, all_records, check_lake, check_topic, record, scenario, seed_table
+from tests.privileges import ConnectorRole, connector_role
 from tests.support import run_apply, stream, unique
 from walflow.config import parse_config
 from walflow.errors import ConcurrentRunError, WalflowError
@@ -30,18 +32,25 @@ from walflow.setup import ConnectorSetup
 
 pytestmark = pytest.mark.timeout(1800)
 
+# where the stream task is killed: at a transaction's BEGIN before anything of the batch was produced, after a
+# block of records was handed to the producer (mid-produce), before and after the flush (Kafka acknowledged, slot
+# not advanced yet), and as an incremental-snapshot chunk starts
+STAGES = ("before_produce", "produced", "before_flush", "flushed", "incremental_chunk")
 
-def make_connector(dsn: str, **extra: Any) -> tuple[dict[str, Any], Any]:
+
+def make_connector(role: ConnectorRole, **extra: Any) -> tuple[dict[str, Any], Any]:
+    """Set up a connector for table ``t`` as the least-privilege role (filtered publication, signal table)."""
     from tests.support import producer
 
     name = unique("fault")
     raw = {
         "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name,
+        "publication.autocreate.mode": "filtered", "table.include.list": "public.t",
         "signal.data.collection": "public.walflow_signal", "incremental.snapshot.chunk.size": 200,
         "walflow.batch.max.events": 3000, **extra,
     }
     config = parse_config(raw)
-    ConnectorSetup(config, dsn, producer).run()
+    ConnectorSetup(config, role.dsn, producer).run()
     return raw, config
 
 
@@ -58,171 +67,209 @@ def confirmed(dsn: str, slot: str) -> str:
         return conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()[0]
 
 
+def signal_snapshot(dsn: str, signal_id: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO walflow_signal VALUES (%s, 'execute-snapshot', %s)",
+            (signal_id, json.dumps({"data-collections": ["public.t"], "type": "incremental"})),
+        )
+
+
 def test_stream_killed_at_random_points(database: str, tmp_path: Path) -> None:
-    seed_table(database, 3000)
-    raw, config = make_connector(database)
-    with psycopg.connect(database, autocommit=True) as conn:  # an incremental snapshot runs through the kills
-        conn.execute("""INSERT INTO walflow_signal VALUES ('inc-1', 'execute-snapshot', '{"data-collections": ["public.t"]}')""")
-    writer = Writer(database, seed=1)
-    writer.start()
-    kills = 0
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
-    try:
-        for i in range(ITERATIONS):
-            rng = random.Random(i)
-            stage = rng.choice(["before_produce", "produced", "before_flush", "flushed", "incremental_chunk"])
-            nth = rng.randint(1, 3) if stage in ("before_produce", "produced") else 1
-            time.sleep(rng.uniform(0.1, 0.6))
-            child = subprocess.run(
-                [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, stage, str(nth)],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-            )
-            assert child.returncode in (0, -signal.SIGKILL), child.stderr[-2000:]
-            kills += child.returncode == -signal.SIGKILL
-    finally:
-        writer.stop()
-    drain(config, database)
-    found, duplicates = check_topic(all_records(config), database)
-    assert kills > 0, "no iteration reached its fault point"
-    check_lake(config, database, str(tmp_path / "lake"))
-    record(f"stream SIGKILL ({kills} kills)", ITERATIONS, writer.written, found, duplicates)
+    """SIGKILL at each stage in turn (random delays and writer timing per seed); every stage must be hit."""
+    iterations = max(ITERATIONS, len(STAGES))
+    with scenario("stream SIGKILL", iterations):
+        seed_table(database, 3000)
+        with connector_role(database, "public.t") as role:
+            raw, config = make_connector(role)
+            writer = Writer(database, seed=1)
+            writer.start()
+            kills: Counter[str] = Counter()
+            env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
+            try:
+                for i in range(iterations):
+                    rng = random.Random(i)
+                    stage = STAGES[i % len(STAGES)]
+                    if stage == "incremental_chunk":  # a snapshot must be running for its chunk to start
+                        signal_snapshot(database, f"inc-{i}")
+                    time.sleep(rng.uniform(0.1, 0.6))
+                    for _attempt in range(5):  # a stage that did not come up in a batch (nothing to send) is retried
+                        child = subprocess.run(
+                            [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), role.dsn, stage, "1"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                        )
+                        assert child.returncode in (0, -signal.SIGKILL), child.stderr[-2000:]
+                        if child.returncode == -signal.SIGKILL:
+                            kills[stage] += 1
+                            break
+                        time.sleep(0.3)
+            finally:
+                writer.stop()
+            assert all(kills[s] for s in STAGES), f"stages never reached: {[s for s in STAGES if not kills[s]]}"
+            drain(config, role.dsn)
+            found, duplicates = check_topic(all_records(config), database)
+            check_lake(config, database, str(tmp_path / "lake"))
+        stages = ", ".join(f"{s} {kills[s]}" for s in STAGES)
+        record(f"stream SIGKILL ({stages})", iterations, writer.written, found, duplicates)
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_postgres_restarted_mid_batch(database: str, tmp_path: Path, mode: str) -> None:
+    """The server restarts while a batch runs: from inside the batch (after its first block of records went to
+    the producer, or at a transaction's BEGIN), so every iteration really cuts a batch; then the task's retries."""
     from walflow.embedded import restart_pg
 
-    seed_table(database, 1000)
-    _raw, config = make_connector(database)
-    writer = Writer(database, seed=2)
-    writer.start()
-    failures = 0
-    try:
-        for i in range(max(1, ITERATIONS // 2)):
-            time.sleep(1.0)
-            errors: list[BaseException] = []
-
-            def batch() -> None:
-                try:
-                    stream(config, database)
-                except BaseException as exc:  # noqa: BLE001 - recorded: the retry below is Airflow's
-                    errors.append(exc)
-
-            thread = threading.Thread(target=batch)
-            thread.start()
-            time.sleep(random.Random(i).uniform(0.05, 0.4))
-            restart_pg(mode)
-            thread.join(timeout=120)
-            failures += bool(errors)
-            for attempt in range(20):  # the task's retries
-                try:
-                    stream(config, database)
-                    break
-                except (WalflowError, psycopg.OperationalError):
+    iterations = max(2, ITERATIONS // 2 + 1)
+    with scenario(f"PostgreSQL restart -m {mode}", iterations):
+        seed_table(database, 1000)
+        with connector_role(database, "public.t") as role:
+            _raw, config = make_connector(role)
+            writer = Writer(database, seed=2)
+            writer.start()
+            cut = 0
+            try:
+                for i in range(iterations):
                     time.sleep(1.0)
-    finally:
-        writer.stop()
-    drain(config, database)
-    found, duplicates = check_topic(all_records(config), database)
-    check_lake(config, database, str(tmp_path / "lake"))
-    record(f"PostgreSQL restart -m {mode} ({failures} batches cut)", max(1, ITERATIONS // 2), writer.written, found, duplicates)
+                    point = ("produced", "before_produce")[i % 2]
+                    restarted: list[str] = []
+
+                    def hook(stage: str, point: str = point, restarted: list[str] = restarted) -> None:
+                        if stage == point and not restarted:
+                            restarted.append(stage)
+                            restart_pg(mode)
+
+                    try:
+                        stream(config, role.dsn, fault_hook=hook)
+                    except (WalflowError, psycopg.Error):
+                        cut += 1  # what Airflow sees as a failed try
+                    for _attempt in range(20):  # the task's retries
+                        try:
+                            stream(config, role.dsn)
+                            break
+                        except (WalflowError, psycopg.OperationalError):
+                            time.sleep(1.0)
+            finally:
+                writer.stop()
+            assert cut == iterations, f"only {cut} of {iterations} batches were cut by the restart"
+            drain(config, role.dsn)
+            found, duplicates = check_topic(all_records(config), database)
+            check_lake(config, database, str(tmp_path / "lake"))
+        record(f"PostgreSQL restart -m {mode} ({cut} batches cut)", iterations, writer.written, found, duplicates)
 
 
 def test_two_runs_at_once(database: str, tmp_path: Path) -> None:
-    seed_table(database, 1000)
-    _raw, config = make_connector(database, **{"walflow.batch.max.events": 1_000_000})
-    writer = Writer(database, seed=3)
-    writer.start()
-    refused = 0
-    try:
-        for _ in range(ITERATIONS):
-            time.sleep(0.5)
-            outcomes: list[Any] = []
-            barrier = threading.Barrier(2)
+    """Two stream runs start together: one streams, the other is refused at once; nothing is consumed twice."""
+    with scenario("two stream runs at once", ITERATIONS):
+        seed_table(database, 1000)
+        with connector_role(database, "public.t") as role:
+            _raw, config = make_connector(role, **{"walflow.batch.max.events": 1_000_000})
+            writer = Writer(database, seed=3)
+            writer.start()
+            refused = 0
+            slowest_refusal = 0.0
+            try:
+                for _ in range(ITERATIONS):
+                    time.sleep(0.5)
+                    outcomes: list[Any] = []
+                    barrier = threading.Barrier(2)
 
-            def batch() -> None:
-                barrier.wait()
-                try:
-                    outcomes.append(stream(config, database))
-                except ConcurrentRunError as exc:
-                    outcomes.append(exc)
+                    def batch() -> None:
+                        barrier.wait()
+                        began = time.monotonic()
+                        try:
+                            outcomes.append(stream(config, role.dsn))
+                        except ConcurrentRunError as exc:
+                            outcomes.append((exc, time.monotonic() - began))
 
-            threads = [threading.Thread(target=batch) for _ in range(2)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout=120)
-            errors = [o for o in outcomes if isinstance(o, ConcurrentRunError)]
-            refused += len(errors)
-            assert len(outcomes) == 2 and len(errors) <= 1
-    finally:
-        writer.stop()
-    drain(config, database)
-    found, duplicates = check_topic(all_records(config), database)
-    assert duplicates == 0, "two runs at once must never consume the same changes twice"
-    check_lake(config, database, str(tmp_path / "lake"))
-    record(f"two stream runs at once ({refused} refused)", ITERATIONS, writer.written, found, duplicates)
+                    threads = [threading.Thread(target=batch) for _ in range(2)]
+                    for thread in threads:
+                        thread.start()
+                    for thread in threads:
+                        thread.join(timeout=120)
+                    errors = [o for o in outcomes if isinstance(o, tuple)]
+                    refused += len(errors)
+                    slowest_refusal = max([slowest_refusal, *(t for _e, t in errors)])
+                    assert len(outcomes) == 2 and len(errors) <= 1
+            finally:
+                writer.stop()
+            assert refused >= 1, "the two runs never overlapped: nothing shows that the second one is refused"
+            assert slowest_refusal < 10.0, f"a concurrent run took {slowest_refusal:.1f} s to be refused (must fail fast)"
+            drain(config, role.dsn)
+            found, duplicates = check_topic(all_records(config), database)
+            assert duplicates == 0, "two runs at once must never consume the same changes twice"
+            check_lake(config, database, str(tmp_path / "lake"))
+        record(f"two stream runs at once ({refused} refused)", ITERATIONS, writer.written, found, duplicates)
 
 
 def test_spark_apply_killed(database: str, tmp_path: Path) -> None:
-    seed_table(database, 2000)
-    _raw, config = make_connector(database)
-    warehouse = str(tmp_path / "lake")
-    writer = Writer(database, seed=4)
-    writer.start()
-    try:
-        for i in range(ITERATIONS):
-            time.sleep(0.5)
-            stream(config, database)
-            run_apply(config, warehouse, kill_after=random.Random(i).uniform(5.0, 14.0))
-    finally:
-        writer.stop()
-    drain(config, database)
-    found, duplicates = check_topic(all_records(config), database)
-    check_lake(config, database, warehouse)
-    record("Spark apply SIGKILL", ITERATIONS, writer.written, found, duplicates)
+    with scenario("Spark apply SIGKILL", ITERATIONS):
+        seed_table(database, 2000)
+        with connector_role(database, "public.t") as role:
+            _raw, config = make_connector(role)
+            warehouse = str(tmp_path / "lake")
+            writer = Writer(database, seed=4)
+            writer.start()
+            try:
+                for i in range(ITERATIONS):
+                    time.sleep(0.5)
+                    stream(config, role.dsn)
+                    run_apply(config, warehouse, kill_after=random.Random(i).uniform(5.0, 14.0))
+            finally:
+                writer.stop()
+            drain(config, role.dsn)
+            found, duplicates = check_topic(all_records(config), database)
+            check_lake(config, database, warehouse)
+        record("Spark apply SIGKILL", ITERATIONS, writer.written, found, duplicates)
 
 
 def test_broker_stopped_mid_batch(database: str, tmp_path: Path) -> None:
     """Last on purpose: the embedded broker keeps topics in memory, so its restart loses every topic."""
     from walflow.embedded import _ports, broker_down, broker_up
-    from tests.support import producer, read_topic
+    from tests.support import producer
 
-    seed_table(database, 1000)
-    _raw, config = make_connector(database, **{"walflow.kafka.flush.timeout.seconds": 5, "walflow.batch.max.events": 1_000_000})
-    warehouse = str(tmp_path / "lake")
-    writer = Writer(database, seed=5)
-    writer.start()
-    time.sleep(1.0)
-    stream(config, database)
-    result = run_apply(config, warehouse)
-    assert result is not None and result.returncode == 0, result.stderr[-2000:]
-    before_loss = all_records(config)  # what the broker acknowledged so far
-    checkpoint = confirmed(database, config.slot_name)
-    time.sleep(1.0)
-    errors: list[BaseException] = []
+    with scenario("broker stopped mid-batch", 1):
+        seed_table(database, 1000)
+        with connector_role(database, "public.t") as role:
+            raw, config = make_connector(role, **{"walflow.kafka.flush.timeout.seconds": 5, "walflow.batch.max.events": 1_000_000})
+            warehouse = str(tmp_path / "lake")
+            writer = Writer(database, seed=5)
+            writer.start()
+            time.sleep(1.0)
+            stream(config, role.dsn)
+            result = run_apply(config, warehouse)
+            assert result is not None and result.returncode == 0, result.stderr[-2000:]
+            before_loss = all_records(config)  # what the broker acknowledged so far
+            checkpoint = confirmed(database, config.slot_name)
+            time.sleep(1.0)
+            errors: list[BaseException] = []
 
-    def batch() -> None:
-        try:
-            stream(config, database)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
+            def batch() -> None:
+                try:
+                    stream(config, role.dsn)
+                except BaseException as exc:  # noqa: BLE001
+                    errors.append(exc)
 
-    thread = threading.Thread(target=batch)
-    thread.start()
-    broker_down()
-    thread.join(timeout=180)
-    writer.stop()
-    assert errors, "the batch succeeded although the broker was down"
-    assert confirmed(database, config.slot_name) == checkpoint, "the slot moved past changes Kafka never acknowledged"
-    broker_up(_ports()["kafka"])
-    drain(config, database)
-    after = all_records(config)
-    assert after and after[0].offset == 0
-    found, duplicates = check_topic(before_loss + after, database)
-    # the apply job must refuse the recreated topic instead of skipping what was lost
-    result = run_apply(config, warehouse)
-    assert result is not None and result.returncode != 0
-    output = result.stdout + result.stderr
-    assert "the topic was recreated or the broker lost its data" in output, [line for line in output.splitlines() if " INFO " not in line][-40:]
-    record(f"broker stopped mid-batch ({type(errors[0]).__name__}); lost topics detected", 1, writer.written, found, duplicates)
+            thread = threading.Thread(target=batch)
+            thread.start()
+            broker_down()
+            thread.join(timeout=180)
+            writer.stop()
+            assert errors, "the batch succeeded although the broker was down"
+            assert confirmed(database, config.slot_name) == checkpoint, "the slot moved past changes Kafka never acknowledged"
+            broker_up(_ports()["kafka"])
+            drain(config, role.dsn)
+            after = all_records(config)
+            assert after and after[0].offset == 0
+            found, duplicates = check_topic(before_loss + after, database)
+            # the apply job must refuse the recreated topic instead of skipping what was lost
+            result = run_apply(config, warehouse)
+            assert result is not None and result.returncode != 0
+            output = result.stdout + result.stderr
+            assert "the topic was recreated or the broker lost its data" in output, [line for line in output.splitlines() if " INFO " not in line][-40:]
+            # the recovery its message names: a new snapshot (setup with snapshot.mode=always) into a new namespace
+            again = parse_config({**raw, "snapshot.mode": "always", "walflow.lake.namespace": f"{config.topic_prefix}_again"})
+            ConnectorSetup(again, role.dsn, producer).run()
+            drain(again, role.dsn)
+            check_lake(again, database, warehouse)
+        record(f"broker stopped mid-batch ({type(errors[0]).__name__}); lost topics detected, re-snapshot equals the source",
+               1, writer.written, found, duplicates)
