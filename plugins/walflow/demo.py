@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import uuid
+from typing import Any
 
 import orjson
 import psycopg
@@ -202,25 +203,32 @@ def start_over_if_broker_lost() -> None:
         future.result()
 
 
+TOPICS = ["inventory.public.customers", "inventory.public.products", "inventory.public.orders", "inventory.transaction"]
+
+
+def _label(message: Any) -> str:
+    value = orjson.loads(message.value()) if message.value() is not None else None
+    payload = value["payload"] if value else None
+    return "tombstone" if payload is None else payload.get("op") or payload.get("status")
+
+
 def main() -> None:
     start_over_if_broker_lost()
     ensure_database()
     airflow_dag_test("inventory__setup")
+    held_before = {topic: len(msgs) for topic, msgs in read_all(TOPICS).items()}
     make_changes(random.Random())
     airflow_dag_test("inventory__stream")
-    topics = ["inventory.public.customers", "inventory.public.products", "inventory.public.orders", "inventory.transaction"]
-    records = read_all(topics)
-    print("\nrecords per topic (everything the broker holds):")
-    for topic in topics:
+    records = read_all(TOPICS)
+    print("\nrecords per topic: this stream run (and everything the broker holds):")
+    for topic in TOPICS:
         msgs = records[topic]
+        new = msgs[held_before.get(topic, 0):]
         ops: dict[str, int] = {}
-        for m in msgs:
-            value = orjson.loads(m.value()) if m.value() is not None else None
-            payload = value["payload"] if value else None
-            label = "tombstone" if payload is None else payload.get("op") or payload.get("status")
-            ops[label] = ops.get(label, 0) + 1
+        for m in new:
+            ops[_label(m)] = ops.get(_label(m), 0) + 1
         detail = ", ".join(f"{k}={v}" for k, v in sorted(ops.items()))
-        print(f"  {topic:32s} {len(msgs):5d}   ({detail})")
+        print(f"  {topic:32s} {len(new):5d} new ({detail})   {len(msgs):6d} held")
     print("\na sample of events (key → value payload):")
     for topic in ("inventory.public.customers", "inventory.public.orders"):
         for m in records[topic][-2:]:
@@ -235,26 +243,31 @@ def main() -> None:
     if first:
         schema = orjson.loads(first[0].value())["schema"]
         print(f"\nvalue schema of {first[0].topic()}: {schema['name']} with fields {[f['field'] for f in schema['fields']]}")
-    show_lake()
     from walflow.cli import render, status
 
     print("\n$ walflow status inventory")
     print(render(status("inventory", dsn=dsn("inventory"))))
+    if not show_lake():
+        raise SystemExit("the lake differs from the source: see the table above and the apply_to_lake task's log")
 
 
-def show_lake() -> None:
-    """Source and lake row counts side by side (the lake read with pyiceberg, independently of Spark)."""
+def show_lake() -> bool:
+    """Print source and lake row counts side by side (the lake read with pyiceberg, independently of Spark);
+    True when they are equal for every table."""
     from walflow.lake import read_hadoop_table
 
     warehouse = os.environ["WALFLOW_WAREHOUSE"]
     print(f"\nsource vs lake (Iceberg tables under {warehouse}):")
+    equal = True
     with psycopg.connect(dsn("inventory")) as conn:
         for table in ("customers", "products", "orders"):
             (source,) = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()  # type: ignore[misc]
             static = read_hadoop_table(warehouse, "inventory", f"public__{table}")
             lake = str(static.scan().to_arrow().num_rows) if static is not None else "-"
             mark = "equal" if lake == str(source) else "DIFFERENT"
+            equal = equal and lake == str(source)
             print(f"  inventory.public__{table:10s} source {source:5d}   lake {lake:>5s}   {mark}")
+    return equal
 
 
 if __name__ == "__main__":
