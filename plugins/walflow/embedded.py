@@ -81,7 +81,10 @@ def _pg_data_root() -> Path:
     """Where the cluster's files really live: under .walflow/, or beside it when running as root."""
     if os.geteuid() != 0:
         return PG_DIR
-    digest = hashlib.sha1(str(PROJECT).encode()).hexdigest()[:12]
+    # one cluster per state folder (WALFLOW_STATE_DIR gives a second, independent runtime); the default folder
+    # keeps the name derived from the project so that existing clusters are found again
+    owner = PROJECT if STATE == PROJECT / ".walflow" else STATE.resolve()
+    digest = hashlib.sha1(str(owner).encode()).hexdigest()[:12]
     return Path("/var/tmp") / f"walflow-pg-{digest}"
 
 
