@@ -1,4 +1,4 @@
-"""What the source catalog says about a captured table: nullability, primary key, types.
+"""What the source catalog says about a captured table: nullability, keys, types, defaults.
 
 pgoutput's Relation message names each column's type OID and modifier, but not whether it is NOT NULL,
 what the primary key is (its key flags follow the replica identity, which is every column under
@@ -8,12 +8,17 @@ so does this module, once per Relation message, on a connection of its own.
 
 from __future__ import annotations
 
+import logging
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 import psycopg
+from psycopg import sql
 
 from walflow.convert import ColumnType
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -24,10 +29,15 @@ class CatalogColumn:
     default_expr: str | None
     #: pg_attribute.atttypid (the domain itself for a domain column), as pgoutput's Relation reports it
     attr_type_oid: int
-    #: the default's text form when it is a constant, evaluated by the server under the session settings
+    #: the default's text form when it is a constant literal, cast by the server to the column's type
     default_text: str | None = None
-    #: true when the default is computed by a function (nextval, now(), CURRENT_TIMESTAMP ...)
+    #: true when the default is computed by an explicit function call (nextval(...), now(), CURRENT_TIMESTAMP(6) ...)
     default_is_function: bool = False
+    #: pg_attribute.atttypmod, as pgoutput's Relation reports it
+    attr_type_modifier: int = -1
+    attnum: int = 0
+    #: a generated column (pgoutput leaves those out of its Relation and tuples)
+    generated: bool = False
 
 
 @dataclass(frozen=True)
@@ -38,45 +48,167 @@ class CatalogTable:
     columns: dict[str, CatalogColumn]
     primary_key: tuple[str, ...]
     replica_identity: str
+    #: the event key: the primary key, else the replica identity index (USING INDEX), else the first unique
+    #: index (by name) whose columns are plain columns; empty when the table has none of them (null key)
+    key_columns: tuple[str, ...] = ()
+    #: every attribute in attnum order as (attnum, name), ``None`` as the name of a dropped one; generated
+    #: columns are left out (pgoutput never sends them). Used to recognise renamed columns mid-stream.
+    attributes: tuple[tuple[int, str | None], ...] = ()
+    #: looks up a type by OID and modifier (for Relation columns the catalog no longer describes)
+    types: TypeResolver | None = field(default=None, compare=False, repr=False)
 
 
 _COLUMNS_SQL = """
 SELECT a.attname,
+       a.attnum,
+       a.attisdropped,
+       a.attgenerated <> '',
        a.atttypid,
+       a.atttypmod,
+       a.attndims,
        a.attnotnull,
        pg_catalog.pg_get_expr(d.adbin, d.adrelid),
-       pg_catalog.format_type(a.atttypid, a.atttypmod),
-       -- a domain is represented as its base type, with the base type's modifier
-       CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END,
-       CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END,
-       bt.typname,
-       bt.typcategory,
-       CASE WHEN bt.typtype = 'e'
-            THEN ARRAY(SELECT e.enumlabel FROM pg_catalog.pg_enum e WHERE e.enumtypid = bt.oid ORDER BY e.enumsortorder)
-       END,
-       bt.typelem,
-       et.typname,
-       et.typcategory
+       pg_catalog.format_type(a.atttypid, a.atttypmod)
 FROM pg_catalog.pg_attribute a
-JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END
-LEFT JOIN pg_catalog.pg_type et ON et.oid = bt.typelem AND bt.typcategory = 'A'
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.attrelid = %s AND a.attnum > 0
 ORDER BY a.attnum
 """
 
-_TABLE_SQL = """
+_INDEX_COLUMNS = """
+ARRAY(SELECT a.attname
+      FROM pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+      ORDER BY k.ord)
+"""
+
+_TABLE_SQL = f"""
 SELECT n.nspname, c.relname, c.relreplident,
-       ARRAY(SELECT a.attname
-             FROM pg_catalog.pg_index i
-             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-             JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-             WHERE i.indrelid = c.oid AND i.indisprimary
-             ORDER BY k.ord)
+       (SELECT {_INDEX_COLUMNS} FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
+       (SELECT {_INDEX_COLUMNS} FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
+       (SELECT {_INDEX_COLUMNS}
+        FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND NOT i.indisprimary
+          AND i.indpred IS NULL AND i.indexprs IS NULL
+        ORDER BY ic.relname
+        LIMIT 1)
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = %s
 """
+
+_TYPES_SQL = """
+SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typbasetype, t.typtypmod, t.typelem,
+       CASE WHEN t.typtype = 'e'
+            THEN ARRAY(SELECT e.enumlabel FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
+       END,
+       pg_catalog.format_type(t.oid, NULL)
+FROM pg_catalog.pg_type t
+WHERE t.oid = ANY(%s)
+"""
+
+
+@dataclass(frozen=True)
+class _TypeRow:
+    oid: int
+    typname: str
+    typtype: str
+    category: str
+    basetype: int
+    typtypmod: int
+    elem: int
+    enum_values: tuple[str, ...]
+    display: str
+
+
+class TypeResolver:
+    """Type metadata by OID from ``pg_type``, cached per OID: base type of (nested) domains, enum labels, arrays.
+
+    Relation messages name a column's type only by OID; this turns an OID and modifier into the
+    :class:`ColumnType` its converter needs, whether or not the column still exists in the catalog.
+    """
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self._conn = conn
+        self._rows: dict[int, _TypeRow | None] = {}
+        self._names: dict[tuple[int, int], str] = {}
+
+    def clear(self) -> None:
+        """Forget every cached type (enum labels can change with ``ALTER TYPE ... ADD VALUE``)."""
+        self._rows.clear()
+        self._names.clear()
+
+    def load(self, oids: Iterable[int]) -> None:
+        """Fetch the given types, and every base and element type they refer to, in as few queries as possible."""
+        wanted = {o for o in oids if o and o not in self._rows}
+        while wanted:
+            with self._conn.cursor() as cur:
+                cur.execute(_TYPES_SQL, (list(wanted),))
+                found = cur.fetchall()
+            for oid in wanted:
+                self._rows[oid] = None
+            refer: set[int] = set()
+            for oid, typname, typtype, category, basetype, typtypmod, elem, enum_values, display in found:
+                self._rows[oid] = _TypeRow(
+                    oid, typname, typtype, category, basetype, typtypmod, elem, tuple(enum_values or ()), display
+                )
+                refer.update(o for o in (basetype, elem) if o)
+            wanted = {o for o in refer if o not in self._rows}
+
+    def resolve(self, oid: int, modifier: int = -1, ndims: int = 1, name: str | None = None) -> ColumnType:
+        """The :class:`ColumnType` of a column of type ``oid``; a bare one when the type no longer exists.
+
+        A domain is represented as its base type, found through any number of domain levels. Its length or
+        scale is the column's own domain's: the reference says a domain over another domain does not inherit
+        the inner domain's length or scale (its ``typtypmod`` is -1).
+        """
+        self.load((oid,))
+        row = self._rows.get(oid)
+        if row is None:
+            return ColumnType(oid=oid, modifier=modifier, name=name or "")
+        display = name or self._format(oid, modifier, row)
+        if row.typtype == "d":
+            modifier = row.typtypmod
+            base = row
+            for _ in range(64):  # a domain chain is finite; the bound only guards a corrupt catalog
+                if base.typtype != "d":
+                    break
+                self.load((base.basetype,))
+                nxt = self._rows.get(base.basetype)
+                if nxt is None:
+                    return ColumnType(oid=oid, modifier=modifier, name=display)
+                base = nxt
+            row = base
+        element = None
+        if row.category == "A" and row.elem:
+            # an array column's modifier (numeric(10,2)[]) is its elements' modifier
+            element = self.resolve(row.elem, modifier)
+        return ColumnType(
+            oid=row.oid,
+            modifier=modifier,
+            name=display,
+            base_name=row.typname,
+            category=row.category,
+            enum_values=row.enum_values,
+            element=element,
+            ndims=max(1, ndims),
+        )
+
+    def type_name(self, oid: int, modifier: int = -1) -> str | None:
+        """SQL name of a type with its modifier (``numeric(5,2)``), quoted by the server; ``None`` if unknown."""
+        self.load((oid,))
+        row = self._rows.get(oid)
+        return None if row is None else self._format(oid, modifier, row)
+
+    def _format(self, oid: int, modifier: int, row: _TypeRow) -> str:
+        if modifier < 0:
+            return row.display
+        key = (oid, modifier)
+        if key not in self._names:
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT pg_catalog.format_type(%s, %s)", (oid, modifier))
+                found = cur.fetchone()
+            self._names[key] = found[0] if found and found[0] else row.display
+        return self._names[key]
 
 
 class Catalog:
@@ -88,9 +220,12 @@ class Catalog:
     def __init__(self, conn: psycopg.Connection) -> None:
         self._conn = conn
         self._cache: dict[int, CatalogTable | None] = {}
+        self.types = TypeResolver(conn)
 
     def forget(self, oid: int) -> None:
         self._cache.pop(oid, None)
+        # a new Relation message may follow a type change too (enum labels added): read types afresh
+        self.types.clear()
 
     def table(self, oid: int) -> CatalogTable | None:
         """Return the table's definition, or ``None`` when it no longer exists (dropped since)."""
@@ -102,75 +237,99 @@ class Catalog:
             if row is None:
                 self._cache[oid] = None
                 return None
-            schema, name, replident, pk = row
+            schema, name, replident, pk, identity_index, unique_index = row
             cur.execute(_COLUMNS_SQL, (oid,))
-            columns = {}
-            for (
+            attrs = cur.fetchall()
+        self.types.load(a[4] for a in attrs if not a[2])
+        columns: dict[str, CatalogColumn] = {}
+        attributes: list[tuple[int, str | None]] = []
+        for attname, attnum, dropped, generated, typoid, typmod, ndims, notnull, default_expr, formatted in attrs:
+            if dropped:
+                attributes.append((attnum, None))
+                continue
+            if not generated:
+                attributes.append((attnum, attname))
+            column = CatalogColumn(
                 attname,
-                attr_type_oid,
                 notnull,
+                self.types.resolve(typoid, typmod, ndims, formatted),
                 default_expr,
-                formatted,
-                type_oid,
-                typmod,
-                typname,
-                category,
-                enum_values,
-                _elem_oid,
-                elem_name,
-                elem_category,
-            ) in cur.fetchall():
-                element = None
-                if category == "A" and _elem_oid:
-                    # an array column's modifier (numeric(10,2)[]) is its elements' modifier
-                    element = ColumnType(
-                        oid=_elem_oid, modifier=typmod, name=elem_name or "", base_name=elem_name or "", category=elem_category or ""
-                    )
-                columns[attname] = CatalogColumn(
-                    attname,
-                    notnull,
-                    ColumnType(
-                        oid=type_oid,
-                        modifier=typmod,
-                        name=formatted,
-                        base_name=typname,
-                        category=category,
-                        enum_values=tuple(enum_values or ()),
-                        element=element,
-                    ),
-                    default_expr,
-                    attr_type_oid,
-                )
-            for colname, column in list(columns.items()):
-                if column.default_expr is None:
-                    continue
-                if _is_function_default(column.default_expr):
-                    columns[colname] = replace(column, default_is_function=True)
-                    continue
-                try:
-                    # A constant expression from the catalog, not user input: evaluating it is side-effect free,
-                    # and its text form is exactly what pgoutput would send for the same value.
-                    cur.execute(f"SELECT ({column.default_expr})::text")  # type: ignore[arg-type]
-                    row = cur.fetchone()
-                    columns[colname] = replace(column, default_text=row[0] if row else None)
-                except psycopg.Error:
-                    if not self._conn.autocommit:
-                        self._conn.rollback()
-        table = CatalogTable(oid, schema, name, columns, tuple(pk or ()), replident)
+                typoid,
+                attr_type_modifier=typmod,
+                attnum=attnum,
+                generated=generated,
+            )
+            if default_expr is not None and not generated:
+                column = self._with_default(column)
+            columns[attname] = column
+        if pk:
+            key: tuple[str, ...] = tuple(pk)
+        elif replident == "i" and identity_index:
+            key = tuple(identity_index)
+        else:
+            key = tuple(unique_index or ())
+        table = CatalogTable(
+            oid, schema, name, columns, tuple(pk or ()), replident, key, tuple(attributes), self.types
+        )
         self._cache[oid] = table
         return table
+
+    def _with_default(self, column: CatalogColumn) -> CatalogColumn:
+        """Classify a column default and, for a constant literal, get its text form from the server.
+
+        Only a single literal (a quoted string, a number or a boolean, with any casts) is ever evaluated, and
+        then as ``CAST(<literal as a parameter> AS <the column's base type>)``: the catalog's expression text is
+        never executed, so an operator or function with side effects in a default cannot run here.
+        """
+        expr = column.default_expr or ""
+        if is_function_default(expr):
+            return replace(column, default_is_function=True)
+        literal = literal_default(expr)
+        if literal is None:
+            return column
+        # cast to the base type: a domain's CHECK constraints (possibly user functions) are not evaluated
+        target = self.types.type_name(column.type.oid, column.type.modifier)
+        if target is None:
+            return column
+        try:
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                cur.execute(sql.SQL("SELECT CAST(CAST(%s AS text) AS {})::text").format(sql.SQL(target)), (literal,))
+                found = cur.fetchone()
+        except psycopg.Error as exc:
+            log.debug("default %r of column %s is not a constant of its type: %s", expr, column.name, exc)
+            return column
+        return replace(column, default_text=found[0] if found else None)
 
 
 _QUOTED = re.compile(r"'(?:[^']|'')*'")
 _CASTS = re.compile(r"::\s*[\w\s.\"\[\]]+?(?:\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?=$|[\s),:])")
 _FUNCTION_CALL = re.compile(r"[A-Za-z_][\w.\"]*\s*\(")
-_SQL_VALUE_FUNCTIONS = re.compile(
-    r"\b(CURRENT_DATE|CURRENT_TIME|CURRENT_TIMESTAMP|LOCALTIME|LOCALTIMESTAMP|CURRENT_USER|SESSION_USER|USER|CURRENT_ROLE|CURRENT_CATALOG|CURRENT_SCHEMA)\b",
+#: one cast as pg_get_expr prints it: '::' and a type name, optionally with modifiers and array brackets
+_CAST = r"\s*::\s*(?:[A-Za-z_][\w$]*|\"(?:[^\"]|\"\")+\")(?:\s*\.\s*(?:[A-Za-z_][\w$]*|\"(?:[^\"]|\"\")+\"))?(?:\s+[A-Za-z_]+)*(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?:\s+[A-Za-z_]+)*(?:\s*\[\d*\])*"
+_LITERAL_DEFAULT = re.compile(
+    r"^\s*\(*\s*(?:'(?P<string>(?:[^']|'')*)'|(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)|(?P<bool>true|false))"
+    rf"(?:\s*\)*(?:{_CAST}))*\s*\)*\s*$",
     re.IGNORECASE,
 )
 
 
-def _is_function_default(expr: str) -> bool:
-    """True when a column default is computed (nextval, now(), CURRENT_TIMESTAMP, ...) rather than a literal."""
+def is_function_default(expr: str) -> bool:
+    """True when a column default calls a function explicitly (``nextval(...)``, ``now()``, ``CURRENT_TIMESTAMP(6)``).
+
+    As the reference says, only explicit function calls count: ``CURRENT_TIMESTAMP`` without parentheses is
+    neither a literal nor a function call, and gets no default in the schema.
+    """
     bare = _CASTS.sub("", _QUOTED.sub("''", expr))
-    return bool(_FUNCTION_CALL.search(bare) or _SQL_VALUE_FUNCTIONS.search(bare))
+    return bool(_FUNCTION_CALL.search(bare))
+
+
+def literal_default(expr: str) -> str | None:
+    """The literal of a constant default (``'abc'::text`` → ``abc``, ``42``, ``true``), else ``None``."""
+    match = _LITERAL_DEFAULT.match(expr)
+    if match is None:
+        return None
+    if match.group("string") is not None:
+        return match.group("string").replace("''", "'")
+    if match.group("number") is not None:
+        return match.group("number")
+    return match.group("bool").lower()

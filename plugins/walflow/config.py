@@ -39,10 +39,15 @@ UNSUPPORTED_KEYS = {
     "converters": "custom converters are Java classes",
 }
 
-#: Older Debezium names accepted as aliases of the newer ones.
+#: Other Debezium names of the same setting (older, or in the case of ``unavailable.value.placeholder`` newer),
+#: accepted as aliases of the key walflow stores.
 ALIASES = {
     "database.server.name": "topic.prefix",
+    "unavailable.value.placeholder": "toasted.value.placeholder",
 }
+
+#: Debezium 1.x's ``truncate.handling.mode`` (``skip`` | ``include``), folded into ``skipped.operations``.
+TRUNCATE_HANDLING_MODE = "truncate.handling.mode"
 
 _TOPIC_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SLOT_NAME_RE = re.compile(r"^[a-z0-9_]{1,63}$")
@@ -368,6 +373,8 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     mask: dict[int, list[str]] = {}
     mask_hash: dict[tuple[str, str], list[str]] = {}
     overrides: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # canonical key -> the spelling the file used
+    truncate_mode: str | None = None
     for key, value in raw.items():
         if not isinstance(key, str):
             problems.append(f"  key {key!r} is not a string")
@@ -398,16 +405,29 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
             except (TypeError, ValueError) as exc:
                 problems.append(f"  '{key}' = {value!r}: {exc}")
             continue
-        canonical = ALIASES.get(key, key)
-        if canonical in data and canonical != key:
-            problems.append(f"  '{key}' is an alias of '{canonical}', which is also set; keep only '{canonical}'")
+        if key == TRUNCATE_HANDLING_MODE:
+            if value not in ("skip", "include"):
+                problems.append(f"  '{key}' = {value!r}: allowed values are 'skip' and 'include'")
+            else:
+                truncate_mode = value
             continue
+        canonical = ALIASES.get(key, key)
+        if canonical in data:
+            problems.append(
+                f"  '{key}' and '{spelled[canonical]}' name the same setting ('{canonical}'); keep only one of them"
+            )
+            continue
+        spelled[canonical] = key
         if canonical not in KNOWN_KEYS:
             close = [k for k in sorted(KNOWN_KEYS) if k.split(".")[-1] == key.split(".")[-1]][:3]
             hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
             problems.append(f"  '{key}' is not a known key{hint}")
             continue
         data[canonical] = value
+    if truncate_mode is not None:
+        problem = _fold_truncate_mode(truncate_mode, data)
+        if problem:
+            problems.append(problem)
     if problems:
         raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
     data["__column_truncate"] = truncate
@@ -418,6 +438,28 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
         return ConnectorConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc, data, source)) from None
+
+
+def _fold_truncate_mode(mode: str, data: dict[str, Any]) -> str | None:
+    """Apply Debezium 1.x's ``truncate.handling.mode`` to ``skipped.operations``; return a problem, if any.
+
+    ``include`` means truncate events are emitted (``t`` not skipped), ``skip`` that they are not. With
+    ``skipped.operations`` also set, the two must agree.
+    """
+    if "skipped.operations" not in data:
+        data["skipped.operations"] = "t" if mode == "skip" else "none"
+        return None
+    try:
+        ops = _split_list(data["skipped.operations"])
+    except TypeError:
+        return None  # the field validator reports the wrong type
+    skips_truncate = "t" in ops
+    if skips_truncate != (mode == "skip"):
+        return (
+            f"  '{TRUNCATE_HANDLING_MODE}' = {mode!r} contradicts 'skipped.operations' = {data['skipped.operations']!r}; "
+            "set only 'skipped.operations' (add or leave out 't')"
+        )
+    return None
 
 
 def load_config(path: str | os.PathLike[str]) -> ConnectorConfig:

@@ -57,6 +57,8 @@ class ColumnType:
     category: str = ""  # pg_type.typcategory
     enum_values: tuple[str, ...] = ()
     element: ColumnType | None = None  # element type of an array
+    #: declared dimensions of an array column (pg_attribute.attndims; 0 or 1 for one dimension)
+    ndims: int = 1
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def _civil_to_days(year: int, month: int, day: int) -> int:
         return date(year, month, day).toordinal() - _EPOCH_ORDINAL
     # Howard Hinnant's days_from_civil, valid for all years.
     y = year - (month <= 2)
-    era = (y if y >= 0 else y - 399) // 400
+    era = y // 400  # floor division: Python needs no adjustment for negative years
     yoe = y - era * 400
     mp = (month + 9) % 12
     doy = (153 * mp + 2) // 5 + day - 1
@@ -134,7 +136,9 @@ def _time_micros(text: str) -> int:
     return ((int(hh) * 60 + int(mm)) * 60 + int(ss)) * 1_000_000 + micros
 
 
-# Debezium's fixed values for 'infinity'/'-infinity' timestamps (Long.MAX_VALUE / Long.MIN_VALUE).
+# The reference's fixed values for 'infinity'/'-infinity' timestamps (PostgreSQL's JDBC driver's
+# PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY). They are the same number in every mode and
+# precision: a millisecond field carries them unscaled, never divided by 1000.
 _TS_POS_INF = 9223372036825200000
 _TS_NEG_INF = -9223372036832400000
 
@@ -159,6 +163,20 @@ def _timestamp_micros(text: str) -> int:
         time_part = time_part[:-3]
         day_part += " BC"
     return _days(day_part) * 86_400_000_000 + _time_micros(time_part)
+
+
+def _timestamp_millis(text: str) -> int:
+    """Milliseconds since the epoch (``Timestamp``, connect mode); infinities keep the fixed values."""
+    try:
+        delta = datetime.fromisoformat(text) - _NAIVE_EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000 + delta.microseconds // 1_000
+    except ValueError:
+        pass
+    if text == "infinity":
+        return _TS_POS_INF
+    if text == "-infinity":
+        return _TS_NEG_INF
+    return _timestamp_micros(text) // 1000
 
 
 def _split_offset(text: str) -> tuple[str, int]:
@@ -192,7 +210,7 @@ def _format_zoned_micros(micros: int) -> str:
 
 def _days_to_civil(days: int) -> tuple[int, int, int]:
     z = days + 719468
-    era = (z if z >= 0 else z - 146096) // 146097
+    era = z // 146097
     doe = z - era * 146097
     yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
     y = yoe + era * 400
@@ -295,11 +313,13 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
             # PostgreSQL prints numeric(p, s) with exactly s fraction digits, so the unscaled value is the
             # digits without the point; anything else (NaN, negative scales) takes the Decimal path.
             head, dot, frac = text.partition(".")
-            if len(frac) == _scale and (dot or _scale == 0) and text != "NaN":
+            if len(frac) == _scale and (dot or _scale == 0) and text not in _SPECIAL_DECIMAL_NAMES:
                 unscaled = int(head + frac)
             else:
-                if text == "NaN":
-                    return None  # precise mode cannot carry NaN; Debezium emits null
+                if text in _SPECIAL_DECIMAL_NAMES:
+                    # precise mode cannot carry NaN (nor ±Infinity, which only unconstrained numeric can hold
+                    # since PostgreSQL 14): Debezium emits null
+                    return None
                 with localcontext() as ctx:
                     ctx.prec = 1000  # numeric allows 131072 digits before the point; never round here
                     unscaled = int(Decimal(text).quantize(_exp).scaleb(_scale))
@@ -309,7 +329,7 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
         return _schema("bytes", "org.apache.kafka.connect.data.Decimal", params, 1), fixed, "decimal"
 
     def variable(text: str) -> dict[str, Any] | None:
-        if text in ("NaN", "Infinity", "-Infinity"):
+        if text in _SPECIAL_DECIMAL_NAMES:
             return None
         # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale. Working
         # on the text keeps every digit (Decimal arithmetic would round at its context precision).
@@ -359,13 +379,9 @@ def _temporal_converter(
         return _schema("int64", "io.debezium.time.MicroTime", None, 1), _time_micros, "time_us"
     if oid == TIMESTAMP:
         if mode == "connect":
-            return (
-                _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1),
-                lambda t: _timestamp_micros(t) // 1000,
-                "timestamp_ms",
-            )
+            return _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1), _timestamp_millis, "timestamp_ms"
         if precision <= 3:
-            return _schema("int64", "io.debezium.time.Timestamp", None, 1), lambda t: _timestamp_micros(t) // 1000, "timestamp_ms"
+            return _schema("int64", "io.debezium.time.Timestamp", None, 1), _timestamp_millis, "timestamp_ms"
         return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), _timestamp_micros, "timestamp_us"
     if oid == TIMESTAMPTZ:
         return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), _zoned_timestamp, "timestamptz"
@@ -411,7 +427,7 @@ def build_converter(column_type: ColumnType, settings: ConverterSettings) -> Col
     """
     oid = column_type.oid
     if column_type.category == "A" and column_type.element is not None:
-        return _array_converter(column_type.element, settings)
+        return _array_converter(column_type.element, settings, column_type.ndims)
     special = _special_converter(column_type, settings)
     if special is not None:
         return special
@@ -650,8 +666,11 @@ def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
 
 
 # -- arrays ----------------------------------------------------------------------------------------
-def parse_array(text: str) -> list[str | None]:
-    """Split a one-dimensional PostgreSQL array literal ('{1,NULL,"a b"}') into element texts."""
+def parse_array(text: str) -> list[Any]:
+    """Split a PostgreSQL array literal (``{1,NULL,"a b"}``) into element texts (``None`` for NULL).
+
+    A multi-dimensional literal (``{{1,2},{3,4}}``) gives nested lists, one level per dimension.
+    """
     if text.startswith("["):  # explicit bounds: '[0:1]={a,b}'
         text = text[text.index("=") + 1 :]
     if not (text.startswith("{") and text.endswith("}")):
@@ -659,9 +678,21 @@ def parse_array(text: str) -> list[str | None]:
     body = text[1:-1]
     if not body:
         return []
-    if body.startswith("{"):
-        raise ValueError("multi-dimensional arrays are not supported")
-    items: list[str | None] = []
+    try:
+        if body.startswith("{"):
+            # an unquoted element never starts with a brace: this is a sub-array, so the array has 2+ dimensions
+            nested, end = _parse_nested(text, 0)
+            if end != len(text):
+                raise ValueError(f"not an array literal: {text[:50]!r}")
+            return nested
+        return _parse_flat(body)
+    except IndexError:
+        raise ValueError(f"unterminated array literal: {text[:50]!r}") from None
+
+
+def _parse_flat(body: str) -> list[Any]:
+    """The elements of a one-dimensional array literal's body (between its braces)."""
+    items: list[Any] = []
     i, n = 0, len(body)
     while i <= n:
         if i < n and body[i] == '"':
@@ -684,17 +715,116 @@ def parse_array(text: str) -> list[str | None]:
     return items
 
 
-def _array_converter(element: ColumnType, settings: ConverterSettings) -> ColumnConverter | None:
+def _parse_nested(text: str, pos: int) -> tuple[list[Any], int]:
+    """Parse the sub-array starting at ``text[pos] == '{'``; return it and the position after its ``}``."""
+    items: list[Any] = []
+    pos += 1
+    if text[pos] == "}":
+        return items, pos + 1
+    while True:
+        ch = text[pos]
+        if ch == "{":
+            sub, pos = _parse_nested(text, pos)
+            items.append(sub)
+        elif ch == '"':
+            pos += 1
+            out = []
+            while text[pos] != '"':
+                if text[pos] == "\\":
+                    pos += 1
+                out.append(text[pos])
+                pos += 1
+            items.append("".join(out))
+            pos += 1
+        else:
+            comma, close = text.find(",", pos), text.find("}", pos)
+            end = close if comma < 0 or close < comma else comma
+            if end < 0:
+                raise ValueError(f"unterminated array literal: {text[:50]!r}")
+            token = text[pos:end]
+            items.append(None if token == "NULL" else token)
+            pos = end
+        if text[pos] == ",":
+            pos += 1
+        elif text[pos] == "}":
+            return items, pos + 1
+        else:
+            raise ValueError(f"malformed array literal near position {pos}: {text[:50]!r}")
+
+
+def _value_depth(items: list[Any]) -> int:
+    depth = 1
+    while items and items[0].__class__ is list:
+        items = items[0]
+        depth += 1
+    return depth
+
+
+def _flatten_outer(items: list[Any], levels: int) -> list[Any]:
+    """Merge the ``levels`` outermost dimensions into one (row-major order)."""
+    for _ in range(levels):
+        items = [sub for part in items for sub in part]
+    return items
+
+
+def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: int = 1) -> ColumnConverter | None:
+    """Kafka Connect ARRAY of the element's schema, nested once per declared dimension.
+
+    PostgreSQL records a column's declared dimensions (``int[][]``) but does not enforce them, so a value can
+    have more or fewer dimensions than its column declares. The schema must not change from row to row:
+    such a value is reshaped to the declared depth (extra outer dimensions merged in row-major order, missing
+    ones added as single-element levels) and a warning names the column type once per relation definition.
+    """
     inner = build_converter(element, settings)
     if inner is None:
         return None
     item_convert = inner.convert
-    items_schema = {**inner.schema, "optional": True}
+    depth = max(1, ndims)
+    schema: dict[str, Any] = {**inner.schema, "optional": True}
+    for _ in range(depth):
+        schema = {"type": "array", "items": schema, "optional": True}
+    warned: list[bool] = []
 
-    def convert(text: str) -> list[Any]:
-        return [None if item is None else item_convert(item) for item in parse_array(text)]
+    def leaves(items: list[Any], level: int) -> list[Any]:
+        if level == 1:
+            return [None if item is None else item_convert(item) for item in items]
+        return [None if sub is None else leaves(sub, level - 1) for sub in items]
 
-    return ColumnConverter({"type": "array", "items": items_schema, "optional": True}, convert, semantic="array")
+    def reshape(items: list[Any]) -> list[Any]:
+        found = _value_depth(items)
+        if items and found != depth:
+            if not warned:
+                warned.append(True)
+                log.warning(
+                    "an array of %s has %d dimension(s) where its column declares %d; walflow reshapes such values "
+                    "to the declared depth (declare the column with the dimensions it holds, e.g. %s%s)",
+                    element.name or element.base_name or element.oid,
+                    found,
+                    depth,
+                    element.name or element.base_name,
+                    "[]" * found,
+                )
+            if found > depth:
+                items = _flatten_outer(items, found - depth)
+            else:
+                for _ in range(depth - found):
+                    items = [items]
+        return leaves(items, depth)
+
+    if depth == 1:
+
+        def convert(text: str) -> list[Any]:
+            items = parse_array(text)
+            if items and items[0].__class__ is list:
+                return reshape(items)
+            return [None if item is None else item_convert(item) for item in items]
+
+    else:
+
+        def convert(text: str) -> list[Any]:
+            return reshape(parse_array(text))
+
+    return ColumnConverter(schema, convert, semantic="array")
 
 
 def _special_converter(column_type: ColumnType, settings: ConverterSettings) -> ColumnConverter | None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
-from walflow.catalog import CatalogTable
+from walflow.catalog import CatalogColumn, CatalogTable, TypeResolver
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
 from walflow.errors import ConfigError, ConversionError
@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 DEBEZIUM_VERSION = "2.5.4.Final"
 
 _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
-_AVRO_INVALID = re.compile(r"[^A-Za-z0-9_]")
+_AVRO_FIRST_INVALID = re.compile(r"[^A-Za-z_]")
+_AVRO_REST_INVALID = re.compile(r"[^A-Za-z0-9_.]")
 
 
 def topic_name(*parts: str, delimiter: str = ".") -> str:
@@ -40,16 +41,20 @@ def topic_name(*parts: str, delimiter: str = ".") -> str:
     return _TOPIC_INVALID.sub("_", delimiter.join(parts))
 
 
-def avro_name(part: str) -> str:
-    """One component of an Avro full name: invalid characters to ``_``, no leading digit."""
-    cleaned = _AVRO_INVALID.sub("_", part)
-    if cleaned and cleaned[0].isdigit():
-        cleaned = "_" + cleaned
-    return cleaned
+def avro_name(name: str) -> str:
+    """An Avro full name as Debezium's schema name adjuster makes it.
+
+    The first character of the whole name must be a letter or ``_``; every other character a letter, digit,
+    ``_`` or ``.``. Each invalid character is replaced by ``_`` (never prefixed), so ``1db.public.t.Value``
+    becomes ``_db.public.t.Value`` while ``db.1schema.t.Value`` stays as it is.
+    """
+    if not name:
+        return name
+    return _AVRO_FIRST_INVALID.sub("_", name[0]) + _AVRO_REST_INVALID.sub("_", name[1:])
 
 
 def schema_full_name(*parts: str) -> str:
-    return ".".join(avro_name(p) for p in parts)
+    return avro_name(".".join(parts))
 
 
 SOURCE_SCHEMA: dict[str, Any] = {
@@ -285,7 +290,14 @@ class TableSchema:
         columns: Sequence[ColumnSpec],
         key_columns: Sequence[str],
         rules: ColumnRules | None = None,
+        old_tuple_columns: Collection[str] | None = None,
     ) -> None:
+        """Build the per-column converters and the serialised key and envelope schemas, once per definition.
+
+        :param key_columns: the event key's columns (primary key, or unique key; empty for a null key).
+        :param old_tuple_columns: the columns PostgreSQL writes into old tuples (the replica identity's),
+            or ``None`` when every column is there (REPLICA IDENTITY FULL) or there are no old tuples (snapshots).
+        """
         self.schema = schema
         self.table = table
         self.data_collection = f"{schema}.{table}"
@@ -338,6 +350,15 @@ class TableSchema:
         by_name = {f.name: f for f in fields}
         self.key_fields = [by_name[rules.field_name(k)] for k in key_names]
         self.has_key = bool(self.key_fields)
+        self._key_names = [f.name for f in self.key_fields]
+        not_null = {c.name for c in columns if c.not_null}
+        # Key columns that are not part of the replica identity are absent (NULL) from old tuples: under
+        # REPLICA IDENTITY USING INDEX on an index without the primary key, or with message.key.columns.
+        absent = [] if old_tuple_columns is None else [k for k in key_names if k not in old_tuple_columns]
+        #: key fields an old tuple does not carry
+        self.key_fields_not_in_old = [rules.field_name(k) for k in absent]
+        # ... of which NOT NULL ones: there a null can only mean "not in this tuple", never a real value
+        self._key_absent_if_null = [rules.field_name(k) for k in absent if k in not_null]
         self.value_schema_name = schema_full_name(config.topic_prefix, schema, table, "Value")
         self.key_schema_name = schema_full_name(config.topic_prefix, schema, table, "Key")
         value_struct = {
@@ -349,7 +370,8 @@ class TableSchema:
         self.value_struct_schema = value_struct
         self.key_struct_schema = {
             "type": "struct",
-            "fields": [{**f.converter.schema, "optional": False} for f in self.key_fields],
+            # a key field is optional only when its column is nullable (a unique key or message.key.columns)
+            "fields": [f.converter.schema for f in self.key_fields],
             "optional": False,
             "name": self.key_schema_name,
         }
@@ -380,25 +402,47 @@ class TableSchema:
         relation: Relation,
         catalog_table: CatalogTable | None,
         rules: ColumnRules | None = None,
+        types: TypeResolver | None = None,
     ) -> TableSchema:
-        names = [c.name for c in relation.columns]
+        """The schema of a table as a Relation message describes it, completed from the catalog.
+
+        The catalog is read now, the Relation message was written then: a column renamed or retyped since is
+        matched to its catalog attribute where that is unambiguous (see :func:`match_columns`), and its type
+        is looked up by the OID the Relation message gives, so enums, arrays, domains and extension types
+        keep their representation and a NOT NULL column stays required.
+        """
+        types = types or (catalog_table.types if catalog_table is not None else None)
+        matched = match_columns(relation, catalog_table) if catalog_table is not None else [None] * len(relation.columns)
         specs: list[ColumnSpec] = []
-        for column in relation.columns:
-            info = catalog_table.columns.get(column.name) if catalog_table else None
-            # A column the catalog no longer knows with this type was dropped, renamed or retyped since this
-            # change was written: describe it from the Relation message alone, which is what the WAL holds.
-            if info is not None and info.attr_type_oid == column.type_oid:
+        for column, info in zip(relation.columns, matched):
+            if info is not None and info.attr_type_oid == column.type_oid and info.attr_type_modifier == column.type_modifier:
                 specs.append(ColumnSpec(column.name, info.type, info.not_null, info.default_text, info.default_is_function))
+                continue
+            if types is not None:
+                ctype = types.resolve(column.type_oid, column.type_modifier)
             else:
-                specs.append(ColumnSpec(column.name, ColumnType(oid=column.type_oid, modifier=column.type_modifier)))
-        if catalog_table is not None and catalog_table.primary_key and all(k in names for k in catalog_table.primary_key):
-            keys = list(catalog_table.primary_key)
-        elif relation.replica_identity == "f" or catalog_table is not None:
-            # FULL marks every column as a key in pgoutput; without a primary key the event key is null.
-            keys = []
-        else:
+                ctype = ColumnType(oid=column.type_oid, modifier=column.type_modifier)
+            # NOT NULL survives a type change; a default evaluated for another type does not apply
+            # without a catalog, identity columns (primary key or identity index) are known to be NOT NULL
+            not_null = info.not_null if info is not None else (
+                catalog_table is None and column.is_key and relation.replica_identity in ("d", "i")
+            )
+            specs.append(ColumnSpec(column.name, ctype, not_null))
+        keys: list[str] = []
+        if catalog_table is not None:
+            current = {info.name: column.name for column, info in zip(relation.columns, matched) if info is not None}
+            if catalog_table.key_columns and all(k in current for k in catalog_table.key_columns):
+                keys = [current[k] for k in catalog_table.key_columns]
+        elif relation.replica_identity in ("d", "i"):
+            # no catalog (table dropped since): the replica identity is the primary key or the identity index
             keys = [c.name for c in relation.columns if c.is_key]
-        return cls(config, filters, serializer, relation.namespace, relation.name, specs, keys, rules)
+        if relation.replica_identity == "f":
+            old_columns: list[str] | None = None
+        else:
+            old_columns = [c.name for c in relation.columns if c.is_key]
+        return cls(
+            config, filters, serializer, relation.namespace, relation.name, specs, keys, rules, old_tuple_columns=old_columns
+        )
 
     @classmethod
     def from_catalog(
@@ -413,7 +457,7 @@ class TableSchema:
         specs = [
             ColumnSpec(c.name, c.type, c.not_null, c.default_text, c.default_is_function) for c in table.columns.values()
         ]
-        return cls(config, filters, serializer, table.schema, table.name, specs, list(table.primary_key), rules)
+        return cls(config, filters, serializer, table.schema, table.name, specs, list(table.key_columns), rules)
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:
@@ -440,8 +484,71 @@ class TableSchema:
                     )
         return ConversionError(f"table {self.data_collection}: cannot convert a row ({exc})")
 
-    def key(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {spec.name: row[spec.name] for spec in self.key_fields}
+    def key(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The event key of a row; ``None`` for a row from an old tuple that lacks a NOT NULL key column.
+
+        An old tuple (``before`` of an update or delete) holds only the replica identity's columns; when the
+        key has a NOT NULL column outside it, that row cannot say which key it had. ``None`` then keeps such
+        a row from passing for a key change (a false delete + tombstone + create) or a tombstone with nulls.
+        """
+        key = {name: row[name] for name in self._key_names}
+        if self._key_absent_if_null:
+            for name in self._key_absent_if_null:
+                if key[name] is None:
+                    return None
+        return key
+
+    def old_key(self, before: dict[str, Any], new_key: dict[str, Any]) -> dict[str, Any]:
+        """The key an update's old tuple identifies, for comparing with the new key.
+
+        Key values the old tuple does not carry (columns outside the replica identity) count as unchanged:
+        they are taken from ``new_key``, so only a change PostgreSQL actually reports becomes a key change.
+        """
+        if not self.key_fields_not_in_old:
+            return {name: before[name] for name in self._key_names}
+        absent = self.key_fields_not_in_old
+        return {name: (new_key[name] if name in absent else before[name]) for name in self._key_names}
+
+
+def match_columns(relation: Relation, table: CatalogTable) -> list[CatalogColumn | None]:
+    """For each column of a Relation message, the catalog column that is the same attribute, or ``None``.
+
+    A Relation message may be older than the catalog: columns can have been renamed, dropped or added
+    since. Same-named columns anchor the match. Between two anchors (or before the first, or after the
+    last), the unmatched Relation columns are the catalog attributes there, renamed or dropped since, when
+    their numbers agree; after the last anchor also when the first of more attributes are all live
+    (attributes added later come last, but a column dropped before the Relation message was written could
+    not be told apart). Anything ambiguous is left unmatched: wrongly claiming NOT NULL would be worse
+    than not knowing it.
+    """
+    columns = relation.columns
+    result: list[CatalogColumn | None] = [None] * len(columns)
+    attrs = table.attributes
+    position = {name: i for i, (_, name) in enumerate(attrs) if name is not None}
+    anchors: list[tuple[int, int]] = []
+    for i, column in enumerate(columns):
+        pos = position.get(column.name)
+        if pos is not None and (not anchors or pos > anchors[-1][1]):
+            result[i] = table.columns[column.name]
+            anchors.append((i, pos))
+    names = {c.name for c in columns}
+    bounds = [(-1, -1), *anchors, (len(columns), None)]
+    for (left_i, left_pos), (right_i, right_pos) in zip(bounds, bounds[1:]):
+        unmatched = [i for i in range(left_i + 1, right_i) if result[i] is None]
+        if not unmatched:
+            continue
+        gap = list(attrs[left_pos + 1 : right_pos])
+        # Equal numbers: nothing in the gap was dropped before, or added after, the Relation message.
+        # After the last anchor, more attributes may be later additions; they come last, so the first ones
+        # are the Relation's columns unless one of those first ones is dropped (maybe dropped before).
+        exact = len(gap) == len(unmatched)
+        tail_prefix = right_pos is None and len(gap) > len(unmatched) and all(n for _, n in gap[: len(unmatched)])
+        if not (exact or tail_prefix):
+            continue
+        for i, (_, name) in zip(unmatched, gap):
+            if name is not None and name not in names:
+                result[i] = table.columns[name]
+    return result
 
 
 _WARNED_UNKNOWN: set[tuple[str, str]] = set()

@@ -7,6 +7,7 @@ one extra function call for the few columns they apply to.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,10 @@ from typing import Any
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType
 from walflow.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+_WARNED_NOT_CHARACTER: set[tuple[str, tuple[str, ...]]] = set()
 
 #: Java's MessageDigest names (what Debezium users write) to hashlib's.
 _DIGESTS = {
@@ -56,11 +61,24 @@ def _length(ctype: ColumnType) -> int | None:
     return None
 
 
+#: Character types (pg_type.typname, or a domain's base type's): the only columns that
+#: ``column.truncate.to.N.chars``, ``column.mask.with.N.chars`` and ``column.mask.hash.*`` apply to, as in
+#: Debezium, whose column mappers act on character-based columns only (CHAR, VARCHAR, TEXT and the like).
+CHARACTER_TYPES = frozenset({"bpchar", "varchar", "text", "char", "name", "citext"})
+
+
+def is_character(ctype: ColumnType) -> bool:
+    """True for a character column (arrays of text are not: their value is a list, not a string)."""
+    return ctype.category != "A" and ctype.base_name in CHARACTER_TYPES
+
+
 @dataclass(frozen=True)
 class _Rule:
     patterns: list[re.Pattern[str]]
     make: Callable[[ColumnType], Callable[[Any], Any]]
     mask: bool = False
+    #: the Debezium key, for the warning when it names a column it cannot apply to
+    key: str = ""
 
     def matches(self, full_name: str) -> bool:
         return any(p.fullmatch(full_name) for p in self.patterns)
@@ -75,9 +93,18 @@ class ColumnRules:
         self._propagate_types = _compile(config.datatype_propagate_source_type)
         rules: list[_Rule] = []
         for n, patterns in sorted(config.column_truncate.items()):
-            rules.append(_Rule(_compile(patterns), lambda _t, _n=n: lambda v: v[:_n] if isinstance(v, str) else v))
+            rules.append(
+                _Rule(_compile(patterns), lambda _t, _n=n: lambda v: v[:_n] if isinstance(v, str) else v, key=f"column.truncate.to.{n}.chars")
+            )
         for n, patterns in sorted(config.column_mask.items()):
-            rules.append(_Rule(_compile(patterns), lambda _t, _n=n: lambda v: "*" * _n if isinstance(v, str) else v, mask=True))
+            rules.append(
+                _Rule(
+                    _compile(patterns),
+                    lambda _t, _n=n: lambda v: "*" * _n if isinstance(v, str) else v,
+                    mask=True,
+                    key=f"column.mask.with.{n}.chars",
+                )
+            )
         for (algorithm, salt), patterns in sorted(config.column_mask_hash.items()):
             name = _DIGESTS.get(algorithm.lower())
             if name is None or name not in hashlib.algorithms_available:
@@ -85,15 +112,39 @@ class ColumnRules:
                     f"'column.mask.hash.{algorithm}.with.salt.{salt}': unknown hash algorithm {algorithm!r}; "
                     f"use one of {', '.join(sorted(k.upper() for k, v in _DIGESTS.items() if v))}"
                 )
-            rules.append(_Rule(_compile(patterns), lambda t, _a=name, _s=salt.encode(): _hasher(_a, _s, _length(t)), mask=True))
+            rules.append(
+                _Rule(
+                    _compile(patterns),
+                    lambda t, _a=name, _s=salt.encode(): _hasher(_a, _s, _length(t)),
+                    mask=True,
+                    key=f"column.mask.hash.{algorithm}.with.salt.{salt}",
+                )
+            )
         self._rules = rules
 
     def field_name(self, name: str) -> str:
         return sanitize_field_name(name) if self.sanitize else name
 
     def value_transform(self, full_name: str, ctype: ColumnType) -> tuple[Callable[[Any], Any] | None, bool]:
-        """The composed value transform of a column (``schema.table.column``) and whether it masks."""
-        funcs = [(rule.make(ctype), rule.mask) for rule in self._rules if rule.matches(full_name)]
+        """The composed value transform of a column (``schema.table.column``) and whether it masks.
+
+        Only character columns are truncated or masked; a rule naming another column is ignored with a
+        warning (once per column), as Debezium ignores it.
+        """
+        matching = [rule for rule in self._rules if rule.matches(full_name)]
+        if matching and not is_character(ctype):
+            key = (full_name, tuple(rule.key for rule in matching))
+            if key not in _WARNED_NOT_CHARACTER:
+                _WARNED_NOT_CHARACTER.add(key)
+                log.warning(
+                    "%s names column %s of type %s, which is not a character type: the column is left as it is "
+                    "(truncation and masking apply to CHAR, VARCHAR, TEXT and the like only)",
+                    ", ".join(rule.key for rule in matching),
+                    full_name,
+                    ctype.name or ctype.base_name,
+                )
+            return None, False
+        funcs = [(rule.make(ctype), rule.mask) for rule in matching]
         if not funcs:
             return None, False
         masked = any(m for _, m in funcs)
@@ -144,8 +195,12 @@ def _hasher(algorithm: str, salt: bytes, length: int | None) -> Callable[[Any], 
 def zero_default(converter: ColumnConverter, ctype: ColumnType) -> tuple[bool, Any]:
     """The default Debezium exports for a function-computed default: the type's zero value.
 
-    Returns (has_default, value in the converter's representation).
+    The reference's list: FALSE for BOOLEAN, 0 for numeric types, '' for text and XML, ``{}`` for JSON,
+    1970-01-01 for DATE/TIMESTAMP/TIMESTAMPTZ, 00:00 for TIME, the epoch (0) for INTERVAL and the nil UUID;
+    other types get no default. Returns (has_default, value in the converter's representation).
     """
+    if ctype.category == "A":
+        return False, None
     base = ctype.base_name
     try:
         if base == "bool":
@@ -168,6 +223,8 @@ def zero_default(converter: ColumnConverter, ctype: ColumnType) -> tuple[bool, A
             return True, converter.convert("00:00:00")
         if base == "interval":
             return True, converter.convert("PT0S")
+        if base == "uuid":
+            return True, "00000000-0000-0000-0000-000000000000"
     except (ValueError, ArithmeticError):
         return False, None
     return False, None

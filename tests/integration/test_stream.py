@@ -162,14 +162,16 @@ def test_multi_table_transaction_metadata(database: str) -> None:
     begin, end = read_topic(f"{config.topic_prefix}.transaction")
     assert begin.payload["status"] == "BEGIN" and begin.payload["event_count"] is None
     assert end.payload["status"] == "END" and end.payload["event_count"] == 3
-    assert begin.payload["id"] == end.payload["id"]
+    # ids are txId:LSN; BEGIN's LSN may be its own record's (newer reference) while END and the data
+    # events carry the commit's, so only the transaction parts must agree
+    begin_txid, begin_lsn = begin.payload["id"].split(":")
     txid, lsn = end.payload["id"].split(":")
-    assert int(txid) > 0 and int(lsn) > 0
+    assert begin_txid == txid and int(txid) > 0 and int(lsn) > 0 and int(begin_lsn) > 0
     assert sorted((d["data_collection"], d["event_count"]) for d in end.payload["data_collections"]) == [
         ("public.a", 2),
         ("public.b", 1),
     ]
-    assert begin.key_payload == {"id": end.payload["id"]}
+    assert begin.key_payload == {"id": begin.payload["id"]} and end.key_payload == {"id": end.payload["id"]}
     a_events = read_topic(f"{config.topic_prefix}.public.a")
     b_events = read_topic(f"{config.topic_prefix}.public.b")
     blocks = [e.payload["transaction"] for e in a_events + b_events]
@@ -335,3 +337,177 @@ def test_retained_wal_above_the_limits_warns_then_fails_after_delivering(databas
     # the failure came after delivery and the slot advance: nothing is streamed twice or lost
     assert [r.key["payload"]["id"] for r in read_topic(f"{config.topic_prefix}.public.customers")] == [1, 2]
     assert stream(config, database).events == 0
+
+
+def test_tombstones_on_delete_false(database: str) -> None:
+    run_sql(database, CUSTOMERS, "INSERT INTO customers (id, first_name) VALUES (1, 'a'), (2, 'b')")
+    config = setup(database, **{"tombstones.on.delete": False})
+    run_sql(database, "DELETE FROM customers WHERE id = 1", "UPDATE customers SET id = 3 WHERE id = 2")
+    stream(config, database)
+    records = read_topic(f"{config.topic_prefix}.public.customers")
+    # the delete, then the key change's delete and create: no record with a null value at all
+    assert [(r.op, r.key_payload) for r in records] == [("d", {"id": 1}), ("d", {"id": 2}), ("c", {"id": 3})]
+    assert all(r.value is not None for r in records)
+
+
+def test_schema_include_and_exclude_lists(database: str) -> None:
+    run_sql(
+        database,
+        "CREATE SCHEMA sales",
+        "CREATE SCHEMA hr",
+        "CREATE TABLE sales.orders (id int PRIMARY KEY)",
+        "CREATE TABLE hr.people (id int PRIMARY KEY)",
+        "CREATE TABLE public.misc (id int PRIMARY KEY)",
+    )
+    including = setup(database, **{"schema.include.list": "sales"})
+    excluding = setup(database, **{"schema.exclude.list": "sales,public"})
+    run_sql(database, "INSERT INTO sales.orders VALUES (1)", "INSERT INTO hr.people VALUES (1)", "INSERT INTO public.misc VALUES (1)")
+    assert stream(including, database).events_per_topic == {f"{including.topic_prefix}.sales.orders": 1}
+    assert stream(excluding, database).events_per_topic == {f"{excluding.topic_prefix}.hr.people": 1}
+    assert read_topic(f"{including.topic_prefix}.hr.people") == []
+    assert [r.key_payload for r in read_topic(f"{excluding.topic_prefix}.hr.people")] == [{"id": 1}]
+
+
+def test_column_include_list_keeps_key_columns_and_propagates_types(database: str) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(
+        database,
+        **{
+            # the key column id is not listed: key columns are always kept, in the key and in the value
+            "column.include.list": r"public\.customers\.(first_name|balance)",
+            "datatype.propagate.source.type": "NUMERIC,TEXT",
+        },
+    )
+    run_sql(database, "INSERT INTO customers (id, first_name, email, balance) VALUES (1, 'a', 'x@y', 1.25)")
+    stream(config, database)
+    (record,) = read_topic(f"{config.topic_prefix}.public.customers")
+    assert record.payload["after"] == {"id": 1, "first_name": "a", "balance": base64.b64encode((125).to_bytes(1, "big")).decode()}
+    assert record.key_payload == {"id": 1}
+    fields = {f["field"]: f for f in record.value["schema"]["fields"][1]["fields"]}
+    assert fields["balance"]["parameters"] == {
+        "scale": "2",
+        "connect.decimal.precision": "10",
+        "__debezium.source.column.type": "NUMERIC",
+        "__debezium.source.column.length": "10",
+        "__debezium.source.column.scale": "2",
+        "__debezium.source.column.name": "balance",
+    }
+    assert fields["first_name"]["parameters"] == {"__debezium.source.column.type": "TEXT", "__debezium.source.column.name": "first_name"}
+    assert "parameters" not in fields["id"]
+
+
+def test_column_exclude_list_never_drops_key_columns(database: str) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database, **{"column.exclude.list": r"public\.customers\.(id|email)"})
+    run_sql(database, "INSERT INTO customers (id, first_name, email) VALUES (7, 'a', 'x@y')", "DELETE FROM customers WHERE id = 7")
+    stream(config, database)
+    create, delete, tombstone = read_topic(f"{config.topic_prefix}.public.customers")
+    assert create.key_payload == {"id": 7} and create.payload["after"]["id"] == 7 and "email" not in create.payload["after"]
+    assert delete.key_payload == {"id": 7} and delete.payload["before"]["id"] == 7
+    assert tombstone.value is None and tombstone.key_payload == {"id": 7}
+
+
+@pytest.mark.parametrize("skipped,kept", [("c", ["u", "d"]), ("u", ["c", "d"]), ("d", ["c", "u"]), ("c,u,d", [])])
+def test_skipped_operations(database: str, skipped: str, kept: list[str]) -> None:
+    run_sql(database, CUSTOMERS)
+    config = setup(database, **{"skipped.operations": skipped})
+    run_sql(
+        database,
+        "INSERT INTO customers (id, first_name) VALUES (1, 'a')",
+        "UPDATE customers SET first_name = 'b' WHERE id = 1",
+        "DELETE FROM customers WHERE id = 1",
+    )
+    summary = stream(config, database)
+    assert summary.events == len(kept) and summary.filtered == 3 - len(kept)
+    records = read_topic(f"{config.topic_prefix}.public.customers")
+    # a delete that is not skipped keeps its tombstone
+    assert [r.op for r in records] == kept + ([None] if "d" in kept else [])
+
+
+def test_replica_identity_nothing(database: str) -> None:
+    """REPLICA IDENTITY NOTHING: the reference says updates and deletes carry no previous values. With
+    pgoutput PostgreSQL goes further and refuses them while the table is published for updates and deletes;
+    inserts are captured, keyed by the primary key."""
+    run_sql(database, CUSTOMERS, "ALTER TABLE customers REPLICA IDENTITY NOTHING")
+    config = setup(database)
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    for statement in ("UPDATE customers SET first_name = 'b' WHERE id = 1", "DELETE FROM customers WHERE id = 1"):
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="does not have a replica identity"):
+            run_sql(database, statement)
+    stream(config, database)
+    (record,) = read_topic(f"{config.topic_prefix}.public.customers")
+    assert record.op == "c" and record.key_payload == {"id": 1} and record.payload["before"] is None
+
+
+def test_replica_identity_using_index_without_the_primary_key(database: str) -> None:
+    """The key stays the primary key; an old tuple holds only the index's columns, so an update of an indexed
+    column is an update (not a key change), and its before holds the index columns only."""
+    run_sql(
+        database,
+        "CREATE TABLE acct (id int PRIMARY KEY, code text NOT NULL, note text)",
+        "CREATE UNIQUE INDEX acct_code ON acct (code)",
+        "ALTER TABLE acct REPLICA IDENTITY USING INDEX acct_code",
+        "INSERT INTO acct VALUES (1, 'a', 'x')",
+    )
+    config = setup(database)
+    run_sql(
+        database,
+        "UPDATE acct SET code = 'b' WHERE id = 1",
+        "UPDATE acct SET note = 'y' WHERE id = 1",
+        "DELETE FROM acct WHERE id = 1",
+    )
+    stream(config, database)
+    records = read_topic(f"{config.topic_prefix}.public.acct")
+    assert [r.op for r in records] == ["u", "u", "d"]
+    changed_code, changed_note, delete = records
+    assert changed_code.key_payload == {"id": 1} and changed_code.headers == {}
+    assert changed_code.payload["before"] == {"id": None, "code": "a", "note": None}
+    assert changed_code.payload["after"] == {"id": 1, "code": "b", "note": "x"}
+    assert changed_note.payload["before"] is None and changed_note.key_payload == {"id": 1}
+    # the old tuple cannot say which primary key the deleted row had: the key is null, no tombstone follows
+    assert delete.payload["before"] == {"id": None, "code": "b", "note": None} and delete.key is None
+
+
+def test_unique_key_is_the_key_without_a_primary_key(database: str) -> None:
+    """Without a primary key the key is the unique key: the replica identity index (USING INDEX), else the
+    first unique index; a change of it is a key change. A table with neither has a null key."""
+    run_sql(
+        database,
+        "CREATE TABLE byindex (code text NOT NULL, other int NOT NULL, v text)",
+        "CREATE UNIQUE INDEX byindex_a_other ON byindex (other)",
+        "CREATE UNIQUE INDEX byindex_z_code ON byindex (code)",
+        "ALTER TABLE byindex REPLICA IDENTITY USING INDEX byindex_z_code",
+        "CREATE TABLE byfull (n int, ref text, v text)",
+        "CREATE UNIQUE INDEX byfull_ref ON byfull (ref)",
+        "ALTER TABLE byfull REPLICA IDENTITY FULL",
+        "CREATE TABLE nokey (v text)",
+        "ALTER TABLE nokey REPLICA IDENTITY FULL",
+    )
+    config = setup(database)
+    run_sql(
+        database,
+        "INSERT INTO byindex VALUES ('a', 1, 'x')",
+        "UPDATE byindex SET v = 'y' WHERE code = 'a'",
+        "UPDATE byindex SET code = 'b' WHERE code = 'a'",
+        "INSERT INTO byfull VALUES (1, 'r1', 'x')",
+        "UPDATE byfull SET v = 'y' WHERE ref = 'r1'",
+        "INSERT INTO nokey VALUES ('x')",
+        "DELETE FROM nokey",
+    )
+    stream(config, database)
+    records = read_topic(f"{config.topic_prefix}.public.byindex")
+    assert [(r.op, r.key_payload) for r in records] == [
+        ("c", {"code": "a"}),
+        ("u", {"code": "a"}),
+        ("d", {"code": "a"}),
+        (None, {"code": "a"}),
+        ("c", {"code": "b"}),
+    ]
+    assert records[0].key["schema"]["fields"] == [{"type": "string", "optional": False, "field": "code"}]
+    full = read_topic(f"{config.topic_prefix}.public.byfull")
+    assert [(r.op, r.key_payload) for r in full] == [("c", {"ref": "r1"}), ("u", {"ref": "r1"})]
+    # a nullable unique column is an optional key field
+    assert full[0].key["schema"]["fields"] == [{"type": "string", "optional": True, "field": "ref"}]
+    assert full[1].payload["before"] == {"n": 1, "ref": "r1", "v": "x"}
+    nokey = read_topic(f"{config.topic_prefix}.public.nokey")
+    assert [(r.op, r.key) for r in nokey] == [("c", None), ("d", None)]

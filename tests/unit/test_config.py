@@ -119,3 +119,26 @@ def test_invalid_yaml_is_reported(tmp_path: Path) -> None:
 def test_shipped_connectors_are_valid() -> None:
     root = Path(__file__).resolve().parents[2] / "include" / "connectors"
     assert [c.name for c in load_all(root)] == ["inventory"]
+
+
+def test_unavailable_value_placeholder_is_the_newer_name_of_the_toast_placeholder() -> None:
+    config = parse_config({**BASE, "unavailable.value.placeholder": "__gone"})
+    assert config.toasted_value_placeholder == "__gone"
+    assert config.get("unavailable.value.placeholder") == config.get("toasted.value.placeholder") == "__gone"
+    for pair in (
+        {"unavailable.value.placeholder": "a", "toasted.value.placeholder": "b"},
+        {"toasted.value.placeholder": "b", "unavailable.value.placeholder": "a"},
+    ):
+        with pytest.raises(ConfigError, match="name the same setting"):
+            parse_config({**BASE, **pair})
+
+
+def test_truncate_handling_mode_is_folded_into_skipped_operations() -> None:
+    assert parse_config({**BASE, "truncate.handling.mode": "include"}).skipped_operations == []
+    assert parse_config({**BASE, "truncate.handling.mode": "skip"}).skipped_operations == ["t"]
+    agreeing = parse_config({**BASE, "truncate.handling.mode": "include", "skipped.operations": "d"})
+    assert agreeing.skipped_operations == ["d"]
+    with pytest.raises(ConfigError, match="'truncate.handling.mode' = 'include' contradicts 'skipped.operations'"):
+        parse_config({**BASE, "truncate.handling.mode": "include", "skipped.operations": "t,d"})
+    with pytest.raises(ConfigError, match="'truncate.handling.mode' = 'sometimes': allowed values are 'skip' and 'include'"):
+        parse_config({**BASE, "truncate.handling.mode": "sometimes"})

@@ -123,3 +123,143 @@ def test_bad_timestamp_raises_value_error(text: str) -> None:
     assert converter is not None
     with pytest.raises(ValueError):
         converter.convert(text)
+
+
+@pytest.mark.parametrize(
+    "mode,modifier,name",
+    [
+        ("adaptive", 3, "io.debezium.time.Timestamp"),
+        ("adaptive", 0, "io.debezium.time.Timestamp"),
+        ("adaptive", -1, "io.debezium.time.MicroTimestamp"),
+        ("adaptive_time_microseconds", 2, "io.debezium.time.Timestamp"),
+        ("connect", -1, "org.apache.kafka.connect.data.Timestamp"),
+        ("connect", 1, "org.apache.kafka.connect.data.Timestamp"),
+    ],
+)
+def test_infinite_timestamps_keep_the_fixed_values_in_every_mode(mode: str, modifier: int, name: str) -> None:
+    settings = ConverterSettings(time_precision_mode=mode)
+    schema, value = conv(c.TIMESTAMP, "infinity", modifier, settings)
+    assert schema["name"] == name and value == 9223372036825200000
+    assert conv(c.TIMESTAMP, "-infinity", modifier, settings)[1] == -9223372036832400000
+    # an ordinary value is still scaled to the field's unit
+    expected = 1529507596945 if "Micro" not in name else 1529507596945000
+    assert conv(c.TIMESTAMP, "2018-06-20 15:13:16.945", modifier, settings)[1] == expected
+
+
+def test_millisecond_timestamps_before_1970_and_bc() -> None:
+    assert conv(c.TIMESTAMP, "1969-12-31 23:59:59.9995", 3)[1] == -1
+    assert conv(c.TIMESTAMP, "0044-03-15 12:00:00 BC", 3)[1] == conv(c.TIMESTAMP, "0044-03-15 12:00:00 BC")[1] // 1000
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity"])
+def test_special_numerics_per_mode(text: str) -> None:
+    assert conv(c.NUMERIC, text)[1] is None  # VariableScaleDecimal cannot carry them
+    assert conv(c.NUMERIC, text, numeric_modifier(10, 0))[1] is None
+    assert conv(c.NUMERIC, text, numeric_modifier(10, 2))[1] is None
+    assert conv(c.NUMERIC, text, settings=ConverterSettings(decimal_handling_mode="double"))[1] == text
+    names = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIVE_INFINITY"}
+    assert conv(c.NUMERIC, text, settings=ConverterSettings(decimal_handling_mode="string"))[1] == names[text]
+
+
+def _int_array(ndims: int = 1) -> ColumnType:
+    return ColumnType(oid=1007, category="A", element=ColumnType(oid=c.INT4), ndims=ndims)
+
+
+def test_parse_array_nested_and_quoted() -> None:
+    assert c.parse_array('{{1,2},{3,NULL}}') == [["1", "2"], ["3", None]]
+    assert c.parse_array('{{"a,b","c}"},{"\\"q\\"",NULL}}') == [["a,b", "c}"], ['"q"', None]]
+    assert c.parse_array("[0:1][1:2]={{1,2},{3,4}}") == [["1", "2"], ["3", "4"]]
+    assert c.parse_array("{{{1},{2}},{{3},{4}}}") == [[["1"], ["2"]], [["3"], ["4"]]]
+    with pytest.raises(ValueError):
+        c.parse_array("{{1,2},{3,4}")
+
+
+def test_multi_dimensional_arrays_nest_per_declared_dimension() -> None:
+    converter = build_converter(_int_array(2), DEFAULT)
+    assert converter is not None
+    assert converter.schema == {
+        "type": "array",
+        "items": {"type": "array", "items": {"type": "int32", "optional": True}, "optional": True},
+        "optional": True,
+    }
+    assert converter.convert("{{1,2},{3,NULL}}") == [[1, 2], [3, None]]
+    assert converter.convert("{}") == []
+    # PostgreSQL does not enforce declared dimensions: other shapes are reshaped to the schema's depth
+    assert converter.convert("{1,2}") == [[1, 2]]
+    assert converter.convert("{{{1,2}},{{3,4}}}") == [[1, 2], [3, 4]]
+
+
+def test_multi_dimensional_value_in_a_one_dimensional_column_does_not_fail(caplog: pytest.LogCaptureFixture) -> None:
+    converter = build_converter(_int_array(1), DEFAULT)
+    assert converter is not None and converter.schema["items"] == {"type": "int32", "optional": True}
+    with caplog.at_level("WARNING"):
+        assert converter.convert("{{1,2},{3,4}}") == [1, 2, 3, 4]
+        assert converter.convert("{{5,6}}") == [5, 6]
+    assert len([r for r in caplog.records if "2 dimension(s)" in r.getMessage()]) == 1
+    assert converter.convert("{7,NULL}") == [7, None]
+
+
+def test_enum_array_items_carry_the_enum_schema() -> None:
+    enum = ColumnType(oid=99997, base_name="mood", category="E", enum_values=("sad", "happy"))
+    converter = build_converter(ColumnType(oid=99996, category="A", element=enum), DEFAULT)
+    assert converter is not None
+    assert converter.schema["items"] == {
+        "type": "string",
+        "optional": True,
+        "name": "io.debezium.data.Enum",
+        "version": 1,
+        "parameters": {"allowed": "sad,happy"},
+    }
+    assert converter.convert("{happy,NULL}") == ["happy", None]
+
+
+def test_avro_schema_names_follow_debezium_schema_name_adjuster() -> None:
+    from walflow.events import avro_name, schema_full_name
+
+    # only the first character of the whole name must be a letter or '_': it is replaced, never prefixed
+    assert avro_name("1db.public.t.Value") == "_db.public.t.Value"
+    # a digit after a dot is valid in Debezium's full names and stays
+    assert schema_full_name("db", "1schema", "2table", "Key") == "db.1schema.2table.Key"
+    # other invalid characters become '_'; dots (also inside a table name) stay
+    assert schema_full_name("my-server", "public", "order items", "Envelope") == "my_server.public.order_items.Envelope"
+    assert schema_full_name("db", "public", "a.b", "Value") == "db.public.a.b.Value"
+    assert avro_name("é") == "_"
+
+
+def test_dates_before_the_common_era_match_postgresql() -> None:
+    # expected values from PostgreSQL itself: SELECT '<date>'::date - '1970-01-01'::date
+    assert conv(c.DATE, "0001-01-01 BC")[1] == -719528
+    assert conv(c.DATE, "0044-03-15 BC")[1] == -735160
+    assert conv(c.DATE, "4714-11-24 BC")[1] == -2440588  # Julian day 0, the earliest date PostgreSQL accepts
+    assert conv(c.TIMESTAMPTZ, "0044-03-15 12:00:00+00 BC")[1] == "-0043-03-15T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    "expr,literal,function",
+    [
+        ("42", "42", False),
+        ("'-7'::integer", "-7", False),
+        ("'x''y'::character varying", "x'y", False),
+        ("'10:15:30.5'::time without time zone", "10:15:30.5", False),
+        ("'2018-06-20 15:13:16.945'::timestamp(3) without time zone", "2018-06-20 15:13:16.945", False),
+        ("'{1,2}'::integer[]", "{1,2}", False),
+        ("'happy'::public.mood", "happy", False),
+        ("true", "true", False),
+        ("'now()'::text", "now()", False),
+        ("nextval('d_id_seq'::regclass)", None, True),
+        ("CURRENT_TIMESTAMP(6)", None, True),
+        ("make_interval(days => 2)", None, True),
+        ("CURRENT_TIMESTAMP", None, False),
+        ("CURRENT_DATE", None, False),
+        ("(1 + 2)", None, False),
+        ("(1 ### 2)", None, False),
+        ("NULL::text", None, False),
+        ("'a'::text || 'b'::text", None, False),
+    ],
+)
+def test_default_expression_classification(expr: str, literal: str | None, function: bool) -> None:
+    """Which catalog defaults are literals (cast on the server as a parameter) and which are function calls."""
+    from walflow.catalog import is_function_default, literal_default
+
+    assert literal_default(expr) == literal
+    assert is_function_default(expr) is function

@@ -15,6 +15,7 @@ from walflow.pgoutput import (
     Delete,
     Insert,
     Message,
+    Origin,
     PgOutputDecoder,
     Relation,
     Truncate,
@@ -145,3 +146,26 @@ def test_type_message_names_user_types(messages: list[object]) -> None:
     enum_insert = next(m for m in of(messages, Insert) if m.relation.name == "capenum")
     assert enum_insert.relation.columns[1].type_oid == mood.type_oid
     assert enum_insert.new == ["1", "happy"]
+
+
+#: A transaction replayed under a replication origin, captured from PostgreSQL 15 with
+#: pg_replication_origin_session_setup('upstream_a') and pg_replication_origin_xact_setup('0/1A2B3C4D', now()):
+#: Begin, Origin, Relation, Insert, Commit.
+ORIGIN_CAPTURE = [
+    "420000000023a93fc0000303ecca6ac7710000a542",
+    "4f000000001a2b3c4d757073747265616d5f6100",
+    "52000073b87075626c69630074006400010169640000000017ffffffff",
+    "49000073b84e0001740000000131",
+    "43000000000023a93fc00000000023a94020000303ecca6ac771",
+]
+
+
+def test_origin_message_names_the_origin_and_its_commit_lsn() -> None:
+    decoder = PgOutputDecoder()
+    begin, origin, relation, insert, commit = [decoder.decode(bytes.fromhex(h)) for h in ORIGIN_CAPTURE]
+    assert type(begin) is Begin and type(commit) is Commit and begin.final_lsn == commit.commit_lsn
+    assert type(origin) is Origin
+    assert origin.name == "upstream_a"
+    assert origin.lsn == str_to_lsn("0/1A2B3C4D")
+    assert type(relation) is Relation and relation.name == "t"
+    assert type(insert) is Insert and insert.new == ["1"]
