@@ -2,7 +2,8 @@
 -- or the tables' owner in the captured database with psql:
 --
 --   psql -d inventory -v role=walflow -v password='...' -v owners=walflow_owners -v schema=public \
---        -v tables='public.customers,public.products,public.orders' -f include/sql/roles.sql
+--        -v tables='public.customers,public.products,public.orders' \
+--        [-v signal_table=public.walflow_signal -v signal_writers=snapshot_operators] -f include/sql/roles.sql
 --
 -- * :role logs in with REPLICATION: enough for a logical slot and pgoutput, nothing else server-wide.
 -- * A 'filtered' publication (publication.autocreate.mode) may only be created by the owner of every table
@@ -41,7 +42,20 @@ SELECT format('GRANT SELECT ON %s TO %I', trim(t.name)::regclass, :'role')
 FROM unnest(string_to_array(:'tables', ',')) AS t(name)
 \gexec
 
--- Signals: whoever may start ad-hoc snapshots needs INSERT on the signal table (created by the setup DAG).
--- An 'execute-snapshot' signal's additional-condition is SQL run by the connector, so grant it to trusted
--- roles only, e.g. after setup:
---   GRANT INSERT ON public.walflow_signal TO snapshot_operators;
+-- Signals (optional: only with -v signal_table=<schema.table>, the connector's signal.data.collection).
+-- The signal table is created here, owned by :owners like the captured tables (a 'filtered' publication names
+-- it too), with the columns the setup DAG would give it; the setup DAG then finds it and leaves it alone.
+-- With -v signal_writers=<existing role>, that role gets INSERT on it and nothing else: whoever may start
+-- ad-hoc snapshots. An 'execute-snapshot' signal's additional-condition is SQL the connector runs, so name a
+-- role of trusted users only.
+\if :{?signal_table}
+SELECT format('CREATE TABLE IF NOT EXISTS %I.%I (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048) NULL)',
+              (parse_ident(:'signal_table'))[1], (parse_ident(:'signal_table'))[2])
+\gexec
+SELECT format('ALTER TABLE %I.%I OWNER TO %I', (parse_ident(:'signal_table'))[1], (parse_ident(:'signal_table'))[2], :'owners')
+\gexec
+\if :{?signal_writers}
+SELECT format('GRANT INSERT ON %I.%I TO %I', (parse_ident(:'signal_table'))[1], (parse_ident(:'signal_table'))[2], :'signal_writers')
+\gexec
+\endif
+\endif

@@ -1,7 +1,7 @@
 """``walflow status <connector>``: where a connector stands, from the source database and the lake.
 
-Prints the slot's position, the WAL it retains, its lag behind the server, the last stream batch and the last
-lake commit of each table. The source is reached through the connector's Airflow Connection (or ``--dsn``);
+Prints the slot's position, the WAL it retains, its lag behind the server, the time since its position was last
+confirmed (judged against the connector's limits), the last stream batch and the last lake commit of each table. The source is reached through the connector's Airflow Connection (or ``--dsn``);
 the lake is read with pyiceberg from the Hadoop-catalog warehouse (``--warehouse``, default the connector's
 ``walflow.lake.warehouse`` or ``$WALFLOW_WAREHOUSE``).
 """
@@ -18,37 +18,58 @@ from typing import Any
 
 import orjson
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
 from walflow.config import resolve
 from walflow.errors import WalflowError
-from walflow.source import connect
+from walflow.source import HealthLimits, assess_slot_health, connect, health_limits, slot_health
 from walflow.state import StateStore
 
 
-def _conninfo(conn_id: str) -> str:
+def _conninfo(conn_id: str, options: dict[str, str]) -> str:
+    """The Connection's libpq string with the connector's TLS options, as the tasks connect."""
     try:
         from walflow.airflow.hooks import WalflowPostgresHook
     except ImportError as exc:  # pragma: no cover - Airflow is a dependency; the message helps a partial install
         raise WalflowError(f"cannot read Airflow Connection {conn_id!r} ({exc}); pass --dsn") from None
-    return WalflowPostgresHook(postgres_conn_id=conn_id).get_conninfo()
+    return WalflowPostgresHook(postgres_conn_id=conn_id).get_conninfo(**options)
 
 
-def slot_status(conninfo: str, connector: str, slot: str, state_table: tuple[str, str]) -> dict[str, Any]:
-    """The slot's positions and retained WAL, and the last batch and snapshot state the connector recorded."""
-    with connect(conninfo, application_name=f"walflow:{connector}:status") as conn:
-        row = conn.execute(
-            "SELECT s.database, s.active, s.active_pid, s.restart_lsn::text, s.confirmed_flush_lsn::text, "
-            "pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, "
-            "pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint, s.wal_status "
-            "FROM pg_replication_slots s WHERE s.slot_name = %s",
-            (slot,),
-        ).fetchone()
+def slot_status(
+    conninfo: str,
+    connector: str,
+    slot: str,
+    state_table: tuple[str, str],
+    limits: HealthLimits | None = None,
+    initial_statements: str | None = None,
+) -> dict[str, Any]:
+    """The slot's positions, retained WAL, confirmed lag and time since its last confirmation, judged against the
+    connector's limits, and the last batch and snapshot state the connector recorded."""
+    with connect(conninfo, application_name=f"walflow:{connector}:status", initial_statements=initial_statements) as conn:
         store = StateStore(conn, connector, state_table)
         last = store.get("last_batch")
+        state = {"last_batch": last}
         snapshot = store.get("snapshot")
-    out: dict[str, Any] = {"slot": slot, "exists": row is not None}
-    if row is not None:
-        keys = ("database", "active", "active_pid", "restart_lsn", "confirmed_flush_lsn", "current_wal_lsn", "retained_wal_bytes", "lag_bytes", "wal_status")
-        out.update(dict(zip(keys, row)))
+        health = slot_health(conn, slot, state)
+        database = conn.execute("SELECT database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    out: dict[str, Any] = {"slot": slot, "exists": health.exists}
+    if health.exists:
+        out.update(
+            database=database[0] if database else None,
+            active=health.active_pid is not None,
+            active_pid=health.active_pid,
+            restart_lsn=health.restart_lsn,
+            confirmed_flush_lsn=health.confirmed_flush_lsn,
+            current_wal_lsn=health.current_wal_lsn,
+            retained_wal_bytes=health.retained_wal_bytes,
+            lag_bytes=health.confirmed_lag_bytes,
+            wal_status=health.wal_status,
+            seconds_since_confirmed=health.seconds_since_confirmed,
+            confirmed_at_ms=health.confirmed_at_ms,
+        )
+    warnings, error = assess_slot_health(health, limits or HealthLimits())
+    out["warnings"] = warnings
+    out["error"] = error
     out["last_batch"] = last
     if last and last.get("finished_at_ms"):
         out["seconds_since_last_batch"] = round(time.time() - last["finished_at_ms"] / 1000, 1)
@@ -86,8 +107,16 @@ def lake_status(warehouse: str, namespace: str) -> list[dict[str, Any]]:
 
 def status(connector: str, dsn: str | None = None, warehouse: str | None = None) -> dict[str, Any]:
     config = resolve(connector)
-    conninfo = dsn or _conninfo(config.walflow_postgres_conn_id)
-    result: dict[str, Any] = {"connector": config.name, "source": slot_status(conninfo, config.name, config.slot_name, config.state_table)}
+    options = config.conninfo_options()
+    if dsn:
+        # the connector's TLS settings apply to --dsn too, unless the string sets them itself
+        given = conninfo_to_dict(dsn)
+        conninfo = make_conninfo(dsn, **{k: v for k, v in options.items() if k not in given})
+    else:
+        conninfo = _conninfo(config.walflow_postgres_conn_id, options)
+    limits = health_limits(config)
+    source = slot_status(conninfo, config.name, config.slot_name, config.state_table, limits, config.database_initial_statements)
+    result: dict[str, Any] = {"connector": config.name, "source": source}
     where = warehouse or config.walflow_lake_warehouse or os.environ.get("WALFLOW_WAREHOUSE")
     if config.walflow_lake_enabled and where:
         result["lake"] = {"warehouse": where, "tables": lake_status(where, config.walflow_lake_namespace or config.topic_prefix)}
@@ -107,8 +136,13 @@ def render(result: dict[str, Any]) -> str:
         lines += [
             f"  slot {src['slot']} on database {src['database']}: {'active (pid %s)' % src['active_pid'] if src['active'] else 'inactive'}, wal_status {src['wal_status']}",
             f"    confirmed {src['confirmed_flush_lsn']}, restart {src['restart_lsn']}, server at {src['current_wal_lsn']}",
-            f"    retained WAL {_mb(src['retained_wal_bytes'])}, lag {_mb(src['lag_bytes'])}",
+            f"    retained WAL {_mb(src['retained_wal_bytes'])}, lag {_mb(src['lag_bytes'])}, last confirmed "
+            + (f"{src['seconds_since_confirmed']} s ago" if src.get("seconds_since_confirmed") is not None else "at an unknown time"),
         ]
+    for warning in src.get("warnings") or []:
+        lines.append(f"  WARNING: {warning}")
+    if src.get("error") and src["exists"]:
+        lines.append(f"  ERROR: {src['error']}")
     last = src.get("last_batch")
     if last:
         lines.append(

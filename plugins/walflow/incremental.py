@@ -17,6 +17,12 @@ ignore each other's. They need PostgreSQL 14 or newer (pgoutput's ``messages`` o
 Progress (tables left, current table, last key, maximum key) lives in walflow's state table and is saved
 after the chunk's events were acknowledged and the slot advanced past them, so a killed stream task resumes
 at the last finished chunk.
+
+Each ``execute-snapshot`` signal is its own snapshot with its own tables, condition and surrogate key: one
+arriving while another runs is queued behind it (it may name the same table with another condition, as the
+runs of a backfill do), and every signal id ends ``completed``, ``stopped`` or ``failed`` in the state table,
+which is what the snapshot DAG's sensor waits for. A condition or surrogate key that does not work fails its
+signal, never the stream: it is tried when the signal arrives and again per table while the chunks are read.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +43,7 @@ from walflow.config import ConnectorConfig
 from walflow.errors import SourceError
 from walflow.events import DEBEZIUM_VERSION, Filters, Serializer, TableSchema, now_ms
 from walflow.kafka import EventProducer
-from walflow.snapshot import SnapshotTable, _columns_sql, key_types
+from walflow.snapshot import SnapshotTable, _columns_sql, key_types, sql_fragment
 from walflow.source import list_tables, quote_table
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules
@@ -67,7 +74,7 @@ class Chunk:
 
 @dataclass
 class SnapshotProgress:
-    """The persisted state of the running incremental snapshot."""
+    """The persisted state of the running incremental snapshot, and the signals queued behind it."""
 
     signal_id: str
     tables: list[str]  # still to do, the current one first
@@ -81,6 +88,12 @@ class SnapshotProgress:
     rows: int = 0
     chunks: int = 0
     rows_per_table: dict[str, int] = field(default_factory=dict)
+    #: later execute-snapshot signals, in arrival order: {"signal_id", "tables", "condition", "surrogate_key"}
+    queued: list[dict[str, Any]] = field(default_factory=list)
+    #: set when the signal was stopped or failed: its outcome is recorded, it must not be resumed or completed
+    ended: bool = False
+    #: the stop-snapshot signal that dropped some of its tables: it ends "stopped", not "completed"
+    stopped_by: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -93,7 +106,16 @@ class SignalError(ValueError):
 class IncrementalSnapshots:
     """Signals and incremental-snapshot chunks of one connector, driven by :class:`~walflow.stream.StreamBatch`."""
 
-    def __init__(self, config: ConnectorConfig, store: StateStore, catalog_conn: psycopg.Connection, producer: EventProducer, serializer: Serializer) -> None:
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        store: StateStore,
+        catalog_conn: psycopg.Connection,
+        producer: EventProducer,
+        serializer: Serializer,
+        *,
+        chunk_hook: Callable[[str, list[list[Any]]], None] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.conn = catalog_conn
@@ -108,6 +130,11 @@ class IncrementalSnapshots:
         self._tables: dict[str, SnapshotTable] = {}
         self.signals_seen = 0
         self.rows_emitted = 0
+        #: buffered rows a streamed change inside their window made stale (so they were not emitted)
+        self.rows_dropped = 0
+        #: terminal statuses (stopped, failed) to write with the next save, by signal id
+        self._outcomes: dict[str, dict[str, Any]] = {}
+        self._chunk_hook = chunk_hook
         self._database = catalog_conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
         self._dirty = False
 
@@ -117,25 +144,52 @@ class IncrementalSnapshots:
         return self.progress is not None and not self.progress.paused and bool(self.progress.tables)
 
     def save(self) -> None:
-        """Persist progress; called only after the batch's records were acknowledged and the slot advanced."""
+        """Persist progress and each signal's outcome; called only after the batch's records were acknowledged
+        and the slot advanced. A finished signal makes the next queued one current."""
         if not self._dirty:
             return
-        if self.progress is None or not self.progress.tables:
-            if self.progress is not None:
-                self.store.put(
-                    signal_key(self.progress.signal_id),
-                    {"status": "completed", "rows": self.progress.rows, "chunks": self.progress.chunks, "rows_per_table": self.progress.rows_per_table, "at_ms": now_ms()},
-                )
-                log.info("incremental snapshot %s completed: %d row(s) in %d chunk(s)", self.progress.signal_id, self.progress.rows, self.progress.chunks)
+        for signal_id, outcome in self._outcomes.items():
+            self.store.put(signal_key(signal_id), outcome)
+        self._outcomes.clear()
+        progress = self.progress
+        while progress is not None and not progress.tables:
+            if not progress.ended:
+                status = "stopped" if progress.stopped_by else "completed"
+                outcome = {"status": status, "rows": progress.rows, "chunks": progress.chunks, "rows_per_table": progress.rows_per_table, "at_ms": now_ms()}
+                if progress.stopped_by:
+                    outcome["by"] = progress.stopped_by
+                self.store.put(signal_key(progress.signal_id), outcome)
+                log.info("incremental snapshot %s %s: %d row(s) in %d chunk(s)", progress.signal_id, status, progress.rows, progress.chunks)
+            progress = self._next_signal(progress)
+        self.progress = progress
+        if progress is None:
             self.store.delete(STATE_KEY)
-            self.progress = None
         else:
-            self.store.put(STATE_KEY, self.progress.as_dict())
+            self.store.put(STATE_KEY, progress.as_dict())
             self.store.put(
-                signal_key(self.progress.signal_id),
-                {"status": "paused" if self.progress.paused else "running", "tables_left": self.progress.tables, "rows": self.progress.rows, "chunks": self.progress.chunks, "at_ms": now_ms()},
+                signal_key(progress.signal_id),
+                {"status": "paused" if progress.paused else "running", "tables_left": progress.tables, "rows": progress.rows, "chunks": progress.chunks, "at_ms": now_ms()},
             )
         self._dirty = False
+
+    def _next_signal(self, finished: SnapshotProgress) -> SnapshotProgress | None:
+        """The queued signal that runs after ``finished``; it inherits the pause state (a pause is the connector's)."""
+        if not finished.queued:
+            return None
+        entry, rest = finished.queued[0], finished.queued[1:]
+        following = SnapshotProgress(
+            signal_id=entry["signal_id"],
+            tables=list(entry["tables"]),
+            condition=dict(entry.get("condition") or {}),
+            surrogate_key=entry.get("surrogate_key"),
+            paused=finished.paused,
+            stopped_by=entry.get("stopped_by"),
+            queued=rest,
+        )
+        # planned tables carry the previous signal's condition and key
+        self._tables.clear()
+        log.info("incremental snapshot %s: starting %s (queued behind %s)", following.signal_id, following.tables, finished.signal_id)
+        return following
 
     # -- signals ----------------------------------------------------------------------------------
     def is_signal_table(self, schema: str, table: str) -> bool:
@@ -170,7 +224,7 @@ class IncrementalSnapshots:
                 self._pause(False)
             else:
                 raise SignalError(f"unknown signal type {kind!r} (known: execute-snapshot, stop-snapshot, pause-snapshot, resume-snapshot, log)")
-        except SignalError as exc:
+        except (ValueError, TypeError, re.error) as exc:  # SignalError, or data of unexpected shapes
             log.warning("signal %r skipped: %s", signal_id, exc)
             if signal_id:
                 self.store.put(signal_key(str(signal_id)), {"status": "failed", "error": str(exc), "at_ms": now_ms()})
@@ -186,8 +240,8 @@ class IncrementalSnapshots:
             compiled = [re.compile(p, re.IGNORECASE) for p in patterns]
         except re.error as exc:
             raise SignalError(f"'data-collections' holds an invalid regular expression ({exc})") from None
-        names = [f"{s}.{t}" for s, t, *_ in list_tables(self.conn, self.filters)]
-        tables = [n for n in names if any(p.fullmatch(n) for p in compiled)]
+        oids = {f"{s}.{t}": oid for s, t, oid, *_ in list_tables(self.conn, self.filters)}
+        tables = [n for n in oids if any(p.fullmatch(n) for p in compiled)]
         if not tables:
             raise SignalError(f"no captured table matches {patterns}")
         conditions: dict[str, str] = {}
@@ -196,46 +250,107 @@ class IncrementalSnapshots:
         for item in data.get("additional-conditions") or []:
             if not isinstance(item, dict) or not isinstance(item.get("filter"), str):
                 raise SignalError("'additional-conditions' entries need 'data-collection' and 'filter'")
-            pattern = re.compile(str(item.get("data-collection", ".*")), re.IGNORECASE)
+            try:
+                pattern = re.compile(str(item.get("data-collection", ".*")), re.IGNORECASE)
+            except re.error as exc:
+                raise SignalError(f"'additional-conditions' holds an invalid 'data-collection' regular expression ({exc})") from None
             for t in tables:
                 if pattern.fullmatch(t):
                     conditions[t] = item["filter"]
         surrogate = data.get("surrogate-key")
         if surrogate is not None and not isinstance(surrogate, str):
             raise SignalError("'surrogate-key' must be a column name")
-        if self.progress is not None and self.progress.tables:
-            # Debezium queues further tables into the running snapshot.
-            added = [t for t in tables if t not in self.progress.tables]
-            self.progress.tables.extend(added)
-            self.progress.condition.update({t: c for t, c in conditions.items() if t in added})
-            log.info("signal %s: added %s to the running incremental snapshot", signal_id, added)
+        surrogate = surrogate or None
+        for name in tables:
+            self._check(name, oids[name], conditions.get(name), surrogate)
+        if self.progress is not None:
+            # Queued as a snapshot of its own: merging it into the running one would lose its condition (the
+            # same table with another condition, as each backfill run sends) and leave its status unfinished.
+            self.progress.queued.append({"signal_id": signal_id, "tables": tables, "condition": conditions, "surrogate_key": surrogate})
+            status = "queued"
+            log.info("signal %s: incremental snapshot of %s queued behind %s", signal_id, tables, self.progress.signal_id)
         else:
             self.progress = SnapshotProgress(signal_id, tables, conditions, surrogate)
+            self._tables.clear()
+            status = "running"
             log.info("signal %s: incremental snapshot of %s%s", signal_id, tables, f" where {conditions}" if conditions else "")
-        self.store.put(signal_key(signal_id), {"status": "running", "tables_left": self.progress.tables, "rows": 0, "chunks": 0, "at_ms": now_ms()})
+        self.store.put(signal_key(signal_id), {"status": status, "tables_left": tables, "rows": 0, "chunks": 0, "at_ms": now_ms()})
         self._dirty = True
 
+    def _check(self, name: str, oid: int, condition: str | None, surrogate: str | None) -> None:
+        """Try a signal's condition and surrogate key on one table before accepting the signal.
+
+        ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use (unknown columns,
+        syntax and type errors, unorderable keys) without reading a row. Errors that depend on the data can only
+        show while reading; :meth:`prepare` fails the signal then.
+        """
+        if not (condition or surrogate):
+            return
+        table = self._plan(name, condition, surrogate, oid)
+        if table is None:
+            return
+        where = sql.SQL(" WHERE ({})").format(sql_fragment(condition)) if condition else sql.SQL("")
+        order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)) if table.key else sql.SQL("")
+        query = sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(quote_table(table.catalog.schema, table.catalog.name), where, order)
+        try:
+            self.conn.execute(query, [])
+        except psycopg.Error as exc:
+            if self.conn.closed or self.conn.broken:
+                raise
+            what = f"'additional-condition' {condition!r}" if condition else f"'surrogate-key' {surrogate!r}"
+            raise SignalError(f"{what} does not work on {name}: {_first_line(exc)}; send the signal again with a valid one") from None
+
     def _stop(self, signal_id: str, data: dict[str, Any]) -> None:
-        if self.progress is None:
+        """Drop the named tables (every table without ``data-collections``) from the running and the queued
+        snapshots; a snapshot that lost a table ends ``stopped``."""
+        patterns = data.get("data-collections")
+        if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
+            raise SignalError("'data-collections' of stop-snapshot must be a list of table names or regular expressions")
+        try:
+            compiled = [re.compile(p, re.IGNORECASE) for p in patterns or []]
+        except re.error as exc:
+            raise SignalError(f"'data-collections' holds an invalid regular expression ({exc})") from None
+        progress = self.progress
+        if progress is None:
             log.info("signal %s: no incremental snapshot is running", signal_id)
             return
-        patterns = data.get("data-collections")
-        running = self.progress.signal_id
-        if patterns:
-            compiled = [re.compile(p, re.IGNORECASE) for p in patterns]
-            self.progress.tables = [t for t in self.progress.tables if not any(p.fullmatch(t) for p in compiled)]
-            for chunk in list(self.chunks.values()):
-                if any(p.fullmatch(chunk.table.name) for p in compiled):
-                    del self.chunks[chunk.id]
-        else:
-            self.progress.tables = []
-            self.chunks.clear()
-        if not self.progress.tables:
-            self.store.put(signal_key(running), {"status": "stopped", "by": signal_id, "rows": self.progress.rows, "at_ms": now_ms()})
-            self.store.delete(STATE_KEY)
-            self.progress = None
+
+        def stopped(table: str) -> bool:
+            return not compiled or any(p.fullmatch(table) for p in compiled)
+
+        kept = []
+        for entry in progress.queued:
+            left = [t for t in entry["tables"] if not stopped(t)]
+            if left and len(left) < len(entry["tables"]):
+                entry["stopped_by"] = signal_id
+            entry["tables"] = left
+            if left:
+                kept.append(entry)
+            else:
+                self._outcomes[entry["signal_id"]] = {"status": "stopped", "by": signal_id, "rows": 0, "chunks": 0, "at_ms": now_ms()}
+                log.info("signal %s: stopped queued incremental snapshot %s", signal_id, entry["signal_id"])
+        progress.queued = kept
         self._dirty = True
-        log.info("signal %s: stopped incremental snapshot %s for %s", signal_id, running, patterns or "every table")
+        if progress.ended:
+            return
+        current = progress.tables[0] if progress.tables else None
+        left = [t for t in progress.tables if not stopped(t)]
+        dropped = [c.id for c in self.chunks.values() if stopped(c.table.name)]
+        if len(left) == len(progress.tables) and not dropped:
+            return
+        progress.tables = left
+        for chunk_id in dropped:
+            del self.chunks[chunk_id]
+        self.window_tables = {c.table.name for c in self.chunks.values() if c.in_window}
+        progress.stopped_by = signal_id
+        if current is not None and (not left or left[0] != current):
+            # the cursor belonged to the table just dropped
+            progress.last_key = progress.max_key = progress.last_ctid = None
+            progress.null_phase = False
+        if not left and not self.chunks:
+            progress.ended = True
+            self._outcomes[progress.signal_id] = {"status": "stopped", "by": signal_id, "rows": progress.rows, "chunks": progress.chunks, "at_ms": now_ms()}
+        log.info("signal %s: stopped incremental snapshot %s for %s", signal_id, progress.signal_id, patterns or "every table")
 
     def _pause(self, paused: bool) -> None:
         if self.progress is None:
@@ -246,67 +361,123 @@ class IncrementalSnapshots:
 
     # -- chunks -----------------------------------------------------------------------------------
     def _table(self, name: str) -> SnapshotTable | None:
+        """The current signal's plan of one table (cached for the signal: another signal may have another
+        condition or surrogate key for it)."""
         if name in self._tables:
             return self._tables[name]
-        # names like "My.Schema.Odd Table" are ambiguous to split; find the table among the captured ones
-        oid = next((o for sch, tab, o, *_ in list_tables(self.conn, self.filters) if f"{sch}.{tab}" == name), None)
+        progress = self.progress
+        planned = self._plan(name, progress.condition.get(name) if progress else None, progress.surrogate_key if progress else None)
+        if planned is not None:
+            self._tables[name] = planned
+        return planned
+
+    def _plan(self, name: str, condition: str | None, surrogate: str | None, oid: int | None = None) -> SnapshotTable | None:
+        if oid is None:
+            # names like "My.Schema.Odd Table" are ambiguous to split; find the table among the captured ones
+            oid = next((o for sch, tab, o, *_ in list_tables(self.conn, self.filters) if f"{sch}.{tab}" == name), None)
         if oid is None:
             return None
         info = Catalog(self.conn).table(oid)
         if info is None:
             return None
-        surrogate = self.progress.surrogate_key if self.progress else None
-        key = [surrogate] if surrogate else list(info.primary_key)
         if surrogate and surrogate not in info.columns:
-            raise SourceError(f"surrogate key {surrogate!r} is not a column of {name}")
+            raise SignalError(f"'surrogate-key' {surrogate!r} is not a column of {name} (its columns: {', '.join(info.columns)})")
+        key = [surrogate] if surrogate else list(info.primary_key)
         events = TableSchema.from_catalog(self.config, self.filters, self.serializer, info, self.rules)
-        planned = SnapshotTable(events, info, key, key_types(info, key), condition=(self.progress.condition.get(name) if self.progress else None))
-        self._tables[name] = planned
-        return planned
+        return SnapshotTable(events, info, key, key_types(info, key), condition=condition)
 
     def _emit_watermark(self, chunk_id: str, kind: str) -> None:
         content = orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
         self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
 
     def prepare(self, max_rows: int) -> int:
-        """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows; return the count."""
+        """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows; return the count.
+
+        Chunks of one signal only: a finished signal hands over to the next queued one in :meth:`save`. A table
+        whose condition or key fails on the server fails its signal (recorded, its chunks dropped) and the
+        stream goes on; only a lost connection propagates.
+        """
         selected = 0
         while self.active and selected < max_rows:
             progress = self.progress
             assert progress is not None
             name = progress.tables[0]
-            table = self._table(name)
-            if table is None or not table.key:
-                reason = "it no longer exists" if table is None else "it has no primary key (send a 'surrogate-key')"
-                log.warning("incremental snapshot %s: skipping %s: %s", progress.signal_id, name, reason)
-                self._next_table()
-                continue
-            cursor = (name, progress.last_key, progress.max_key, progress.null_phase, progress.last_ctid)
-            if progress.max_key is None and not progress.null_phase:
-                progress.max_key = self._max_key(table)
-                if progress.max_key is None:
-                    if not progress.surrogate_key:
-                        log.info("incremental snapshot %s: %s is empty", progress.signal_id, name)
-                        self._next_table()
-                        continue
-                    progress.null_phase = True
-            chunk_id = uuid.uuid4().hex
-            self._emit_watermark(chunk_id, "low")
-            rows, table_done, ctids = self._select(table, progress)
-            self._emit_watermark(chunk_id, "high")
-            fields = _dedupe_fields(table, progress.surrogate_key)
-            if ctids is not None:
-                # rows without a key value: only their physical position tells them apart
-                buffered = {ctid.encode(): row for ctid, row in zip(ctids, rows)}
-            else:
-                buffered = {_row_key(row, fields): row for row in rows}
-            self.chunks[chunk_id] = Chunk(chunk_id, table, buffered, fields, cursor)
-            selected += len(rows)
-            progress.chunks += 1
-            self._dirty = True
-            if table_done:
-                self._next_table()
+            try:
+                selected += self._prepare_chunk(progress, name)
+            except (SignalError, SourceError, psycopg.Error) as exc:
+                if isinstance(exc, psycopg.Error) and (self.conn.closed or self.conn.broken):
+                    raise
+                self._fail(progress, name, exc)
         return selected
+
+    def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
+        error = _first_line(exc)
+        log.warning(
+            "incremental snapshot %s failed on %s: %s; its remaining tables %s are dropped and streaming continues",
+            progress.signal_id,
+            name,
+            error,
+            progress.tables,
+        )
+        self._outcomes[progress.signal_id] = {
+            "status": "failed",
+            "error": f"{name}: {error}",
+            "tables_left": list(progress.tables),
+            "rows": progress.rows,
+            "chunks": progress.chunks,
+            "at_ms": now_ms(),
+        }
+        progress.tables = []
+        progress.ended = True
+        progress.last_key = progress.max_key = progress.last_ctid = None
+        progress.null_phase = False
+        # every chunk in flight is this signal's (a round never mixes signals); their watermarks are ignored
+        self.chunks.clear()
+        self.window_tables.clear()
+        self._dirty = True
+
+    def _prepare_chunk(self, progress: SnapshotProgress, name: str) -> int:
+        """Select the next chunk of table ``name`` between a low and a high watermark; return its row count."""
+        table = self._table(name)
+        if table is None or not table.key:
+            reason = "it no longer exists" if table is None else "it has no primary key (send a 'surrogate-key')"
+            log.warning("incremental snapshot %s: skipping %s: %s", progress.signal_id, name, reason)
+            self._next_table()
+            return 0
+        cursor = (name, progress.last_key, progress.max_key, progress.null_phase, progress.last_ctid)
+        if progress.max_key is None and not progress.null_phase:
+            max_key = self._max_key(table)
+            if max_key is None:
+                if not progress.surrogate_key:
+                    log.info("incremental snapshot %s: %s is empty", progress.signal_id, name)
+                    self._next_table()
+                    return 0
+                progress.null_phase = True
+            progress.max_key = max_key
+        chunk_id = uuid.uuid4().hex
+        self._emit_watermark(chunk_id, "low")
+        saved = (progress.last_key, progress.null_phase, progress.last_ctid)
+        try:
+            rows, table_done, ctids = self._select(table, progress)
+            if self._chunk_hook is not None:
+                self._chunk_hook(name, rows)
+            self._emit_watermark(chunk_id, "high")
+        except BaseException:
+            # the cursor must not skip rows that were never buffered
+            progress.last_key, progress.null_phase, progress.last_ctid = saved
+            raise
+        fields = _dedupe_fields(table, progress.surrogate_key)
+        if ctids is not None:
+            # rows without a key value: only their physical position tells them apart
+            buffered = {ctid.encode(): row for ctid, row in zip(ctids, rows)}
+        else:
+            buffered = {_row_key(row, fields): row for row in rows}
+        self.chunks[chunk_id] = Chunk(chunk_id, table, buffered, fields, cursor)
+        progress.chunks += 1
+        self._dirty = True
+        if table_done:
+            self._next_table()
+        return len(rows)
 
     def _next_table(self) -> None:
         progress = self.progress
@@ -322,11 +493,12 @@ class IncrementalSnapshots:
         not_null = sql.SQL(" AND ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier("walflow_t", k)) for k in table.key)
         where = [not_null]
         if table.condition:
-            where.append(sql.SQL("({})").format(sql.SQL(table.condition)))  # type: ignore[arg-type]
+            where.append(sql.SQL("({})").format(sql_fragment(table.condition)))
         row = self.conn.execute(
             sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT 1").format(
                 keys, quote_table(table.catalog.schema, table.catalog.name), sql.SQL(" AND ").join(where), order
-            )
+            ),
+            [],
         ).fetchone()
         return list(row) if row else None
 
@@ -341,7 +513,7 @@ class IncrementalSnapshots:
         where: list[sql.Composable] = []
         params: list[Any] = []
         if table.condition:
-            where.append(sql.SQL("({})").format(sql.SQL(table.condition)))  # type: ignore[arg-type]
+            where.append(sql.SQL("({})").format(sql_fragment(table.condition)))
         if progress.null_phase:
             # rows whose surrogate key is NULL cannot be paged by key: page them by physical position
             where.append(sql.SQL("{} IS NULL").format(sql.Identifier("walflow_t", table.key[0])))
@@ -400,8 +572,8 @@ class IncrementalSnapshots:
         for chunk in self.chunks.values():
             if chunk.in_window and chunk.table.name == table_name:
                 for row in rows:
-                    if row is not None:
-                        chunk.rows.pop(orjson.dumps([row.get(f.name) for f in chunk.dedupe]), None)
+                    if row is not None and chunk.rows.pop(orjson.dumps([row.get(f.name) for f in chunk.dedupe]), None) is not None:
+                        self.rows_dropped += 1
 
     def _emit_chunk(self, chunk: Chunk, lsn: int, xid: int, commit_ms: int, topics: dict[str, int]) -> None:
         progress = self.progress
@@ -438,7 +610,7 @@ class IncrementalSnapshots:
     def abandon(self) -> None:
         """Chunks whose high watermark this batch did not reach: move the cursor back to the first of them,
         so the next batch selects them again (their rows were not emitted)."""
-        if self.chunks and self.progress is not None:
+        if self.chunks and self.progress is not None and not self.progress.ended:
             first = next(iter(self.chunks.values()))
             name, last_key, max_key, null_phase, last_ctid = first.cursor_before
             progress = self.progress
@@ -449,6 +621,12 @@ class IncrementalSnapshots:
             log.info("incremental snapshot: %d chunk(s) of %s left for the next batch", len(self.chunks), name)
         self.chunks.clear()
         self.window_tables.clear()
+
+
+def _first_line(exc: BaseException) -> str:
+    """A server error's message without its LINE/HINT lines, for logs and the state table."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _dedupe_fields(table: SnapshotTable, surrogate: str | None) -> list[Any]:

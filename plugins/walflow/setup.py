@@ -11,6 +11,11 @@ state table and slot):
 - ``when_needed``: like ``initial``, and also when the slot is missing or has lost WAL (the only case in
   which walflow recreates a slot, because the user asked for it).
 
+A slot that existed before (the state table records a completed or skipped snapshot) and is gone now means
+changes may have been missed. Setup then refuses to go on, whatever the mode, except ``when_needed`` and
+``always``, which re-read every table into a new slot (with a warning in the log). ``initial_only`` drops its
+slot on purpose and never recreates it.
+
 A snapshot that did not complete (the task died) is taken again from the start at the next setup run; until
 one completes, stream runs refuse to start, so no stream event can overtake a snapshot row.
 """
@@ -25,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
+from walflow.errors import SlotError
 from walflow.events import now_ms
 from walflow.kafka import EventProducer
 from walflow.snapshot import InitialSnapshot, SnapshotError, create_slot_with_snapshot, plan_tables
@@ -41,7 +47,12 @@ def ensure_signal_table(conn: psycopg.Connection, config: ConnectorConfig) -> bo
     if not config.signal_table:
         return False
     schema, table = config.signal_table
-    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{table}"',)).fetchone()
+    # by name, not through to_regclass(text): no identifier is ever spliced into SQL text unquoted
+    exists = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s)",
+        (schema, table),
+    ).fetchone()
     if exists and exists[0]:
         return False
     conn.execute(
@@ -51,6 +62,31 @@ def ensure_signal_table(conn: psycopg.Connection, config: ConnectorConfig) -> bo
     )
     log.info("created signal table %s.%s", schema, table)
     return True
+
+
+#: Snapshot states after which stream runs may have read the slot: losing the slot then may lose changes.
+STREAMED_STATES = ("completed", "skipped")
+#: Modes that re-read every table when the slot has to be created again, so nothing can be missed.
+REREADING_MODES = ("when_needed", "always")
+
+
+def lost_slot_error(config: ConnectorConfig, previous: dict[str, Any] | None) -> SlotError | None:
+    """The error a setup run must stop with when the slot is missing, or ``None`` when creating it is safe.
+
+    Creating it is safe when no stream run can have read the old slot (no snapshot state, or a snapshot that never
+    completed: stream runs refuse to start until it does) and when the mode re-reads all data into the new slot.
+    """
+    status = (previous or {}).get("status")
+    if status not in STREAMED_STATES or config.snapshot_mode in REREADING_MODES:
+        return None
+    if config.snapshot_mode == "initial_only" and status == "completed":
+        return None  # dropped on purpose after the snapshot; never recreated (see ConnectorSetup.run)
+    return SlotError(
+        f"replication slot {config.slot_name!r} is gone although connector {config.name!r} has streamed from it "
+        f"(snapshot state {status!r}): changes made since its last confirmed position may have been missed. walflow "
+        f"never recreates a slot silently, and snapshot.mode={config.snapshot_mode!r} would not re-read the data. Set "
+        "'snapshot.mode' to 'when_needed' (or 'always') and run the setup again to re-read the tables into a new slot."
+    )
 
 
 def snapshot_needed(config: ConnectorConfig, state: dict[str, Any] | None, slot_missing: bool) -> bool:
@@ -69,6 +105,8 @@ class ConnectorSetup:
     """Run the setup of one connector. Idempotent: a second run with a completed snapshot changes nothing.
 
     :param producer_factory: builds the Kafka producer, only when a snapshot has to run.
+    :param on_snapshot_start: called with the number of tables when a snapshot starts (the operator sends the
+        ``SnapshotRunning`` metric then; the report at the end says how it went).
     """
 
     def __init__(
@@ -79,16 +117,22 @@ class ConnectorSetup:
         *,
         progress: Callable[[str], None] | None = None,
         fault_hook: Callable[[str], None] | None = None,
+        on_snapshot_start: Callable[[int], None] | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
         self.producer_factory = producer_factory
         self._progress = progress
         self._fault = fault_hook
+        self._on_snapshot_start = on_snapshot_start
+        #: whether this run started a snapshot (a failure after that aborted it)
+        self.snapshot_started = False
 
     def run(self) -> dict[str, Any]:
         config = self.config
-        conn = connect(self.conninfo, application_name=f"walflow:{config.name}:setup")
+        conn = connect(
+            self.conninfo, application_name=f"walflow:{config.name}:setup", initial_statements=config.database_initial_statements
+        )
         try:
             try_lock_slot(conn, config)  # the stream cannot run while the snapshot is taken
             ensure_signal_table(conn, config)
@@ -98,15 +142,23 @@ class ConnectorSetup:
             previous = store.get(SNAPSHOT_KEY)
             database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             slot = check_slot(conn, config, database, missing_ok=True)
-            if slot is None and previous and previous.get("status") == "completed" and config.snapshot_mode not in ("when_needed", "always", "initial_only"):
-                from walflow.errors import SlotError
-
-                raise SlotError(
-                    f"replication slot {config.slot_name!r} is gone although connector {config.name!r} streamed before: "
-                    "changes may have been missed. walflow never recreates a slot silently; set 'snapshot.mode' to "
-                    "'when_needed' (or 'always') and run the setup again to re-read the data."
-                )
+            if slot is None:
+                error = lost_slot_error(config, previous)
+                if error is not None:
+                    raise error
+                if (previous or {}).get("status") in STREAMED_STATES and config.snapshot_mode in REREADING_MODES:
+                    log.warning(
+                        "replication slot %s of connector %s is gone: creating a new one and re-reading every table "
+                        "(snapshot.mode=%s); changes between the old slot's position and now reach Kafka as snapshot rows",
+                        config.slot_name,
+                        config.name,
+                        config.snapshot_mode,
+                    )
             result: dict[str, Any] = report.as_dict()
+            if slot is None and config.snapshot_mode == "initial_only" and (previous or {}).get("status") == "completed":
+                # the snapshot was taken and the slot dropped on purpose: a new slot would retain WAL nobody reads
+                result["snapshot"] = {"ran": False, "reason": "snapshot.mode=initial_only: snapshot already completed"}
+                return result
             if not snapshot_needed(config, previous, slot is None):
                 if slot is None:
                     report.slot_confirmed_lsn = create_slot(conn, config.slot_name)
@@ -145,6 +197,9 @@ class ConnectorSetup:
         config = self.config
         only = config.snapshot_include_collection_list or None
         tables = plan_tables(conn, config, only=only)
+        self.snapshot_started = True
+        if self._on_snapshot_start is not None:
+            self._on_snapshot_start(len(tables))
         producer = self.producer_factory()
         producer.check_reachable()
         for table in tables:

@@ -242,6 +242,12 @@ class SnapshotEmitter:
 _OUTPUT_FUNCTION_TYPES = {"bpchar", "inet", "cidr"}
 
 
+def sql_fragment(text: str) -> sql.SQL:
+    """A user-written SQL fragment (SELECT override, additional condition) for a query executed with a parameter
+    list: psycopg reads ``%`` there as a placeholder, so ``LIKE 'a%'`` must reach it as ``%%``."""
+    return sql.SQL(text.replace("%", "%%"))  # type: ignore[arg-type]
+
+
 def _columns_sql(table: SnapshotTable) -> sql.Composed:
     """Every column read as its text output, exactly what pgoutput sends, so one converter serves both paths."""
     parts = []
@@ -272,12 +278,12 @@ def read_chunks(
     ident = quote_table(table.catalog.schema, table.catalog.name)
     if table.override or not table.key:
         query = (
-            sql.SQL("SELECT {} FROM ({}) AS snapshot_override").format(cols, sql.SQL(table.override))  # type: ignore[arg-type]
+            sql.SQL("SELECT {} FROM ({}) AS snapshot_override").format(cols, sql_fragment(table.override))
             if table.override
             else sql.SQL("SELECT {} FROM {}").format(cols, ident)
         )
         if table.condition:
-            query = sql.SQL("{} WHERE {}").format(query, sql.SQL(table.condition))  # type: ignore[arg-type]
+            query = sql.SQL("{} WHERE {}").format(query, sql_fragment(table.condition))
         with conn.cursor(name=f"walflow_snap_{table.catalog.oid}") as cur:
             cur.itersize = fetch_size
             cur.execute(query, [])
@@ -291,7 +297,7 @@ def read_chunks(
     key_index = [table.schema.column_names.index(k) for k in table.key]
     conditions: list[sql.Composable] = []
     if table.condition:
-        conditions.append(sql.SQL("({})").format(sql.SQL(table.condition)))  # type: ignore[arg-type]
+        conditions.append(sql.SQL("({})").format(sql_fragment(table.condition)))
     upto_params: list[str] = []
     if upto is not None:
         conditions.append(sql.SQL("({}) <= ({})").format(key_idents, placeholders))

@@ -7,8 +7,10 @@ the DDL are the same whether an operator, a test or a user's script calls them.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -20,12 +22,44 @@ from walflow.events import Filters
 
 log = logging.getLogger(__name__)
 
-MIN_SERVER_VERSION = 100000
+#: The oldest server walflow runs against. What sets it, newest first: the initial snapshot creates its slot with
+#: ``CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export')`` (15; 14 only knows ``EXPORT_SNAPSHOT``), watermarks and
+#: the ``messages`` option of pgoutput (14), ``pg_replication_slots.wal_status`` (13), ``hashtextextended`` and
+#: ``pg_replication_slot_advance`` (11).
+MIN_SERVER_VERSION = 150000
 MESSAGES_SERVER_VERSION = 140000
 
+#: The WAL a slot has not confirmed yet: bytes between its ``confirmed_flush_lsn`` and the server's current
+#: position. Shared by :func:`pending_wal_bytes` and the asynchronous trigger, which runs it on its own connection.
+PENDING_WAL_SQL = (
+    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+    "FROM pg_replication_slots WHERE slot_name = %s"
+)
 
-def connect(conninfo: str, *, autocommit: bool = True, application_name: str = "walflow", **kwargs: object) -> psycopg.Connection:
-    """Open a connection whose text output is what :mod:`walflow.convert` expects."""
+
+def split_statements(statements: str | None) -> list[str]:
+    """``database.initial.statements`` as Debezium reads it: ``;`` separates statements, ``;;`` is a literal ``;``."""
+    if not statements:
+        return []
+    placeholder = "\x00"
+    parts = statements.replace(";;", placeholder).split(";")
+    return [part.replace(placeholder, ";").strip() for part in parts if part.strip()]
+
+
+def connect(
+    conninfo: str,
+    *,
+    autocommit: bool = True,
+    application_name: str = "walflow",
+    initial_statements: str | None = None,
+    **kwargs: object,
+) -> psycopg.Connection:
+    """Open a connection whose text output is what :mod:`walflow.convert` expects.
+
+    :param initial_statements: the connector's ``database.initial.statements``, run on every connection walflow
+        opens to read the database (not on the replication connection that creates a slot, as in Debezium).
+    :raises SourceError: when the server cannot be reached or an initial statement fails.
+    """
     try:
         conn = psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs)
     except psycopg.OperationalError as exc:
@@ -33,6 +67,15 @@ def connect(conninfo: str, *, autocommit: bool = True, application_name: str = "
     with conn.cursor() as cur:
         for name, value in SESSION_SETTINGS.items():
             cur.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
+        for statement in split_statements(initial_statements):
+            try:
+                cur.execute(statement.encode())  # user SQL, run as written (bytes: no placeholder parsing)
+            except psycopg.Error as exc:
+                conn.close()
+                raise SourceError(
+                    f"'database.initial.statements' statement {statement!r} failed: {str(exc).strip()}. Fix or remove it "
+                    "in the connector's YAML."
+                ) from None
     if not autocommit:
         conn.commit()
     return conn
@@ -89,14 +132,27 @@ def server_info(conn: psycopg.Connection) -> ServerInfo:
     return ServerInfo(*row)
 
 
+def check_server_version(version_num: int, version: str) -> None:
+    """Refuse a server older than :data:`MIN_SERVER_VERSION`, naming its version and the fix.
+
+    :param version_num: ``server_version_num`` (for example 140011).
+    :param version: ``server_version`` as the server spells it, quoted in the message.
+    :raises SourceError: when the server is too old.
+    """
+    if version_num < MIN_SERVER_VERSION:
+        need = f"{MIN_SERVER_VERSION // 10000}"
+        raise SourceError(
+            f"PostgreSQL {version} (server_version_num {version_num}) is too old: walflow needs PostgreSQL {need} or "
+            f"newer (the initial snapshot creates its slot with CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export'), "
+            f"incremental snapshots need logical decoding messages). Upgrade the server to {need} or newer, or point "
+            "the connector's Airflow Connection at a newer server."
+        )
+
+
 def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_slot: bool) -> ServerInfo:
     """Check everything the connector needs from the server; raise :class:`SourceError` naming the fix."""
     info = server_info(conn)
-    if info.version_num < MIN_SERVER_VERSION:
-        raise SourceError(
-            f"PostgreSQL {info.version} is too old: walflow needs 10 or newer for pgoutput (14 or newer for "
-            "logical decoding messages). Upgrade the server."
-        )
+    check_server_version(info.version_num, info.version)
     if info.wal_level != "logical":
         raise SourceError(
             f"the server runs with wal_level={info.wal_level!r}; logical decoding needs wal_level=logical. "
@@ -133,6 +189,16 @@ def list_tables(conn: psycopg.Connection, filters: Filters) -> list[tuple[str, s
     return [r for r in rows if filters.table_included(r[0], r[1])]
 
 
+def captured_tables(conn: psycopg.Connection, config: ConnectorConfig) -> list[str]:
+    """``schema.table`` of every table whose changes this connector streams: the filters' tables that the
+    publication publishes (all of them for a ``FOR ALL TABLES`` publication). The reference's ``CapturedTables``."""
+    tables = {(s, t) for s, t, *_ in list_tables(conn, Filters(config))}
+    published = publication_tables(conn, config.publication_name)
+    if published is not None and not published[0]:
+        tables &= published[2]
+    return [f"{s}.{t}" for s, t in sorted(tables)]
+
+
 def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, bool, set[tuple[str, str]]] | None:
     """Return (puballtables, publishes-all-operations, {(schema, table)}) or ``None`` if it does not exist."""
     with conn.cursor() as cur:
@@ -143,6 +209,107 @@ def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, bool,
         cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
         tables = {(s, t) for s, t in cur.fetchall()}
     return bool(row[0]), bool(row[1]), tables
+
+
+def _names(tables: Iterable[tuple[str, str]]) -> str:
+    return ", ".join(f"{s}.{t}" for s, t in sorted(tables))
+
+
+def check_publication_privileges(
+    conn: psycopg.Connection, name: str, mode: str, tables: set[tuple[str, str]], *, creating: bool
+) -> None:
+    """Check, before any DDL, that the role may create (or alter) the publication; raise naming cause and fix.
+
+    PostgreSQL's rules: ``CREATE PUBLICATION`` needs CREATE on the database; ``FOR ALL TABLES`` needs a
+    superuser; ``FOR TABLE`` / ``ALTER PUBLICATION ... SET TABLE`` need ownership of every table named (and, for
+    ``ALTER``, of the publication). Membership of the owning role counts, which is what include/sql/roles.sql sets up.
+    """
+    row = conn.execute(
+        "SELECT r.rolsuper, has_database_privilege(current_database(), 'CREATE'), current_user, current_database(), "
+        "(SELECT pg_has_role(p.pubowner, 'USAGE') FROM pg_publication p WHERE p.pubname = %s) "
+        "FROM pg_roles r WHERE r.rolname = current_user",
+        (name,),
+    ).fetchone()
+    assert row is not None
+    superuser, can_create, user, database, owns_publication = row
+    if superuser:
+        return
+    if creating and not can_create:
+        raise SourceError(
+            f"role {user!r} may not create publication {name!r}: it lacks CREATE on database {database!r}. Grant it "
+            f"(GRANT CREATE ON DATABASE {database} TO {user}; see include/sql/roles.sql), or create the publication "
+            "yourself and set 'publication.autocreate.mode: disabled'"
+        )
+    if creating and mode == "all_tables":
+        raise SourceError(
+            f"role {user!r} may not create publication {name!r} FOR ALL TABLES: PostgreSQL allows that to superusers "
+            "only. Use 'publication.autocreate.mode: filtered' (the role must own the captured tables, see "
+            "include/sql/roles.sql), or let a superuser create the publication and set the mode to 'disabled'"
+        )
+    if not creating and owns_publication is False:
+        raise SourceError(
+            f"role {user!r} may not alter publication {name!r} to follow the include lists: it does not own it. "
+            f"Let its owner run ALTER PUBLICATION {name} OWNER TO {user}, or set 'publication.autocreate.mode: "
+            "disabled' and maintain the publication's tables yourself"
+        )
+    if not tables:
+        return
+    with conn.cursor() as cur:
+        cur.execute(
+            """
+            SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE (n.nspname, c.relname) IN (SELECT * FROM unnest(%s::text[], %s::text[]))
+              AND NOT pg_has_role(c.relowner, 'USAGE')
+            """,
+            ([s for s, _ in tables], [t for _, t in tables]),
+        )
+        foreign = {(s, t) for s, t in cur.fetchall()}
+    if foreign:
+        raise SourceError(
+            f"role {user!r} may not {'create' if creating else 'alter'} the 'filtered' publication {name!r}: it does not "
+            f"own table(s) {_names(foreign)}, and PostgreSQL lets only a table's owner add it to a publication. Hand "
+            "the tables to a group the role belongs to (include/sql/roles.sql does), or create the publication as "
+            "their owner and set 'publication.autocreate.mode: disabled'"
+        )
+
+
+def check_select_privilege(conn: psycopg.Connection, tables: Iterable[tuple[str, str, int]]) -> None:
+    """Refuse captured tables the role cannot SELECT: snapshots read them and would fail half-way otherwise."""
+    oids = {oid: (schema, table) for schema, table, oid in tables}
+    if not oids:
+        return
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT o FROM unnest(%s::oid[]) AS o WHERE NOT has_table_privilege(o, 'SELECT')", (list(oids),)
+        )
+        denied = {oids[r[0]] for r in cur.fetchall()}
+        cur.execute("SELECT current_user")
+        user = cur.fetchone()[0]  # type: ignore[index]
+    if denied:
+        raise SourceError(
+            f"role {user!r} lacks SELECT on captured table(s) {_names(denied)}; snapshots read them. Grant it "
+            f"(GRANT SELECT ON {_names(denied)} TO {user}; see include/sql/roles.sql) or leave the tables out with "
+            "'table.exclude.list'"
+        )
+
+
+def replica_identity_warning(schema: str, table: str, replident: str, has_pk: bool) -> str | None:
+    """The warning setup gives for a captured table whose updates or deletes cannot be captured, or ``None``.
+
+    PostgreSQL rejects UPDATE and DELETE on a table published for them unless the table has a replica identity:
+    REPLICA IDENTITY DEFAULT without a primary key, and NOTHING in any case, leave it without one.
+    """
+    if replident == "n":
+        why = "has a primary key but REPLICA IDENTITY NOTHING" if has_pk else "has no primary key and REPLICA IDENTITY NOTHING"
+        fix = "ALTER TABLE ... REPLICA IDENTITY DEFAULT" if has_pk else "add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL"
+    elif replident == "d" and not has_pk:
+        why, fix = "has no primary key and REPLICA IDENTITY DEFAULT", "add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL"
+    else:
+        return None
+    return (
+        f"table {schema}.{table} {why}: only its inserts can be captured (PostgreSQL rejects its updates and deletes "
+        f"while it is published). Fix: {fix}."
+    )
 
 
 def ensure_publication(
@@ -163,6 +330,7 @@ def ensure_publication(
                 f"publication {name!r} does not exist and 'publication.autocreate.mode' is 'disabled'; create it "
                 f"(CREATE PUBLICATION {name} FOR TABLE ...) or set the mode to 'filtered' or 'all_tables'"
             )
+        check_publication_privileges(conn, name, mode, wanted, creating=True)
         try:
             with conn.cursor() as cur:
                 if mode == "all_tables":
@@ -191,6 +359,7 @@ def ensure_publication(
     if not all_ops:
         report.warnings.append(f"publication {name!r} does not publish every operation (insert, update, delete)")
     if mode == "filtered" and not all_tables and published != wanted:
+        check_publication_privileges(conn, name, mode, wanted, creating=False)
         with conn.cursor() as cur:
             cur.execute(
                 sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
@@ -306,18 +475,18 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
     info = check_server(conn, config, creating_slot=existing is None)
     report.server_version = info.version
     tables = list_tables(conn, filters)
+    check_select_privilege(conn, [(schema, table, oid) for schema, table, oid, *_ in tables])
     for schema, table, _oid, replident, has_pk in tables:
         report.captured_tables.append(f"{schema}.{table}")
-        if not has_pk and replident in ("d", "n"):
-            report.warnings.append(
-                f"table {schema}.{table} has no primary key and REPLICA IDENTITY "
-                f"{'DEFAULT' if replident == 'd' else 'NOTHING'}: only its inserts can be captured (PostgreSQL rejects "
-                f"its updates and deletes while it is published). Add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL."
-            )
+        warning = replica_identity_warning(schema, table, replident, has_pk)
+        if warning:
+            report.warnings.append(warning)
     published = {(s, t) for s, t, *_ in tables}
     if config.signal_table:
         published.add(config.signal_table)
     ensure_publication(conn, config, published, report)
+    for warning in report.warnings:
+        log.warning("%s", warning)
     slot = check_slot(conn, config, info.database, missing_ok=True)
     report.slot = config.slot_name
     if slot is None and not create_slot_now:
@@ -328,6 +497,160 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
         log.info("created replication slot %s at %s", config.slot_name, report.slot_confirmed_lsn)
     else:
         report.slot_confirmed_lsn = slot.confirmed_flush_lsn
-    for warning in report.warnings:
-        log.warning("%s", warning)
     return report
+
+
+def pending_wal_bytes(conn: psycopg.Connection, slot: str) -> int:
+    """Bytes of WAL written since the slot's confirmed position: what the next stream batch has to read through.
+
+    It counts all WAL of the server, not only changes to the publication's tables: measuring those would mean
+    decoding the WAL (a peek of the slot), which costs as much as the batch itself and needs the slot free. It is
+    an upper bound, good enough to decide whether a batch is worth starting.
+
+    :raises SlotError: when the slot does not exist.
+    """
+    with conn.cursor() as cur:
+        cur.execute(PENDING_WAL_SQL, (slot,))
+        row = cur.fetchone()
+    if row is None:
+        raise SlotError(
+            f"replication slot {slot!r} does not exist, so there is no pending WAL to wait for; run the connector's "
+            "setup DAG first"
+        )
+    return int(row[0] or 0)
+
+
+@dataclass
+class SlotHealth:
+    """How far a slot is behind, in bytes and in time (see :func:`slot_health`)."""
+
+    slot: str
+    exists: bool
+    active_pid: int | None = None
+    wal_status: str | None = None
+    restart_lsn: str | None = None
+    confirmed_flush_lsn: str | None = None
+    current_wal_lsn: str | None = None
+    #: WAL the server keeps for the slot (from restart_lsn): what fills the disk.
+    retained_wal_bytes: int | None = None
+    #: WAL written since the confirmed position: what the next batch reads through.
+    confirmed_lag_bytes: int | None = None
+    #: seconds since walflow last moved the slot's confirmed position (from the state table), ``None`` if unknown.
+    seconds_since_confirmed: float | None = None
+    #: when that was (epoch milliseconds), and the position it moved to.
+    confirmed_at_ms: int | None = None
+    confirmed_to: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def slot_health(
+    conn: psycopg.Connection,
+    slot: str,
+    state: dict[str, Any] | None = None,
+    now_ms: int | None = None,
+) -> SlotHealth:
+    """Retained WAL, confirmed lag and the time since the slot's confirmed position last moved.
+
+    PostgreSQL records no time for a slot's confirmed position (``pg_stat_replication_slots`` counts decoded
+    transactions and spills, with no timestamp of the last confirmation), so the time comes from walflow's own
+    record: the stream task writes ``last_batch`` to the state table after every batch, with the position it
+    advanced the slot to, when it finished, and (``confirmed_to``/``confirmed_at_ms``, carried over by batches
+    that found nothing to confirm) when the confirmed position last moved.
+
+    :param state: ``{"last_batch": ...}`` as read from the state table, or ``None``.
+    :param now_ms: the current time in epoch milliseconds (tests pass it; default the clock).
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            """
+            SELECT active_pid, wal_status, restart_lsn::text, confirmed_flush_lsn::text, pg_current_wal_lsn()::text,
+                   pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+                   pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+            FROM pg_replication_slots WHERE slot_name = %s
+            """,
+            (slot,),
+        )
+        row = cur.fetchone()
+    if row is None:
+        return SlotHealth(slot=slot, exists=False)
+    health = SlotHealth(slot, True, *row[:5], retained_wal_bytes=row[5], confirmed_lag_bytes=row[6])
+    at_ms, lsn = confirmed_time(state)
+    if at_ms is not None:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        health.confirmed_at_ms, health.confirmed_to = at_ms, lsn
+        health.seconds_since_confirmed = round(max(0, now_ms - at_ms) / 1000, 1)
+    return health
+
+
+def confirmed_time(state: dict[str, Any] | None) -> tuple[int | None, str | None]:
+    """When walflow last moved the slot's confirmed position, and to where, from the state table's records."""
+    if not state:
+        return None, None
+    last = state.get("last_batch")
+    if isinstance(last, dict) and last.get("confirmed_at_ms"):
+        return int(last["confirmed_at_ms"]), last.get("confirmed_to")
+    if isinstance(last, dict) and last.get("advanced_to") and last.get("finished_at_ms"):
+        return int(last["finished_at_ms"]), last["advanced_to"]
+    return None, None
+
+
+@dataclass
+class HealthLimits:
+    """Limits :func:`assess_slot_health` compares a slot with; ``None`` turns a limit off."""
+
+    warn_retained_wal_bytes: int | None = None
+    fail_retained_wal_bytes: int | None = None
+    warn_lag_bytes: int | None = None
+    warn_seconds_since_confirmed: float | None = None
+
+
+def health_limits(config: ConnectorConfig) -> HealthLimits:
+    """The connector's ``walflow.slot.*`` limits, as the stream task and ``walflow status`` apply them."""
+    return HealthLimits(
+        warn_retained_wal_bytes=config.walflow_slot_max_retained_wal_bytes,
+        fail_retained_wal_bytes=config.walflow_slot_fail_retained_wal_bytes,
+        warn_lag_bytes=config.walflow_slot_max_lag_bytes,
+        warn_seconds_since_confirmed=config.walflow_slot_max_seconds_since_confirmed,
+    )
+
+
+def assess_slot_health(health: SlotHealth, limits: HealthLimits) -> tuple[list[str], str | None]:
+    """Compare a slot's health with the limits: (warnings, the error that should fail the run or ``None``).
+
+    Pure, so the stream task, ``walflow status`` and tests share one judgement.
+    """
+    if not health.exists:
+        return [], (
+            f"replication slot {health.slot!r} does not exist: changes made since it was lost may have been missed. "
+            "Re-run the setup DAG with 'snapshot.mode: when_needed' to re-read the data."
+        )
+    warnings: list[str] = []
+    advice = (
+        "the server keeps this WAL until the slot confirms it, so the disk fills; run the stream DAG more often or "
+        "with larger batches, and set heartbeat.action.query if the captured tables are idle while others are busy"
+    )
+    retained = health.retained_wal_bytes or 0
+    if health.wal_status in ("unreserved", "lost"):
+        warnings.append(
+            f"slot {health.slot!r} has wal_status={health.wal_status}: WAL it needs is (about to be) removed "
+            "(max_slot_wal_keep_size); stream now, or expect to re-run setup with snapshot.mode when_needed"
+        )
+    if limits.fail_retained_wal_bytes is not None and retained > limits.fail_retained_wal_bytes:
+        return warnings, (
+            f"slot {health.slot!r} retains {retained} bytes of WAL, above the hard limit "
+            f"walflow.slot.fail.retained.wal.bytes={limits.fail_retained_wal_bytes}: {advice}"
+        )
+    if limits.warn_retained_wal_bytes is not None and retained > limits.warn_retained_wal_bytes:
+        warnings.append(f"slot {health.slot!r} retains {retained} bytes of WAL, above walflow.slot.max.retained.wal.bytes={limits.warn_retained_wal_bytes}: {advice}")
+    lag = health.confirmed_lag_bytes or 0
+    if limits.warn_lag_bytes is not None and lag > limits.warn_lag_bytes:
+        warnings.append(f"slot {health.slot!r} is {lag} bytes behind the server, above walflow.slot.max.lag.bytes={limits.warn_lag_bytes}: {advice}")
+    since = health.seconds_since_confirmed
+    if limits.warn_seconds_since_confirmed is not None and since is not None and since > limits.warn_seconds_since_confirmed:
+        warnings.append(
+            f"slot {health.slot!r} last confirmed a position {since:.0f} s ago, above "
+            f"walflow.slot.max.seconds.since.confirmed={limits.warn_seconds_since_confirmed:g}: is the stream DAG paused or failing?"
+        )
+    return warnings, None

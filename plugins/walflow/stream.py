@@ -21,7 +21,7 @@ import psycopg
 
 from walflow.catalog import Catalog
 from walflow.config import ConnectorConfig
-from walflow.errors import DeliveryError, SlotError
+from walflow.errors import SlotError
 from walflow.events import (
     DEBEZIUM_VERSION,
     HEARTBEAT_KEY_SCHEMA,
@@ -53,7 +53,16 @@ from walflow.pgoutput import (
 )
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules
-from walflow.source import MESSAGES_SERVER_VERSION, check_slot, connect, server_info, try_lock_slot
+from walflow.source import (
+    MESSAGES_SERVER_VERSION,
+    assess_slot_health,
+    check_slot,
+    connect,
+    health_limits,
+    server_info,
+    slot_health,
+    try_lock_slot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +93,14 @@ class BatchSummary:
     seconds: float = 0.0
     heartbeat_sent: bool = False
     snapshot_rows: int = 0
+    #: buffered incremental-snapshot rows dropped because a change inside their watermark window made them stale
+    snapshot_rows_dropped: int = 0
     signals: int = 0
     retained_wal_bytes: int | None = None
     lag_bytes: int | None = None
     last_event_commit_ms: int | None = None
+    #: the reference's LastEvent: op, table and LSN of the batch's last change event
+    last_event: dict[str, Any] | None = None
     ops: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,14 +110,18 @@ class BatchSummary:
 class _Tx:
     """The transaction being streamed: its identity and counters for the metadata records."""
 
-    __slots__ = ("xid", "commit_ms", "final_lsn", "id", "total", "per_collection", "begun", "sources")
+    __slots__ = ("xid", "commit_ms", "final_lsn", "begin_lsn", "id", "total", "per_collection", "begun", "sources")
 
-    def __init__(self, begin: Begin) -> None:
+    def __init__(self, begin: Begin, begin_lsn: int) -> None:
         self.xid = begin.xid
         self.commit_ms = commit_time_ms(begin.commit_ts)
         self.final_lsn = begin.final_lsn
-        # Debezium's newer format "txID:LSN"; the commit LSN makes it unique across xid wrap-around and the
-        # same for BEGIN, the data events and END, so consumers can join them.
+        # Debezium's newer format "txID:LSN", where the LSN is that of the record the event stands for: BEGIN
+        # carries the LSN the slot reports for the BEGIN (pgoutput on PostgreSQL 15+ sends it with the
+        # transaction's first change, so it is that change's LSN), END and the data events the commit LSN (the
+        # reference's example: BEGIN 571:53195829, END and data 571:53195832). The xid joins them; the LSN keeps
+        # ids unique across xid wrap-around.
+        self.begin_lsn = begin_lsn
         self.id = f"{begin.xid}:{begin.final_lsn}"
         self.total = 0
         self.per_collection: Counter[str] = Counter()
@@ -121,6 +138,8 @@ class StreamBatch:
     :param producer: the Kafka producer to write to.
     :param fault_hook: test seam called with a stage name ("before_produce", "produced", "flushed"); the
         fault-injection tests kill the process there. It does nothing in production.
+    :param chunk_hook: test seam called with the table name and the rows of each incremental-snapshot chunk
+        between its SELECT and its high watermark, so a test can commit a change inside the window on purpose.
     """
 
     def __init__(
@@ -130,6 +149,7 @@ class StreamBatch:
         producer: EventProducer,
         *,
         fault_hook: Callable[[str], None] | None = None,
+        chunk_hook: Callable[[str, list[list[Any]]], None] | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
@@ -138,20 +158,26 @@ class StreamBatch:
         self.rules = ColumnRules(config)
         self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
         self._fault = fault_hook or (lambda stage: None)
+        self._chunk_hook = chunk_hook
         self._schemas: dict[int, TableSchema | None] = {}
         skipped = set(config.skipped_operations)
         self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
         self._previous_commit_lsn: int | None = None
         self._inc: IncrementalSnapshots | None = None
         self._per_topic: Counter[str] = Counter()
+        #: relation OID -> whether this batch captured it before its latest Relation message (renames)
+        self._captured_before: dict[int, bool] = {}
+        self._uncaptured_warned: set[int] = set()
+        self._last_emit: tuple[str, TableSchema, int, int] | None = None
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
         config = self.config
         summary = BatchSummary(connector=config.name, slot=config.slot_name)
         started = time.monotonic()
-        conn = connect(self.conninfo, application_name=f"walflow:{config.name}:stream")
-        catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog")
+        statements = config.database_initial_statements
+        conn = connect(self.conninfo, application_name=f"walflow:{config.name}:stream", initial_statements=statements)
+        catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog", initial_statements=statements)
         try:
             try_lock_slot(conn, config)
             store = StateStore(conn, config.name, config.state_table)
@@ -176,7 +202,7 @@ class StreamBatch:
             if config.signal_table or store.get(INCREMENTAL_KEY):
                 # its own autocommit connection: the stream connection holds the peek's transaction open
                 inc_store = StateStore(catalog_conn, config.name, config.state_table)
-                self._inc = IncrementalSnapshots(config, inc_store, catalog_conn, self.producer, self.serializer)
+                self._inc = IncrementalSnapshots(config, inc_store, catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook)
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
             summary.start_lsn = slot.confirmed_flush_lsn
@@ -225,6 +251,7 @@ class StreamBatch:
                     inc.abandon()
                     inc.save()
                     summary.snapshot_rows = inc.rows_emitted
+                    summary.snapshot_rows_dropped = inc.rows_dropped
                     summary.signals = inc.signals_seen
                 if not (inc is not None and inc.active and summary.stopped_by == "end"):
                     break
@@ -234,25 +261,36 @@ class StreamBatch:
                 if time.monotonic() - started >= config.walflow_batch_max_seconds:
                     summary.stopped_by = "walflow.batch.max.seconds"
                     break
-            self._check_retained_wal(conn, summary)
+            if self._last_emit is not None:
+                op, table, lsn, ts_ms = self._last_emit
+                summary.last_event = {"op": op, "table": table.data_collection, "lsn": lsn_to_str(lsn), "ts_ms": ts_ms}
             if store.exists():
-                # what `walflow status` shows as the last run
+                # what `walflow status` shows as the last run; one write per batch, since with an all-tables
+                # publication every write to the state table is decoded by the next batch too
+                finished_ms = int(time.time() * 1000)
+                moved = summary.advanced_to is not None and summary.advanced_to != summary.start_lsn
+                previous = store.get("last_batch") or {}
                 store.put(
                     "last_batch",
                     {
-                        "finished_at_ms": int(time.time() * 1000),
+                        "finished_at_ms": finished_ms,
                         "events": summary.events,
                         "transactions": summary.transactions,
                         "seconds": round(time.monotonic() - started, 3),
                         "advanced_to": summary.advanced_to,
                         "stopped_by": summary.stopped_by,
+                        # when the confirmed position last moved, for walflow.slot.max.seconds.since.confirmed
+                        "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
+                        "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
                     },
                 )
+            self._check_retained_wal(conn, summary, store)
         except BaseException:
             self.producer.close()
             raise
         finally:
             catalog_conn.close()
+            _release_slot_lock(conn)
             conn.close()
         summary.seconds = round(time.monotonic() - started, 3)
         rate = summary.events / summary.seconds if summary.seconds else 0.0
@@ -271,46 +309,24 @@ class StreamBatch:
         return summary
 
     # -- internals --------------------------------------------------------------------------------
-    def _check_retained_wal(self, conn: psycopg.Connection, summary: BatchSummary) -> None:
-        """Measure the WAL the slot still retains after this batch advanced it; warn or fail above the limits.
+    def _check_retained_wal(self, conn: psycopg.Connection, summary: BatchSummary, store: StateStore) -> None:
+        """Judge the slot's health after this batch advanced it: warn, or fail above the hard limit.
 
         Checked after the batch has streamed and advanced the slot, so the check never stops the one thing that
-        lets the server recycle WAL: a slot still above the limit then is one that does not keep up.
+        lets the server recycle WAL: a slot still above the limit then is one that does not keep up. The same
+        judgement as ``walflow status`` (:func:`walflow.source.assess_slot_health`).
         """
         config = self.config
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, "
-                "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s",
-                (config.slot_name,),
-            )
-            row = cur.fetchone()
-        if row is None:
-            return
-        summary.retained_wal_bytes, summary.lag_bytes = int(row[0] or 0), int(row[1] or 0)
-        retained = summary.retained_wal_bytes
-        advice = (
-            "The server cannot recycle WAL this slot retains, so the disk fills and, with max_slot_wal_keep_size set, "
-            "the slot is invalidated and changes are lost. Run the stream DAG more often or with larger "
-            "walflow.batch.max.events / walflow.batch.max.seconds; if the captured tables are idle while others are "
-            "busy, set heartbeat.action.query so the slot has changes to confirm"
-        )
-        hard = config.walflow_slot_fail_retained_wal_bytes
-        if hard is not None and retained > hard:
-            raise SlotError(
-                f"slot {config.slot_name!r} still retains {retained} bytes of WAL after this batch, above "
-                f"walflow.slot.fail.retained.wal.bytes={hard} (the batch itself was delivered and the slot advanced). "
-                f"{advice}."
-            )
-        if retained > config.walflow_slot_max_retained_wal_bytes:
-            log.warning(
-                "connector %s: slot %s retains %d bytes of WAL, above walflow.slot.max.retained.wal.bytes=%d. %s.",
-                config.name,
-                config.slot_name,
-                retained,
-                config.walflow_slot_max_retained_wal_bytes,
-                advice,
-            )
+        state = {"last_batch": store.get("last_batch")} if store.exists() else None
+        health = slot_health(conn, config.slot_name, state)
+        if not health.exists:
+            return  # dropped while the batch ran; the next batch's slot check says so
+        summary.retained_wal_bytes, summary.lag_bytes = health.retained_wal_bytes, health.confirmed_lag_bytes
+        warnings, error = assess_slot_health(health, health_limits(config))
+        if error:
+            raise SlotError(f"{error} (this batch itself was delivered and the slot advanced)")
+        for warning in warnings:
+            log.warning("connector %s: %s", config.name, warning)
 
     def _check_publication(self, conn: psycopg.Connection) -> None:
         with conn.cursor() as cur:
@@ -353,7 +369,6 @@ class StreamBatch:
             options += ["messages", "true"]
         per_topic = self._per_topic
         inc = self._inc
-        signal_table = self.config.signal_table
         tx: _Tx | None = None
         last_commit_end: int | None = None
         complete = True
@@ -384,7 +399,7 @@ class StreamBatch:
                             assert tx is not None
                             self._change(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Begin:
-                            tx = _Tx(msg)  # type: ignore[arg-type]
+                            tx = _Tx(msg, lsn_value)  # type: ignore[arg-type]
                             self._fault("before_produce")
                         elif cls is Commit:
                             assert tx is not None
@@ -408,7 +423,8 @@ class StreamBatch:
                                 complete = False
                                 break
                         elif cls is Relation:
-                            self._schemas.pop(msg.relation_id, None)  # type: ignore[attr-defined]
+                            previous = self._schemas.pop(msg.relation_id, None)  # type: ignore[attr-defined]
+                            self._captured_before[msg.relation_id] = previous is not None  # type: ignore[attr-defined]
                             self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
                         elif cls is Truncate:
                             assert tx is not None
@@ -462,13 +478,42 @@ class StreamBatch:
         schema: TableSchema | None
         if not self.filters.table_included(relation.namespace, relation.name):
             schema = None
+            self._warn_uncaptured(relation)
         else:
             schema = TableSchema.from_relation(
-                self.config, self.filters, self.serializer, relation, self._catalog.table(rid), self.rules
+                self.config, self.filters, self.serializer, relation, self._catalog.table(rid), self.rules,
+                types=self._catalog.types,
             )
             self.producer.ensure_topic(schema.topic)
         self._schemas[rid] = schema
         return schema
+
+    def _warn_uncaptured(self, relation: Relation) -> None:
+        """Say so when a table that was captured no longer is: renamed or moved out of the filters.
+
+        pgoutput sends only the publication's tables, and a ``filtered`` publication holds exactly the tables
+        the filters captured when setup ran, so one of them failing the filters now was renamed (the publication
+        follows the table's OID, the filters its name). Its changes are skipped, as Debezium skips a table that
+        leaves the include list; the warning is what tells the operator before a consumer notices the silence.
+        """
+        rid = relation.relation_id
+        if self.config.signal_table == (relation.namespace, relation.name):
+            return  # published for its signals, never captured
+        was_captured = self._captured_before.get(rid, False)
+        if not (was_captured or self.config.publication_autocreate_mode == "filtered") or rid in self._uncaptured_warned:
+            return
+        self._uncaptured_warned.add(rid)
+        log.warning(
+            "connector %s: table %s.%s (OID %d) is in publication %s but no longer captured by the table/schema "
+            "include and exclude lists (renamed or moved?); its changes are skipped. Add the new name to "
+            "table.include.list to capture it, or re-run %s__setup so the publication matches the filters.",
+            self.config.name,
+            relation.namespace,
+            relation.name,
+            rid,
+            self.config.publication_name,
+            self.config.name,
+        )
 
     def _source(self, table: TableSchema, tx: _Tx, lsn: int) -> dict[str, Any]:
         base = tx.sources.get(id(table))
@@ -499,12 +544,13 @@ class StreamBatch:
         topic = self.config.transaction_topic
         self.producer.ensure_topic(topic)
         ser = self.serializer
+        begin_id = f"{tx.xid}:{tx.begin_lsn}"
         self.producer.send(
             topic,
-            ser.key(_TX_KEY_JSON, {"id": tx.id}),
+            ser.key(_TX_KEY_JSON, {"id": begin_id}),
             ser.value(
                 _TX_VALUE_JSON,
-                {"status": "BEGIN", "id": tx.id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms},
+                {"status": "BEGIN", "id": begin_id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms},
             ),
         )
 
@@ -565,6 +611,7 @@ class StreamBatch:
         summary.events += 1
         summary.ops[op] = summary.ops.get(op, 0) + 1
         per_topic[table.topic] += 1
+        self._last_emit = (op, table, lsn, tx.commit_ms)
 
     def _change(self, msg: Insert | Update | Delete, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
         table = self._schema(msg.relation)
@@ -594,7 +641,8 @@ class StreamBatch:
             after = table.row(new)
             before = table.row(msg.old) if msg.old is not None else None
             new_key = table.key(after) if table.has_key else None
-            old_key = table.key(before) if (table.has_key and before is not None) else None
+            # old_key tolerates a before image that lacks key columns (an identity index other than the key)
+            old_key = table.old_key(before, new_key) if (table.has_key and before is not None and new_key is not None) else None
             if old_key is not None and new_key is not None and old_key != new_key:
                 self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic)
             else:
@@ -666,6 +714,17 @@ _TX_KEY_JSON = Serializer.prefix(TX_KEY_SCHEMA)
 _TX_VALUE_JSON = Serializer.prefix(TX_VALUE_SCHEMA)
 _HB_KEY_JSON = Serializer.prefix(HEARTBEAT_KEY_SCHEMA)
 _HB_VALUE_JSON = Serializer.prefix(HEARTBEAT_VALUE_SCHEMA)
+
+
+def _release_slot_lock(conn: psycopg.Connection) -> None:
+    """Release the slot's advisory lock before closing: the server frees a closed session's locks only when its
+    backend has exited, so a batch started right after this one could otherwise still find the slot taken."""
+    if conn.closed or conn.broken:
+        return
+    try:
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    except psycopg.Error:
+        pass  # the session ends anyway
 
 
 def _quote_publication(name: str) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import psycopg
@@ -60,7 +62,8 @@ def test_setup_then_stream(connector_dir: dict[str, str]) -> None:
     metrics = result["metrics"]
     assert metrics["TotalNumberOfCreateEventsSeen"] == 1 and metrics["TotalNumberOfUpdateEventsSeen"] == 1
     assert metrics["NumberOfCommittedTransactions"] >= 2 and metrics["SourceEventPosition"]["confirmed"] == result["advanced_to"]
-    assert metrics["MilliSecondsBehindSource"] >= 0 and metrics["CapturedTables"] == [f"{name}.public.orders"]
+    # every table the connector captures, whether or not this batch saw events of it
+    assert metrics["MilliSecondsBehindSource"] >= 0 and metrics["CapturedTables"] == ["public.nokey", "public.orders"]
 
 
 def test_dag_files_import_cleanly() -> None:
@@ -86,9 +89,7 @@ def signal_connector(connector_dir: dict[str, str], tmp_path: Path) -> dict[str,
     return connector_dir
 
 
-def _stream_in_background(name: str, dsn: str, stop: "threading.Event") -> "threading.Thread":
-    import threading
-
+def _stream_in_background(name: str, dsn: str, stop: threading.Event) -> threading.Thread:
     from tests.support import producer
     from walflow.config import resolve
     from walflow.stream import StreamBatch
@@ -104,26 +105,36 @@ def _stream_in_background(name: str, dsn: str, stop: "threading.Event") -> "thre
     return thread
 
 
+def _signals(dsn: str) -> list[dict[str, object]]:
+    import json
+
+    with psycopg.connect(dsn) as conn:
+        return [json.loads(data) for (data,) in conn.execute("SELECT data FROM walflow_signal WHERE type = 'execute-snapshot'").fetchall()]
+
+
+def _snapshot_rows(name: str) -> list:
+    return [r for r in read_topic(f"{name}.public.items") if r.op == "r"]
+
+
 def test_snapshot_dag_with_params_and_backfill_condition(signal_connector: dict[str, str]) -> None:
-    import threading
     from datetime import datetime, timezone
 
     from walflow.airflow.dag_factory import build_connector_dags
 
     name, dsn = signal_connector["name"], signal_connector["dsn"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text, updated_at timestamp NOT NULL)")
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text UNIQUE NOT NULL, updated_at timestamp NOT NULL)")
         conn.execute("INSERT INTO items SELECT g, 'v' || g, timestamp '2024-03-01' + (g % 5) * interval '1 day' FROM generate_series(1, 400) g")
     run_dag(f"{name}__setup")
     stop = threading.Event()
     thread = _stream_in_background(name, dsn, stop)
     try:
         dag = build_connector_dags()[f"{name}__snapshot"]
-        run = dag.test(run_conf={"data_collections": ["public.items"]})
+        run = dag.test(run_conf={"data_collections": ["public.items"], "surrogate_key": "v"})
         assert run.state == "success"
-        assert len([r for r in read_topic(f"{name}.public.items") if r.op == "r"]) == 800  # 400 from setup + 400 ad hoc
-        # a backfill-style run: templates inside the condition are rendered with the run's dates (a manual
-        # run's data interval is empty, so this uses {{ ds }}; backfill runs also have data_interval_*)
+        assert len(_snapshot_rows(name)) == 800  # 400 from setup + 400 ad hoc
+        assert _signals(dsn)[-1] == {"data-collections": ["public.items"], "type": "incremental", "surrogate-key": "v"}
+        # templates inside the condition are rendered with the run's dates
         run = dag.test(
             logical_date=datetime(2024, 3, 2, tzinfo=timezone.utc),
             run_conf={
@@ -132,8 +143,58 @@ def test_snapshot_dag_with_params_and_backfill_condition(signal_connector: dict[
             },
         )
         assert run.state == "success"
-        recent = [r for r in read_topic(f"{name}.public.items") if r.op == "r"][800:]
+        recent = _snapshot_rows(name)[800:]
         assert len(recent) == 80 and {r.payload["after"]["updated_at"] for r in recent} == {1709337600000000}
+        # a condition the server rejects fails its signal, so the sensor fails the run; streaming goes on
+        run = dag.test(run_conf={"data_collections": ["public.items"], "additional_condition": "no_such_column = 1"})
+        assert run.state == "failed"
+        assert run.get_task_instance("signal").state == "success" and run.get_task_instance("wait_for_snapshot").state == "failed"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("UPDATE items SET v = 'after the failure' WHERE id = 1")
+        deadline = time.monotonic() + 60
+        while not any(r.op == "u" for r in read_topic(f"{name}.public.items")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert any(r.op == "u" and r.payload["after"]["v"] == "after the failure" for r in read_topic(f"{name}.public.items"))
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def test_backfill_runs_snapshot_their_data_interval(signal_connector: dict[str, str]) -> None:
+    """What `airflow backfill create` does per interval, through dag.test() (backfills need a scheduler): the
+    README's condition on data_interval_start/end, rendered per run, snapshots that interval's rows only."""
+    import re
+    from datetime import datetime, timezone
+
+    from walflow.airflow.dag_factory import build_connector_dags
+
+    name, dsn = signal_connector["name"], signal_connector["dsn"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text, updated_at timestamp NOT NULL)")
+        conn.execute("INSERT INTO items SELECT g, 'v' || g, timestamp '2024-03-01' + (g % 5) * interval '1 day' + (g % 7) * interval '1 hour' FROM generate_series(1, 400) g")
+    path = next(Path(os.environ["WALFLOW_CONNECTORS_DIR"]).glob("*.yaml"))
+    path.write_text(path.read_text() + "\nsnapshot.mode: no_data\n")
+    run_dag(f"{name}__setup")
+    condition = "updated_at >= '{{ data_interval_start }}' AND updated_at < '{{ data_interval_end }}'"
+    stop = threading.Event()
+    thread = _stream_in_background(name, dsn, stop)
+    try:
+        dag = build_connector_dags()[f"{name}__snapshot"]
+        seen = 0
+        for day in (2, 3):  # the daily runs of 2024-03-01 and 2024-03-02
+            run = dag.test(
+                logical_date=datetime(2024, 3, day, tzinfo=timezone.utc),
+                run_conf={"data_collections": ["public.items"], "additional_condition": condition},
+            )
+            assert run.state == "success"
+            rendered = _signals(dsn)[-1]["additional-condition"]
+            start, end = f"2024-03-0{day - 1}", f"2024-03-0{day}"
+            assert re.fullmatch(rf"updated_at >= '{start}[ T]00:00:00(\+00:00)?' AND updated_at < '{end}[ T]00:00:00(\+00:00)?'", str(rendered)), rendered
+            rows = _snapshot_rows(name)[seen:]
+            seen += len(rows)
+            with psycopg.connect(dsn) as conn:
+                expected = {r[0] for r in conn.execute("SELECT id FROM items WHERE updated_at >= %s AND updated_at < %s", (start, end)).fetchall()}
+            assert len(expected) == 80 and {r.key_payload["id"] for r in rows} == expected
     finally:
         stop.set()
         thread.join(30)

@@ -36,9 +36,13 @@ def make(dsn: str, **overrides: Any):
     return config
 
 
-def send_signal(dsn: str, kind: str, data: dict[str, Any] | str | None = None, signal_id: str | None = None) -> str:
+def send_signal(dsn: str | psycopg.Connection, kind: str, data: dict[str, Any] | str | None = None, signal_id: str | None = None) -> str:
+    """Insert a signal row; ``dsn`` may be an open connection, to send several signals in one transaction."""
     signal_id = signal_id or uuid.uuid4().hex[:12]
     text = data if isinstance(data, str) or data is None else json.dumps(data)
+    if isinstance(dsn, psycopg.Connection):
+        dsn.execute(f"INSERT INTO {SIGNALS} VALUES (%s, %s, %s)", (signal_id, kind, text))
+        return signal_id
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"INSERT INTO {SIGNALS} VALUES (%s, %s, %s)", (signal_id, kind, text))
     return signal_id
@@ -82,11 +86,30 @@ def test_incremental_snapshot_of_a_table(database: str) -> None:
     assert status["status"] == "completed" and status["rows"] == 2500 and status["chunks"] >= 25
 
 
+def window_updater(dsn: str, key_columns: int = 1) -> tuple[Any, list[tuple[Any, ...]]]:
+    """A chunk hook that commits an update of the chunk's first selected row between its SELECT and its high
+    watermark: the streamed update then falls inside the window, deterministically, and must drop that row.
+    The key columns are the table's first ones, named ``id`` (and ``b``)."""
+    hooked: list[tuple[Any, ...]] = []
+
+    def hook(table: str, rows: list[list[Any]]) -> None:
+        if not rows:
+            return
+        key = tuple(rows[0][:key_columns])
+        where = " AND ".join(f"{c} = %s" for c in ("id", "b")[:key_columns])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"UPDATE {table} SET v = 'in-window' WHERE {where}", key)
+        hooked.append(key)
+
+    return hook, hooked
+
+
 def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 3000) g")
     config = make(database)
     stop = threading.Event()
     errors: list[BaseException] = []
+    hook, hooked = window_updater(database)
 
     def writer(seed: int) -> None:
         rng = random.Random(seed)
@@ -112,10 +135,12 @@ def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
     threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(3)]
     for thread in threads:
         thread.start()
+    dropped = 0
     try:
         send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
         for _ in range(40):
-            summary = stream(config, database)
+            summary = stream(config, database, chunk_hook=hook)
+            dropped += summary.snapshot_rows_dropped
             if summary.snapshot_rows == 0 and summary.signals == 0 and not _running(database, config):
                 break
     finally:
@@ -126,6 +151,33 @@ def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
     drain(config, database)
     assert not _running(database, config)
     assert topic_state(config) == table_state(database, "t")
+    # every chunk had a row updated inside its window (unless a writer deleted it first, which drops it too)
+    assert len(hooked) >= 20 and dropped >= len(hooked)
+
+
+def test_composite_primary_key(database: str) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE ck (id int, b text, v text, PRIMARY KEY (id, b))",
+        "INSERT INTO ck SELECT g / 3, 'k' || (g % 3), 'v' || g FROM generate_series(1, 450) g",
+    )
+    config = make(database)
+    hook, hooked = window_updater(database, key_columns=2)
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.ck"]})
+    run_sql(database, "UPDATE ck SET b = 'moved' WHERE id = 7 AND b = 'k1'")  # a key change before the snapshot reads it
+    summaries = []
+    for _ in range(20):
+        summaries.append(stream(config, database, chunk_hook=hook))
+        if not _running(database, config):
+            break
+    records = read_topic(f"{config.topic_prefix}.public.ck")
+    snapshot = [r for r in records if r.op == "r"]
+    assert len(hooked) == 5 and sum(s.snapshot_rows_dropped for s in summaries) == 5
+    assert len(snapshot) == 450 - 5  # the five rows updated in their windows come as updates instead
+    assert len({(r.key_payload["id"], r.key_payload["b"]) for r in snapshot}) == len(snapshot)
+    with psycopg.connect(database) as conn:
+        table = {(r[0], r[1]): r[2] for r in conn.execute("SELECT id, b, v FROM ck").fetchall()}
+    assert {(v["id"], v["b"]): v["v"] for v in replay(records).values()} == table
 
 
 def _running(dsn: str, config) -> bool:
@@ -158,7 +210,7 @@ def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None
     assert topic_state(config) == table_state(database, "t")
 
 
-def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g")
     config = make(database, **{"walflow.batch.max.events": 1})
     with caplog.at_level("INFO"):
@@ -174,18 +226,42 @@ def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.Log
     assert any("hello from a signal" in r.getMessage() for r in caplog.records)
     assert any(bad_json in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
+    topic = f"{config.topic_prefix}.public.t"
+    # one chunk (100 rows) per round, and a signal sent at the start of the batch's second chunk round: the
+    # signal is then read while the snapshot runs, whatever the machine's speed
+    monkeypatch.setattr("walflow.stream.ROUND_ROWS", 100)
+
+    def at_second_round(kind: str) -> Any:
+        rounds = []
+
+        def hook(stage: str) -> None:
+            if stage == "incremental_chunk":
+                rounds.append(stage)
+                if len(rounds) == 2:
+                    send_signal(database, kind, {"data-collections": ["public.t"], "type": "incremental"} if kind == "stop-snapshot" else {})
+
+        return hook
+
     run_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
     send_signal(database, "pause-snapshot", {})
     stream(config, database)
     assert signal_status(database, config, run_id)["status"] == "paused"
-    assert read_topic(f"{config.topic_prefix}.public.t") == []
+    assert read_topic(topic) == []
     send_signal(database, "resume-snapshot", {})
-    stream(config, database)  # one round at least
-    assert read_topic(f"{config.topic_prefix}.public.t")
-    send_signal(database, "stop-snapshot", {"data-collections": ["public.t"], "type": "incremental"})
+    stream(config, database, fault_hook=at_second_round("pause-snapshot"))
+    # round 1 emitted chunk 1; round 2 had selected chunk 2 before the pause was read, then stopped selecting
+    assert len(read_topic(topic)) == 200 and signal_status(database, config, run_id)["status"] == "paused"
+    stream(config, database)
+    assert len(read_topic(topic)) == 200  # paused: nothing more
+    send_signal(database, "resume-snapshot", {})
+    stream(config, database, fault_hook=at_second_round("stop-snapshot"))
+    # resumed: chunk 3; the stop was read before chunk 4's window, so chunk 4 was dropped
     drain(config, database)
     status = signal_status(database, config, run_id)
-    assert status["status"] in ("stopped", "completed")
+    assert status["status"] == "stopped" and status["rows"] == 300
+    records = read_topic(topic)
+    assert len(records) == 300 < 500 and {r.key_payload["id"] for r in records} == set(range(1, 301))
+    assert not _running(database, config)
 
 
 def test_additional_condition_surrogate_key_and_awkward_tables(database: str) -> None:
@@ -233,3 +309,58 @@ def test_table_added_to_include_list_later(database: str) -> None:
     run_sql(database, "UPDATE b SET v = 'changed' WHERE id = 1")
     drain(wider, database)
     assert topic_state(wider, "b") == table_state(database, "b")
+
+
+def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    config = make(database)
+    with caplog.at_level("INFO"):
+        bad_condition = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "no_such_column = 1"})
+        bad_key = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "surrogate-key": "no_such_column"})
+        # parses and plans fine; fails only on the rows, so while the chunks are read
+        bad_rows = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "v::int > 0"})
+        good = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "v LIKE 'v1%'"})
+        run_sql(database, "INSERT INTO t VALUES (1000, 'after the signals')")
+        drain(config, database)
+        run_sql(database, "INSERT INTO t VALUES (1001, 'later')")
+        assert stream(config, database).events == 1
+    for signal_id, error in ((bad_condition, "no_such_column"), (bad_key, "no_such_column"), (bad_rows, "invalid input syntax")):
+        status = signal_status(database, config, signal_id)
+        assert status["status"] == "failed" and error in status["error"], status
+        assert any(signal_id in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "'additional-condition'" in signal_status(database, config, bad_condition)["error"]
+    assert "is not a column of public.t" in signal_status(database, config, bad_key)["error"]
+    status = signal_status(database, config, good)
+    assert status["status"] == "completed" and status["rows"] == 111  # v1, v10-v19, v100-v199 ('%' reaches the server)
+    records = read_topic(f"{config.topic_prefix}.public.t")
+    assert sorted(r.key_payload["id"] for r in records if r.op == "r") == sorted(i for i in range(1, 301) if str(i).startswith("1"))
+    assert [r.key_payload["id"] for r in records if r.op == "c"] == [1000, 1001]
+    assert not _running(database, config)
+
+
+def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g",
+        "CREATE TABLE u (id int PRIMARY KEY, v text)",
+        "INSERT INTO u VALUES (1, 'u')",
+    )
+    config = make(database)
+    with psycopg.connect(database) as conn:  # one transaction: the stream reads every signal in the same round
+        first = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "id <= 150"})
+        second = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "id > 420"})
+        third = send_signal(conn, "execute-snapshot", {"data-collections": ["public.u"]})
+        send_signal(conn, "stop-snapshot", {"data-collections": ["public.u"], "type": "incremental"})  # stops the queued one only
+    stream(config, database)
+    assert signal_status(database, config, first)["status"] == "completed"
+    assert signal_status(database, config, second)["status"] in ("running", "completed")
+    assert signal_status(database, config, third)["status"] == "stopped"
+    drain(config, database)
+    assert read_topic(f"{config.topic_prefix}.public.u") == []
+    for signal_id, rows in ((first, 150), (second, 80)):
+        status = signal_status(database, config, signal_id)
+        assert status["status"] == "completed" and status["rows"] == rows and status["rows_per_table"] == {"public.t": rows}
+    ids = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")]
+    assert ids == list(range(1, 151)) + list(range(421, 501))  # in signal order, each with its own condition
+    assert not _running(database, config)

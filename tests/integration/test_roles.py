@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,38 +16,49 @@ from tests.support import connector, producer, read_topic, replay, stream, uniqu
 from walflow.setup import ConnectorSetup
 
 ROOT = Path(__file__).resolve().parents[2]
+SIGNALS = "public.walflow_signal"
 
 
 @pytest.fixture()
 def connector_role(database: str) -> Iterator[dict[str, str]]:
-    """Apply include/sql/roles.sql with psql as the superuser; yield the new role's DSN."""
+    """Apply include/sql/roles.sql with psql as the superuser, with the signal table and a signal-writer role;
+    yield the new roles' DSNs and the connector role's password (unique to the test)."""
     role = unique("walflow_role").lower()
-    owners = f"{role}_owners"
+    owners, writers = f"{role}_owners", f"{role}_signals"
+    password = f"pw-{uuid.uuid4().hex}"
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)")
         conn.execute("CREATE TABLE audit (id int PRIMARY KEY, note text)")  # not captured: keeps its owner
         conn.execute("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 250) g")
+        conn.execute(f'CREATE ROLE "{writers}" LOGIN')  # the trusted users who may start ad-hoc snapshots
     params = dict(p.split("=", 1) for p in database.split())
     bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
     psql = str(bindir / "psql") if (bindir / "psql").exists() else "psql"
     result = subprocess.run(
         [psql, "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
-         "-v", f"role={role}", "-v", "password=s3cret-for-tests", "-v", f"owners={owners}", "-v", "schema=public",
-         "-v", "tables=public.customers", "-f", str(ROOT / "include" / "sql" / "roles.sql")],
+         "-v", f"role={role}", "-v", f"password={password}", "-v", f"owners={owners}", "-v", "schema=public",
+         "-v", "tables=public.customers", "-v", f"signal_table={SIGNALS}", "-v", f"signal_writers={writers}",
+         "-f", str(ROOT / "include" / "sql" / "roles.sql")],
         capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stderr
-    role_dsn = " ".join([*(p for p in database.split() if not p.startswith("user=")), f"user={role}", "password=s3cret-for-tests"])
+    base = [p for p in database.split() if not p.startswith("user=")]
     try:
-        yield {"dsn": role_dsn, "role": role, "owners": owners}
+        yield {
+            "dsn": " ".join([*base, f"user={role}", f"password={password}"]),
+            "writer_dsn": " ".join([*base, f"user={writers}"]),
+            "role": role,
+            "owners": owners,
+            "password": password,
+        }
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
             for slot in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()").fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", slot)
             conn.execute(f'REASSIGN OWNED BY "{role}", "{owners}" TO CURRENT_USER')
-            conn.execute(f'DROP OWNED BY "{role}", "{owners}"')
-            conn.execute(f'DROP ROLE "{role}"')
-            conn.execute(f'DROP ROLE "{owners}"')
+            conn.execute(f'DROP OWNED BY "{role}", "{owners}", "{writers}"')
+            for name in (role, owners, writers):
+                conn.execute(f'DROP ROLE "{name}"')
 
 
 def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(database: str, connector_role: dict[str, str]) -> None:
@@ -59,7 +71,7 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
         **{
             "table.include.list": "public.customers",
             "publication.autocreate.mode": "filtered",
-            "signal.data.collection": "public.walflow_signal",
+            "signal.data.collection": SIGNALS,
             "incremental.snapshot.chunk.size": 100,
         },
     )
@@ -71,7 +83,13 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
         conn.execute("UPDATE customers SET name = 'renamed' WHERE id <= 10")
         conn.execute("DELETE FROM customers WHERE id > 240")
         conn.execute("INSERT INTO customers VALUES (1000, 'new')")
+    # the signal writers' role may insert signals (granted by roles.sql), and do nothing else
+    with psycopg.connect(connector_role["writer_dsn"], autocommit=True) as conn:
         conn.execute("INSERT INTO walflow_signal VALUES ('adhoc-1', 'execute-snapshot', '{\"data-collections\": [\"public.customers\"]}')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM customers")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM walflow_signal")
     for _ in range(50):
         summary = stream(config, dsn)
         if summary.events == 0 and summary.snapshot_rows == 0:
@@ -82,3 +100,59 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
         source = {row[0]: row[1] for row in conn.execute("SELECT id, name FROM customers")}
     assert {v["id"]: v["name"] for v in replay(records).values()} == source
     assert not read_topic(f"{config.topic_prefix}.public.audit")
+
+
+def test_password_never_reaches_logs_xcom_or_events(
+    database: str, kafka_bootstrap: str, connector_role: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Setup and stream run by Airflow as the least-privilege role, whose password is in the Airflow Connection:
+    the password appears in none of the task logs, the XCom values or the Kafka records."""
+    import json
+
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from tests.support import run_dag
+
+    password = connector_role["password"]
+    params = dict(p.split("=", 1) for p in database.split())
+    name = unique("secret")
+    (tmp_path / f"{name}.yaml").write_text(
+        "\n".join(
+            [f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", f"publication.name: {name}",
+             "publication.autocreate.mode: filtered", "table.include.list: public.customers", "walflow.lake.enabled: false",
+             f"signal.data.collection: {SIGNALS}", f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka"]
+        )
+    )
+    connection = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "schema": params["dbname"],
+                  "login": connector_role["role"], "password": password}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_PG", json.dumps(connection))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+
+    runs = [run_dag(f"{name}__setup")]
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("UPDATE customers SET name = 'changed' WHERE id <= 5")
+    runs.append(run_dag(f"{name}__stream"))
+    with psycopg.connect(database) as conn:  # the tasks really ran as the role: it owns what setup created
+        assert conn.execute("SELECT pubowner::regrole::text FROM pg_publication WHERE pubname = %s", (name,)).fetchone() == (connector_role["role"],)
+
+    logs = capfd.readouterr()
+    log_text = logs.out + logs.err
+    log_dir = Path(os.environ["AIRFLOW_HOME"]) / "logs"
+    for path in log_dir.glob(f"**/*{name}*/**/*"):
+        if path.is_file():
+            log_text += path.read_text(errors="replace")
+    assert f"connector {name} streaming metrics: " in log_text  # the task logs were captured
+    assert password not in log_text
+
+    with create_session() as session:
+        values = [
+            x.value for x in session.query(XComModel).filter(XComModel.run_id.in_([r.run_id for r in runs]), XComModel.dag_id.like(f"{name}__%"))
+        ]
+    assert len(values) >= 2 and any("metrics" in json.dumps(v, default=str) for v in values)
+    assert all(password not in json.dumps(v, default=str) for v in values)
+
+    records = read_topic(f"{name}.public.customers")
+    assert len(records) == 250 + 5
+    assert all(password.encode() not in (r.raw_key or b"") + (r.raw_value or b"") for r in records)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from tests.support import connector, stream, unique
+from tests.support import connector, producer, stream, unique
 from walflow.errors import SlotError, SourceError
+from walflow.setup import ConnectorSetup, ensure_signal_table
 from walflow.source import connect, setup_source
 
 
@@ -100,3 +103,148 @@ def test_slot_active_elsewhere_is_an_error(database: str) -> None:
     finally:
         recv.terminate()
         recv.wait(10)
+
+
+# -- a slot that existed before and is gone ----------------------------------------------------------------------
+def drop_slot(dsn: str, slot: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def slot_exists(dsn: str, slot: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone() == (1,)
+
+
+@pytest.mark.parametrize("mode", ["never", "no_data"])
+def test_lost_slot_is_not_recreated_without_a_snapshot(database: str, mode: str) -> None:
+    """never/no_data store a 'skipped' snapshot state: a later setup must not quietly create a new slot."""
+    tables(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    config = connector(unique("lostnd"), **{"snapshot.mode": mode})
+    ConnectorSetup(config, database, producer).run()
+    drop_slot(database, config.slot_name)
+    with pytest.raises(SlotError, match=f"snapshot.mode='{mode}' would not re-read the data"):
+        ConnectorSetup(config, database, producer).run()
+    assert not slot_exists(database, config.slot_name)
+    # switching to 'when_needed' re-reads the table into a new slot, and says so in the log
+    again = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "snapshot.mode": "when_needed"})
+    report = ConnectorSetup(again, database, producer).run()
+    assert report["slot_created"] and report["snapshot"]["ran"]
+
+
+def test_initial_only_never_recreates_its_slot(database: str) -> None:
+    """initial_only drops its slot after the snapshot; a second setup must not leave a slot retaining WAL."""
+    tables(database, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t VALUES (1)")
+    config = connector(unique("only"), **{"snapshot.mode": "initial_only"})
+    assert ConnectorSetup(config, database, producer).run()["snapshot"]["ran"]
+    second = ConnectorSetup(config, database, producer).run()
+    assert not second["snapshot"]["ran"] and not second["slot_created"]
+    assert not slot_exists(database, config.slot_name)
+
+
+# -- privileges and replica identity, checked before any DDL ------------------------------------------------------
+@pytest.fixture()
+def plain_role(database: str) -> Iterator[str]:
+    """A LOGIN REPLICATION role with no privilege on anything; yields its DSN."""
+    role = unique("plain").lower()
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role)))
+    try:
+        yield " ".join([*(p for p in database.split() if not p.startswith("user=")), f"user={role}"])
+    finally:
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_missing_privileges_fail_before_any_ddl(database: str, plain_role: str) -> None:
+    tables(database, "CREATE TABLE a (id int PRIMARY KEY)", 'CREATE TABLE "b ""x""" (id int PRIMARY KEY)')
+    role = dict(p.split("=", 1) for p in plain_role.split())["user"]
+    config = connector(unique("priv"), **{"publication.autocreate.mode": "filtered"})
+    with connect(plain_role) as conn, pytest.raises(SourceError, match=r'lacks SELECT on captured table\(s\) public.a, public.b "x"'):
+        setup_source(conn, config)
+    tables(database, f'GRANT SELECT ON a, "b ""x""" TO "{role}"')
+    with connect(plain_role) as conn, pytest.raises(SourceError, match="lacks CREATE on database"):
+        setup_source(conn, config)
+    tables(database, f'GRANT CREATE ON DATABASE "{database.split("dbname=")[1].split()[0]}" TO "{role}"')
+    with connect(plain_role) as conn, pytest.raises(SourceError, match=r"does not own table\(s\) public.a"):
+        setup_source(conn, config)
+    everything = connector(unique("privall"))  # all_tables
+    with connect(plain_role) as conn, pytest.raises(SourceError, match="FOR ALL TABLES: PostgreSQL allows that to superusers only"):
+        setup_source(conn, everything)
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = current_database()").fetchone() == (0,)
+
+
+def test_primary_key_with_replica_identity_nothing_is_warned_about(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    tables(database, "CREATE TABLE keyed (id int PRIMARY KEY)", "ALTER TABLE keyed REPLICA IDENTITY NOTHING", "CREATE TABLE fine (id int PRIMARY KEY)")
+    with caplog.at_level("WARNING"), connect(database) as conn:
+        report = setup_source(conn, connector(unique("nothing")))
+    warned = [w for w in report.warnings if "keyed" in w]
+    assert len(warned) == 1 and "primary key but REPLICA IDENTITY NOTHING" in warned[0] and "REPLICA IDENTITY DEFAULT" in warned[0]
+    assert not any("fine" in w for w in report.warnings)
+    assert any("keyed" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_signal_table_with_awkward_name_is_created_once(database: str) -> None:
+    """The signal table's existence check quotes its name: a quote inside it must neither break nor recreate it."""
+    tables(database, 'CREATE SCHEMA "Sig ""nals"""')
+    config = connector(unique("sig"), **{"signal.data.collection": '"Sig ""nals"""."walflow ""signal"""'})
+    with connect(database) as conn:
+        assert ensure_signal_table(conn, config)
+        assert not ensure_signal_table(conn, config)
+    with psycopg.connect(database) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            ('Sig "nals"', 'walflow "signal"'),
+        ).fetchone()
+    assert found == (1,)
+
+
+# -- connection settings from the connector reach every connection -------------------------------------------------
+@pytest.fixture()
+def airflow_setup(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    from tests.support import airflow_connector
+
+    name = unique("tls")
+    tables(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    for key, value in airflow_connector(tmp_path, name, database, kafka_bootstrap, "snapshot.mode: no_data").items():
+        monkeypatch.setenv(key, value)
+    return {"name": name, "dsn": database}
+
+
+def test_sslmode_reaches_the_connection(airflow_setup: dict[str, str]) -> None:
+    """The embedded server has no TLS: 'require' must fail to connect (so it was applied), 'disable' works."""
+    from walflow.airflow.operators import WalflowSetupOperator
+    from walflow.cli import status
+
+    name = airflow_setup["name"]
+    with pytest.raises(SourceError, match="cannot connect to the source database: .*SSL"):
+        WalflowSetupOperator(task_id="setup", connector=name, overrides={"database.sslmode": "require"}).execute({})
+    report = WalflowSetupOperator(task_id="setup", connector=name, overrides={"database.sslmode": "disable"}).execute({})
+    assert report["slot_created"]
+    # `walflow status` connects with the connector's TLS settings too
+    assert status(name)["source"]["exists"]
+    folder = Path(os.environ["WALFLOW_CONNECTORS_DIR"])
+    yaml_file = folder / f"{name}.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "\ndatabase.sslmode: require\n")
+    with pytest.raises(SourceError, match="SSL"):
+        status(name)
+
+
+def test_initial_statements_run_on_each_connection(airflow_setup: dict[str, str]) -> None:
+    name, dsn = airflow_setup["name"], airflow_setup["dsn"]
+    tables(dsn, "CREATE TABLE init_log (app text)", "GRANT INSERT ON init_log TO PUBLIC")
+    from walflow.airflow.operators import WalflowSetupOperator
+    from walflow.cli import status
+
+    statements = "SET application_name = 'walflow;;init'; INSERT INTO init_log VALUES (current_setting('application_name'))"
+    WalflowSetupOperator(task_id="setup", connector=name, overrides={"database.initial.statements": statements}).execute({})
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT app FROM init_log").fetchall() == [("walflow;init",)]  # ';;' is a literal ';'
+    folder = Path(os.environ["WALFLOW_CONNECTORS_DIR"])
+    yaml_file = folder / f"{name}.yaml"
+    yaml_file.write_text(yaml_file.read_text() + "\ndatabase.initial.statements: SELECT no_such_function()\n")
+    with pytest.raises(SourceError, match=r"'database.initial.statements' statement 'SELECT no_such_function\(\)' failed"):
+        status(name)

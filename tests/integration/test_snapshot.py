@@ -18,7 +18,7 @@ import pytest
 from tests.integration.test_types import CASES, PREAMBLE
 from tests.support import connector, producer, read_topic, replay, stream, unique
 from walflow.errors import SlotError
-from walflow.setup import ConnectorSetup
+from walflow.setup import ConnectorSetup, SnapshotError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,7 +174,8 @@ def test_include_collection_list_and_select_override(database: str) -> None:
         **{
             "snapshot.include.collection.list": r"public\.a,public\.nokey",
             "snapshot.select.statement.overrides": "public.a",
-            "snapshot.select.statement.overrides.public.a": "SELECT * FROM public.a WHERE id > 7",
+            # '%' is the server's, not a driver placeholder
+            "snapshot.select.statement.overrides.public.a": "SELECT * FROM public.a WHERE id > 7 AND v LIKE 'a%'",
         },
     )
     report = setup(config, database)
@@ -245,3 +246,43 @@ def test_golden_types_snapshot_path(database: str) -> None:
     assert not failures, "\n".join(failures)
     assert {k: v for k, v in snap.payload["after"].items() if k != "pk"} == {k: v for k, v in streamed.payload["after"].items() if k != "pk"}
     assert snap.value["schema"] == streamed.value["schema"]
+
+
+def test_lock_timeout_fails_the_snapshot_with_a_clear_message(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
+    # the second setup run of snapshot.mode=always reads under its own snapshot (the slot exists): creating a
+    # slot would instead wait for the locking transaction to end
+    config = connector(unique("lock"), **{"snapshot.mode": "always", "snapshot.lock.timeout.ms": 800})
+    setup(config, database)
+    with psycopg.connect(database) as locker:
+        locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        with pytest.raises(SnapshotError, match=r"could not lock table public\.t within snapshot\.lock\.timeout\.ms=800.*raise 'snapshot\.lock\.timeout\.ms'"):
+            setup(config, database)
+        waited = time.monotonic() - started
+    assert 0.8 <= waited < 30
+    with pytest.raises(SlotError, match="has not completed"):
+        stream(config, database)  # the failed snapshot is not taken for a complete one
+    run_sql(database, "INSERT INTO t VALUES (2, 'b')")
+    report = setup(config, database)  # the lock is gone: the next run snapshots again
+    assert report["snapshot"]["ran"] and report["snapshot"]["rows"] == 2
+
+
+def test_snapshot_delay_waits_after_the_slot_and_before_reading(database: str) -> None:
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
+    config = connector(unique("delay"), **{"snapshot.delay.ms": 1200})
+    seen: list[tuple[float, str]] = []
+
+    def progress(message: str) -> None:
+        seen.append((time.monotonic(), message))
+        if message.startswith("snapshot.delay.ms"):
+            run_sql(database, "INSERT INTO t VALUES (2, 'during the delay')")
+
+    ConnectorSetup(config, database, producer, progress=progress).run()
+    delay_at = next(t for t, m in seen if m.startswith("snapshot.delay.ms"))
+    read_at = next(t for t, m in seen if m.startswith("snapshot of "))
+    assert read_at - delay_at >= 1.2
+    # the slot and its exported snapshot came before the delay: the row inserted during it is streamed, not read
+    assert [(r.op, r.key_payload["id"]) for r in read_topic(f"{config.topic_prefix}.public.t")] == [("r", 1)]
+    stream(config, database)
+    assert [(r.op, r.key_payload["id"]) for r in read_topic(f"{config.topic_prefix}.public.t")] == [("r", 1), ("c", 2)]

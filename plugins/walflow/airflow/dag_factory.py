@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, CronDataIntervalTimetable, Param
 from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
 from walflow.airflow.lake import apply_task
-from walflow.airflow.sensors import WalflowSnapshotSensor
+from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.config import ConnectorConfig, load_all
 
 START = datetime(2024, 1, 1)
@@ -30,12 +30,23 @@ def setup_dag(config: ConnectorConfig) -> DAG:
     return dag
 
 
+def stream_trigger_bytes(config: ConnectorConfig) -> int | None:
+    """The connector's ``walflow.stream.trigger.wal.bytes``: when set, its stream DAG runs on demand."""
+    return config.walflow_stream_trigger_wal_bytes
+
+
 def stream_dag(config: ConnectorConfig) -> DAG:
-    """``<name>__stream``: one bounded streaming batch per run, one run at a time."""
+    """``<name>__stream``: one bounded streaming batch per run, one run at a time.
+
+    With ``walflow.stream.trigger.wal.bytes`` set, the DAG runs ``@continuous`` and each run first waits (deferred,
+    in the triggerer) until the slot has that much pending WAL or ``walflow.stream.trigger.max.wait.seconds``
+    passed: batches start when there is something to stream, for low latency without a tight schedule.
+    """
+    trigger_bytes = stream_trigger_bytes(config)
     with DAG(
         dag_id=f"{config.name}__stream",
         description=f"walflow connector {config.name}: stream one batch of changes to Kafka",
-        schedule=config.walflow_schedule,
+        schedule="@continuous" if trigger_bytes else config.walflow_schedule,
         start_date=START,
         catchup=False,
         # One consumer per slot; the advisory lock in the task guards against manual runs as well.
@@ -45,9 +56,24 @@ def stream_dag(config: ConnectorConfig) -> DAG:
         doc_md=f"Streams connector **{config.name}**'s slot `{config.slot_name}` to topics `{config.topic_prefix}.*`.",
     ) as dag:
         stream = WalflowStreamOperator(task_id="stream", connector=config.name)
+        if trigger_bytes:
+            WalflowPendingWalSensor(
+                task_id="wait_for_wal",
+                connector=config.name,
+                min_bytes=trigger_bytes,
+                poke_interval=config.walflow_stream_trigger_poke_seconds,
+                deferrable=True,
+            ) >> stream
         if config.walflow_lake_enabled:
             stream >> apply_task(config)
     return dag
+
+
+def _interval_schedule(schedule: str | None) -> CronDataIntervalTimetable | str | None:
+    """A cron expression or preset as a data-interval timetable; ``None`` and ``@once``/``@continuous`` unchanged."""
+    if schedule is None or schedule in ("@once", "@continuous"):
+        return schedule
+    return CronDataIntervalTimetable(schedule, timezone="UTC")
 
 
 def snapshot_dag(config: ConnectorConfig) -> DAG:
@@ -59,7 +85,9 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
     with DAG(
         dag_id=f"{config.name}__snapshot",
         description=f"walflow connector {config.name}: ad-hoc incremental snapshot of chosen tables",
-        schedule=config.walflow_snapshot_schedule,
+        # Data intervals, not Airflow 3's default trigger timetable: a backfill's runs then each cover one
+        # interval, which an additional condition can use through data_interval_start / data_interval_end.
+        schedule=_interval_schedule(config.walflow_snapshot_schedule),
         start_date=START,
         catchup=False,
         is_paused_upon_creation=True,

@@ -13,9 +13,9 @@ from airflow.sdk import BaseOperator
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
 from walflow.incremental import send_signal
-from walflow.metrics import numeric, snapshot_metrics, streaming_metrics
+from walflow.metrics import failed_streaming_metrics, numeric, snapshot_metrics, snapshot_started_metrics, streaming_metrics
 from walflow.setup import ConnectorSetup
-from walflow.source import connect
+from walflow.source import captured_tables, connect
 from walflow.stream import StreamBatch
 
 if TYPE_CHECKING:
@@ -72,9 +72,25 @@ class WalflowSetupOperator(_ConnectorOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
         kafka = self._kafka_hook(config)
-        setup = ConnectorSetup(config, self._conninfo(config), lambda: kafka.get_conn, progress=self.log.info)
-        report = setup.run()
-        report["metrics"] = publish_metrics(config.name, "snapshot", snapshot_metrics(report), self.log)
+        setup = ConnectorSetup(
+            config,
+            self._conninfo(config),
+            lambda: kafka.get_conn,
+            progress=self.log.info,
+            on_snapshot_start=lambda count: publish_metrics(config.name, "snapshot", snapshot_started_metrics(count), self.log),
+        )
+        report: dict[str, Any] | None = None
+        error: BaseException | None = None
+        try:
+            report = setup.run()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            # a failed run reports too (SnapshotAborted/SnapshotFailed), or dashboards would keep the last success
+            metrics = _publish_safely(config.name, "snapshot", snapshot_metrics(report, error=error, started=setup.snapshot_started), self.log)
+        assert report is not None
+        report["metrics"] = metrics
         self.log.info(
             "connector %s: publication %s (%s), slot %s (%s) at %s, %d captured table(s), snapshot: %s",
             config.name,
@@ -89,14 +105,29 @@ class WalflowSetupOperator(_ConnectorOperator):
         return report
 
 
-def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any) -> dict[str, Any]:
-    """Log ``metrics`` and send the numeric ones as Airflow gauges named ``walflow.<connector>.<kind>.<metric>``."""
-    from airflow.sdk.observability.stats import Stats
+def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any, stats: Any = None) -> dict[str, Any]:
+    """Log ``metrics`` and send the numeric ones as Airflow gauges named ``walflow.<connector>.<kind>.<metric>``.
 
+    :param stats: the metrics client (default Airflow's ``Stats``, which writes to StatsD or OpenTelemetry as the
+        ``[metrics]`` section configures); tests pass their own.
+    """
+    if stats is None:
+        from airflow.sdk.observability.stats import Stats
+
+        stats = Stats
     log.info("connector %s %s metrics: %s", connector, kind, metrics)
     for name, value in numeric(metrics).items():
-        Stats.gauge(f"walflow.{connector}.{kind}.{name}", value)
+        stats.gauge(f"walflow.{connector}.{kind}.{name}", value)
     return metrics
+
+
+def _publish_safely(connector: str, kind: str, metrics: dict[str, Any], log: Any) -> dict[str, Any]:
+    """:func:`publish_metrics` for ``finally`` blocks: a metrics failure must not hide the task's own error."""
+    try:
+        return publish_metrics(connector, kind, metrics, log)
+    except Exception as exc:  # noqa: BLE001 - reporting is best effort; the task's outcome stands
+        log.warning("connector %s: could not send %s metrics (%s)", connector, kind, exc)
+        return metrics
 
 
 class WalflowStreamOperator(_ConnectorOperator):
@@ -113,12 +144,27 @@ class WalflowStreamOperator(_ConnectorOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
+        conninfo = self._conninfo(config)
         producer = self._kafka_hook(config).get_conn
-        batch = StreamBatch(config, self._conninfo(config), producer)
-        summary = batch.run()
+        batch = StreamBatch(config, conninfo, producer)
+        try:
+            summary = batch.run()
+        except BaseException as exc:
+            _publish_safely(config.name, "streaming", failed_streaming_metrics(exc), self.log)
+            raise
         result = summary.as_dict()
-        result["metrics"] = publish_metrics(config.name, "streaming", streaming_metrics(summary), self.log)
+        metrics = streaming_metrics(summary, captured_tables=self._captured_tables(config, conninfo))
+        result["metrics"] = _publish_safely(config.name, "streaming", metrics, self.log)
         return result
+
+    def _captured_tables(self, config: ConnectorConfig, conninfo: str) -> list[str] | None:
+        """The connector's captured tables for the ``CapturedTables`` metric; ``None`` if they cannot be read now."""
+        try:
+            with connect(conninfo, application_name=f"walflow:{config.name}:metrics", initial_statements=config.database_initial_statements) as conn:
+                return captured_tables(conn, config)
+        except Exception as exc:  # noqa: BLE001 - the batch succeeded; a metric must not fail it
+            self.log.warning("connector %s: could not list the captured tables for the metrics (%s)", config.name, exc)
+            return None
 
 
 class WalflowSignalOperator(_ConnectorOperator):
@@ -186,7 +232,7 @@ class WalflowSignalOperator(_ConnectorOperator):
         if self.surrogate_key:
             payload["surrogate-key"] = self.surrogate_key
         payload.update(self.data or {})
-        with connect(self._conninfo(config), application_name=f"walflow:{config.name}:signal") as conn:
+        with connect(self._conninfo(config), application_name=f"walflow:{config.name}:signal", initial_statements=config.database_initial_statements) as conn:
             signal_id = send_signal(conn, config, self.signal_type, payload)
         self.log.info("connector %s: wrote signal %s %s %s", config.name, signal_id, self.signal_type, payload)
         return signal_id

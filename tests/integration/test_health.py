@@ -1,0 +1,85 @@
+"""Slot health against the real server: retained WAL, confirmed lag, time since the last confirmed position,
+judged against limits, and shown by `walflow status`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support import connector, producer, stream, unique
+from walflow.setup import ConnectorSetup
+from walflow.cli import render, status
+from walflow.source import HealthLimits, assess_slot_health, connect, pending_wal_bytes, slot_health
+from walflow.state import StateStore
+
+
+def write(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, %s) g ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v || 'y'", (rows,))
+
+
+def state_of(dsn: str, config: Any) -> dict[str, Any]:
+    with connect(dsn) as conn:
+        store = StateStore(conn, config.name, config.state_table)
+        return {"last_batch": store.get("last_batch")}
+
+
+def test_slot_health_follows_writes_and_batches(database: str) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    config = connector(unique("health"), **{"snapshot.mode": "no_data"})
+    ConnectorSetup(config, database, producer).run()  # creates the state table the stream records its batches in
+    with connect(database) as conn:
+        fresh = slot_health(conn, config.slot_name, state_of(database, config))
+    assert fresh.exists and fresh.seconds_since_confirmed is None  # no batch has confirmed anything yet
+
+    write(database, 2000)
+    with connect(database) as conn:
+        behind = slot_health(conn, config.slot_name)
+        assert behind.confirmed_lag_bytes is not None and behind.confirmed_lag_bytes > 400_000
+        assert behind.retained_wal_bytes is not None and behind.retained_wal_bytes >= behind.confirmed_lag_bytes
+        assert abs(pending_wal_bytes(conn, config.slot_name) - behind.confirmed_lag_bytes) < 64 * 1024
+    warnings, error = assess_slot_health(behind, HealthLimits(warn_lag_bytes=100_000, fail_retained_wal_bytes=10**12))
+    assert error is None and any("bytes behind the server" in w for w in warnings)
+
+    before = int(time.time() * 1000)
+    summary = stream(config, database)
+    assert summary.events == 2000
+    with connect(database) as conn:
+        caught_up = slot_health(conn, config.slot_name, state_of(database, config))
+    assert caught_up.confirmed_lag_bytes is not None and caught_up.confirmed_lag_bytes < behind.confirmed_lag_bytes
+    assert caught_up.confirmed_to == summary.advanced_to
+    assert caught_up.confirmed_at_ms is not None and caught_up.confirmed_at_ms >= before
+    assert caught_up.seconds_since_confirmed is not None and 0 <= caught_up.seconds_since_confirmed < 60
+    # the same record, judged an hour later, is stale
+    with connect(database) as conn:
+        later = slot_health(conn, config.slot_name, state_of(database, config), now_ms=caught_up.confirmed_at_ms + 3_600_000)
+    warnings, _ = assess_slot_health(later, HealthLimits(warn_seconds_since_confirmed=600))
+    assert later.seconds_since_confirmed == 3600.0 and any("3600 s ago" in w for w in warnings)
+
+
+def test_status_shows_health_and_limits(database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    name = unique("stat")
+    folder = tmp_path
+    (folder / f"{name}.yaml").write_text(
+        f"name: {name}\ntopic.prefix: {name}\nslot.name: {name}\npublication.name: {name}\n"
+        "walflow.lake.enabled: false\nwalflow.slot.max.retained.wal.bytes: 1000\nsnapshot.mode: no_data\n"
+    )
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(folder))
+    config = connector(name, **{"snapshot.mode": "no_data"})
+    ConnectorSetup(config, database, producer).run()
+    write(database, 200)
+    stream(config, database)
+    write(database, 200)  # retained WAL above the (tiny) limit again
+    report = status(name, dsn=database)
+    source = report["source"]
+    assert source["exists"] and source["seconds_since_confirmed"] is not None and source["retained_wal_bytes"] > 1000
+    assert any("retains" in w and "walflow.slot.max.retained.wal.bytes=1000" in w for w in source["warnings"]) and source["error"] is None
+    text = render(report)
+    assert "last confirmed" in text and "s ago" in text and "WARNING: slot" in text
