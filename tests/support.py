@@ -231,3 +231,26 @@ def run_apply(
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return None
+
+
+def run_apply_fault(
+    config: ConnectorConfig, point: str, warehouse: str | None = None, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Run the lake job with ``WALFLOW_APPLY_FAULT=point`` (``name`` or ``name:n``), so that it SIGKILLs itself
+    (and its spark-submit JVM) there. Returns the finished process and whether the kill happened at that point:
+    the job names the point in ``WALFLOW_APPLY_FAULT_FILE`` just before killing itself, and must not have exited
+    normally."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="walflow-fault-") as folder:
+        marker = Path(folder) / "fired"
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins"),
+            "WALFLOW_APPLY_FAULT": point,
+            "WALFLOW_APPLY_FAULT_FILE": str(marker),
+        }
+        proc = subprocess.run(apply_command(config, warehouse, *extra), env=env, capture_output=True, text=True, timeout=900)
+        fired = marker.exists() and marker.read_text() == point.partition(":")[0] and proc.returncode != 0
+    return proc, fired

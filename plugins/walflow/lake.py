@@ -31,17 +31,25 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import re
 from decimal import Decimal
 from typing import Any
 
 from walflow.errors import WalflowError
 
-META_COLUMNS = ("_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms", "_walflow_applied_at")
+META_COLUMNS = ("_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms", "_walflow_applied_at", "_walflow_position")
 DELETED_COLUMN = "_walflow_deleted"
+POSITION_COLUMN = "_walflow_position"
 OFFSETS_PROPERTY = "walflow.offsets"
 FINGERPRINTS_PROPERTY = "walflow.fingerprints"
+#: Every snapshot walflow commits carries this summary property (its value says which step wrote it): a newest
+#: snapshot without it was written by someone else.
+COMMIT_PROPERTY = "walflow.commit"
 TOAST_COLUMN = "_walflow_toast"
+#: The field name of a schemaless column (the records had no schema part): ``parameters.spark`` is the lake type,
+#: and the converter accepts the JSON forms a value of that type can take.
+LOOSE = "walflow.lake.Loose"
 
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -52,15 +60,42 @@ class LakeError(WalflowError):
     """The lake cannot take the events as they are (incompatible schema change, lost topics...)."""
 
 
+_NOT_WORD = re.compile(r"[^\w]")
+
+
 def table_name(schema: str, table: str) -> str:
-    """Iceberg table name of a source table: ``<schema>__<table>``, lower-case, safe characters only."""
-    return re.sub(r"[^a-z0-9_]", "_", f"{schema}__{table}".lower())
+    """Iceberg table name of a source table: ``<schema>__<table>``, lower-case, letters (any script), digits and ``_``.
+
+    Catalogs differ in what they accept (Hive lower-cases, some reject dots and spaces), so other characters become
+    ``_``. Two source tables must never share a lake table, so whenever the plain name is not exactly
+    ``<schema>__<table>`` (a character was replaced or lower-cased, or the schema holds ``__`` or ends with ``_``,
+    which makes the split ambiguous) a short stable hash of the exact source names is appended:
+    ``public.orders`` stays ``public__orders``, ``"Sales"."a.b"`` becomes ``sales__a_b_3f2c9a1d``.
+    """
+    plain = f"{schema}__{table}"
+    name = _NOT_WORD.sub("_", plain.lower())
+    if name == plain and "__" not in schema and not schema.endswith("_"):
+        return name
+    digest = hashlib.sha1(f"{schema}\0{table}".encode()).hexdigest()[:8]
+    return f"{name}_{digest}"
+
+
+def sql_quote(name: str) -> str:
+    """A Spark SQL identifier: backquoted, backquotes inside doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal. Spark reads backslash escapes inside literals, so both ``\\`` and ``'`` are escaped."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def spark_type(field: dict[str, Any]) -> str:
     """Spark SQL DDL type of a Debezium field schema (see the module's table)."""
     name = field.get("name")
     kind = field["type"]
+    if name == LOOSE:
+        return str(field["parameters"]["spark"])
     if name == "org.apache.kafka.connect.data.Decimal":
         params = field.get("parameters", {})
         scale = int(params.get("scale", 0))
@@ -82,7 +117,7 @@ def spark_type(field: dict[str, Any]) -> str:
     if kind == "map":
         return f"map<{spark_type(field['keys'])},{spark_type(field['values'])}>"
     if kind == "struct":
-        return "struct<" + ",".join(f"`{f['field']}`:{spark_type(f)}" for f in field["fields"]) + ">"
+        return "struct<" + ",".join(f"{sql_quote(f['field'])}:{spark_type(f)}" for f in field["fields"]) + ">"
     return {
         "int8": "int",
         "int16": "int",
@@ -106,6 +141,8 @@ def value_converter(field: dict[str, Any]) -> Any:
     """A function from the JSON payload value of ``field`` to the Python value Spark stores."""
     name = field.get("name")
     kind = field["type"]
+    if name == LOOSE:
+        return loose_converter(str(field["parameters"]["spark"]))
     if name == "org.apache.kafka.connect.data.Decimal":
         scale = int(field.get("parameters", {}).get("scale", 0))
         return lambda v: Decimal(int.from_bytes(base64.b64decode(v), "big", signed=True)).scaleb(-scale)
@@ -168,24 +205,190 @@ def placeholder_values(placeholder: str) -> tuple[Any, ...]:
     return (text, base64.b64encode(raw).decode("ascii"))
 
 
-def check_evolution(existing: dict[str, str], wanted: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Columns to add, and incompatible changes (each a message), from the lake's to the events' schema."""
-    widenings = {("int", "bigint"), ("float", "double")}
+def check_evolution(existing: dict[str, str], wanted: dict[str, str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """From the lake's column types to the events': columns to add, columns to widen, and incompatible changes.
+
+    Types are Spark simple strings. The widenings are the ones Iceberg can make in place (metadata only, every
+    existing value still valid): int→bigint, float→double, and a decimal's precision growing at the same scale.
+    Anything else that changes a column's type (narrowing, int→string...) is a problem, one message each.
+    """
     add = {n: t for n, t in wanted.items() if n not in existing}
+    widen: dict[str, str] = {}
     problems = []
     for name, new in wanted.items():
         old = existing.get(name)
         if old is None or old == new:
             continue
-        if (old, new) in widenings:
+        if is_widening(old, new):
+            widen[name] = new
             continue
-        if old.startswith("decimal") and new.startswith("decimal"):
-            p_old, s_old = map(int, old[8:-1].split(","))
-            p_new, s_new = map(int, new[8:-1].split(","))
-            if s_old == s_new and p_new >= p_old:
-                continue
         problems.append(f"column {name!r} changes from {old} to {new}")
-    return add, problems
+    return add, widen, problems
+
+
+def is_widening(old: str, new: str) -> bool:
+    """Whether Iceberg can change a column from ``old`` to ``new`` in place (Spark simple type strings)."""
+    if (old, new) in {("int", "bigint"), ("float", "double")}:
+        return True
+    if old.startswith("decimal(") and new.startswith("decimal("):
+        p_old, s_old = map(int, old[8:-1].split(","))
+        p_new, s_new = map(int, new[8:-1].split(","))
+        return s_old == s_new and p_new > p_old
+    return False
+
+
+def source_position(source: dict[str, Any], transaction: dict[str, Any] | None) -> tuple[int, int, int]:
+    """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``.
+
+    Streamed events carry ``source.sequence`` = [LSN of the previous commit, this change's LSN]: the first grows
+    from one transaction to the next in commit order and the second inside a transaction, so the commit position
+    is the larger of the two (a change written before the previous commit, in a transaction that committed after
+    it, still sorts after every change of that earlier transaction). ``transaction.total_order`` breaks ties
+    between events of one WAL record when transaction metadata is on.
+
+    Snapshot events (no sequence) sit at their ``source.lsn``, before any change of the same position: for the
+    initial snapshot the slot's consistent point, for an incremental snapshot the high watermark where the rows
+    were emitted (DBLog: every change after the watermark is newer, the chunk dropped its rows changed before).
+    """
+    lsn = source.get("lsn") or 0
+    sequence = source.get("sequence")
+    order = (transaction or {}).get("total_order") or 0
+    if sequence:
+        # '["<previous>","<change>"]' as the stream writes it, without a JSON parse (this runs for every event)
+        if sequence.startswith('["') and sequence.endswith('"]') and sequence.count('"') == 4:
+            previous, change = sequence[2:-2].split('","')
+        else:
+            import orjson
+
+            try:
+                previous, change = orjson.loads(sequence)
+            except (ValueError, TypeError):
+                previous, change = None, None
+        change = int(change) if change else lsn
+        previous = int(previous) if previous else 0
+        return max(previous, change), change, order
+    return lsn, 0, order
+
+
+def format_position(position: tuple[int, int, int]) -> str:
+    """The text form stored in ``_walflow_position``: fixed-width hex, so text order is position order."""
+    return f"{position[0]:016X}/{position[1]:016X}"
+
+
+def json_kind(value: Any) -> str | None:
+    """The JSON kind of a schemaless value: long, double, boolean, string, json (object or array), None for null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    return "json"
+
+
+def inferred_type(kinds: set[str]) -> str:
+    """The lake type of a new schemaless column from the JSON kinds its values took (see the README's limits)."""
+    if kinds == {"long"}:
+        return "bigint"
+    if kinds and kinds <= {"long", "double"}:
+        return "double"
+    if kinds == {"boolean"}:
+        return "boolean"
+    return "string"
+
+
+#: JSON kinds each lake type can be read from when the records carry no schema part.
+_LOOSE_KINDS = {
+    "tinyint": {"long"}, "smallint": {"long"}, "int": {"long"}, "bigint": {"long"},
+    "float": {"long", "double", "string"}, "double": {"long", "double", "string"},
+    "boolean": {"boolean"}, "string": {"long", "double", "boolean", "string", "json"},
+    "date": {"long", "string"}, "timestamp": {"long", "string"}, "timestamp_ntz": {"long", "string"},
+    "binary": {"string"},
+}
+
+
+def loose_kinds_fit(spark_type_name: str, kinds: set[str]) -> bool:
+    """Whether schemaless values of these JSON kinds can be written to a lake column of this type."""
+    if spark_type_name.startswith("decimal"):
+        return kinds <= {"long", "double", "string"}
+    if spark_type_name.startswith(("array", "map", "struct")):
+        return kinds <= {"json"}
+    return kinds <= _LOOSE_KINDS.get(spark_type_name, set())
+
+
+def loose_field(name: str, spark_type_name: str) -> dict[str, Any]:
+    """A Debezium-shaped field for a schemaless column whose lake type is known (or was inferred)."""
+    return {"type": "string", "optional": True, "field": name, "name": LOOSE, "parameters": {"spark": spark_type_name}}
+
+
+def _loose_decimal(scale: int) -> Any:
+    def convert(v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return Decimal(v).quantize(Decimal(1).scaleb(-scale))
+            except ArithmeticError:
+                # decimal.handling.mode=precise: the unscaled value as base64 big-endian bytes
+                return Decimal(int.from_bytes(base64.b64decode(v), "big", signed=True)).scaleb(-scale)
+        return Decimal(str(v)).quantize(Decimal(1).scaleb(-scale))
+
+    return convert
+
+
+def _loose_time(zoned: bool) -> Any:
+    def convert(v: Any) -> Any:
+        if isinstance(v, str):
+            parsed = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            if zoned:
+                return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+            return parsed.replace(tzinfo=None) if parsed.tzinfo is None else parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = _EPOCH + dt.timedelta(microseconds=v)  # Debezium's default: MicroTimestamp
+        return value.replace(tzinfo=dt.timezone.utc) if zoned else value
+
+    return convert
+
+
+def loose_converter(spark_type_name: str) -> Any:
+    """A function from a schemaless JSON value to the Python value of a lake column of ``spark_type_name``.
+
+    Without the schema part nothing says a string is base64 or an integer is microseconds; the lake column's type
+    decides: decimals take numbers, decimal text or the base64 of ``decimal.handling.mode=precise``; dates take
+    days or ISO text; timestamps take microseconds (Debezium's default precision) or ISO text; strings take JSON
+    objects and arrays as their JSON text.
+    """
+    import json
+
+    t = spark_type_name
+    if t in ("tinyint", "smallint", "int", "bigint"):
+        return int
+    if t in ("float", "double"):
+        return lambda v: float(_special_float(v))
+    if t == "boolean":
+        return bool
+    if t == "string":
+        return lambda v: v if isinstance(v, str) else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+    if t.startswith("decimal("):
+        return _loose_decimal(int(t[8:-1].split(",")[1]))
+    if t == "date":
+        return lambda v: dt.date.fromisoformat(v[:10]) if isinstance(v, str) else _EPOCH_DATE + dt.timedelta(days=v)
+    if t == "timestamp_ntz":
+        return _loose_time(zoned=False)
+    if t == "timestamp":
+        return _loose_time(zoned=True)
+    if t == "binary":
+        return lambda v: base64.b64decode(v)
+    if t.startswith("array<") and t.endswith(">"):
+        inner = loose_converter(t[6:-1])
+        return lambda v: [None if x is None else inner(x) for x in v]
+    if t.startswith("map<"):
+        return lambda v: {str(k): (x if isinstance(x, str) or x is None else json.dumps(x)) for k, x in v.items()}
+    raise LakeError(
+        f"a column of lake type {t} cannot be read from records without a schema part: set "
+        "value.converter.schemas.enable: true for this connector"
+    )
 
 
 def parse_offsets(text: str | None) -> dict[str, dict[int, int]]:
@@ -213,7 +416,7 @@ def sql_literal(value: Any, spark_type_name: str) -> str:
         return f"X'{value.hex()}'"
     if isinstance(value, (int, float, Decimal, dt.date, dt.datetime, str)):
         text = value.isoformat() if isinstance(value, (dt.date, dt.datetime)) else str(value)
-        return "CAST('" + text.replace("'", "''") + f"' AS {spark_type_name})"
+        return f"CAST({sql_string(text)} AS {spark_type_name})"
     raise LakeError(f"cannot write a default value of type {type(value).__name__} ({spark_type_name})")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -44,15 +45,28 @@ def spark_conf(config: ConnectorConfig) -> dict[str, str]:
 
 
 def lake_assets(config: ConnectorConfig) -> list[Asset]:
-    """One Asset per lake table whose source table is named literally in ``table.include.list``."""
+    """One Asset per lake table whose source table is named literally in ``table.include.list``, plus one Asset for
+    the whole namespace when some captured tables are not named that way.
+
+    Outlets are fixed when the DAG file is parsed, and which tables a regex entry (or an empty include list)
+    captures is only known by asking the database, which parsing must not do. A literal entry is a lower-case
+    ``schema.table`` of letters, digits and ``_``: the include list matches case-insensitively, so a mixed-case
+    entry could name ``Orders`` or ``orders``, whose lake tables differ. The namespace Asset,
+    ``iceberg://<catalog>/<namespace>``, is updated by every run.
+    """
     namespace = config.walflow_lake_namespace or config.topic_prefix
     assets = []
+    unnamed = not config.table_include_list
     for entry in config.table_include_list:
         plain = entry.replace("\\.", ".")
-        if plain.count(".") == 1 and all(part.replace("_", "").isalnum() for part in plain.split(".")):
-            schema, table = plain.split(".")
-            assets.append(Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}/{table_name(schema, table)}"))
-    return assets or [Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}")]
+        parts = plain.split(".")
+        if len(parts) == 2 and all(part and re.fullmatch(r"[a-z0-9_]+", part) for part in parts) and table_name(*parts) == "__".join(parts):
+            assets.append(Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}/{table_name(*parts)}"))
+        else:
+            unnamed = True
+    if unnamed:
+        assets.append(Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}"))
+    return assets
 
 
 def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> SparkSubmitOperator:
