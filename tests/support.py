@@ -1,4 +1,9 @@
-"""Helpers shared by the integration and end-to-end tests: databases, connectors, reading topics back."""
+"""Helpers shared by the integration and end-to-end tests: databases, connectors, reading topics back.
+
+The connector-side helpers (:func:`setup`, :func:`prepare_source`, :func:`stream`) take a test database's
+superuser DSN, the one the tests' own SQL uses, and run the connector as that database's least-privilege role
+(:func:`tests.privileges.as_connector`), never as the superuser.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,11 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from psycopg import sql
 
+from tests.privileges import as_connector, publish_all_tables
 from walflow.config import ConnectorConfig, parse_config
 from walflow.kafka import EventProducer, producer_settings
+from walflow.setup import ConnectorSetup
+from walflow.source import SetupReport, connect, setup_source
 from walflow.stream import BatchSummary, StreamBatch
 
 
@@ -58,15 +66,23 @@ def connector(name: str, **overrides: Any) -> ConnectorConfig:
 
 def airflow_connector(folder: Any, name: str, database: str, kafka_bootstrap: str, *settings: str) -> dict[str, str]:
     """Write ``<folder>/<name>.yaml`` for a connector whose source and broker come from two Airflow Connections
-    (``<name>_pg``, ``<name>_kafka``); return the environment that defines those Connections and the folder."""
+    (``<name>_pg``, ``<name>_kafka``); return the environment that defines those Connections and the folder.
+
+    ``database`` is the test database's superuser DSN: the Postgres Connection logs in as its connector role
+    (:func:`tests.privileges.as_connector`), and with publication mode 'all_tables' (the default) the superuser
+    creates the publication first, as a DBA would."""
     import json
     from pathlib import Path
 
-    params = dict(p.split("=", 1) for p in database.split())
+    params = dict(p.split("=", 1) for p in as_connector(database).split())
     lines = [f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", f"publication.name: {name}", *settings]
     lines += [f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka"]
     (Path(folder) / f"{name}.yaml").write_text("\n".join(lines))
-    postgres = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": params["dbname"]}
+    given = dict((key.strip(), value.strip()) for key, _, value in (s.partition(":") for s in settings))
+    if given.get("publication.autocreate.mode", "all_tables") == "all_tables":
+        publish_all_tables(database, name)
+    postgres = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"],
+                "password": params["password"], "schema": params["dbname"]}
     return {
         f"AIRFLOW_CONN_{name.upper()}_PG": json.dumps(postgres),
         f"AIRFLOW_CONN_{name.upper()}_KAFKA": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
@@ -82,8 +98,29 @@ def producer() -> EventProducer:
     return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}))
 
 
-def stream(config: ConnectorConfig, dsn: str, **kwargs: Any) -> BatchSummary:
-    return StreamBatch(config, dsn, producer(), **kwargs).run()
+def stream(config: ConnectorConfig, database: str, **kwargs: Any) -> BatchSummary:
+    """One stream batch, as the connector role of ``database`` (see the module's docstring)."""
+    return StreamBatch(config, as_connector(database), producer(), **kwargs).run()
+
+
+def _publication_for(config: ConnectorConfig, database: str) -> None:
+    if config.publication_autocreate_mode == "all_tables":
+        publish_all_tables(database, config.publication_name)  # superusers only: a DBA's step
+
+
+def setup(config: ConnectorConfig, database: str, producer_factory: Any = producer, **kwargs: Any) -> dict[str, Any]:
+    """The setup task (:class:`ConnectorSetup`), as the connector role of ``database``. For publication mode
+    'all_tables' the superuser creates the publication first, as a DBA would; the setup then only checks it."""
+    _publication_for(config, database)
+    return ConnectorSetup(config, as_connector(database), producer_factory, **kwargs).run()
+
+
+def prepare_source(config: ConnectorConfig, database: str) -> SetupReport:
+    """The setup's source part (server checks, publication, slot; no snapshot, no state table), as the connector
+    role of ``database``; the publication of mode 'all_tables' as in :func:`setup`."""
+    _publication_for(config, database)
+    with connect(as_connector(database)) as conn:
+        return setup_source(conn, config)
 
 
 class Record:
@@ -216,7 +253,10 @@ def apply_command(config: ConnectorConfig, warehouse: str | None = None, *extra:
 def run_apply(
     config: ConnectorConfig, warehouse: str | None = None, *extra: str, kill_after: float | None = None
 ) -> subprocess.CompletedProcess[str] | None:
-    """Run the lake job; with ``kill_after``, SIGKILL its whole process group after that many seconds."""
+    """Run the lake job; with ``kill_after``, SIGKILL its whole process group after that many seconds.
+
+    With ``kill_after`` it returns ``None`` when the kill happened, else the finished process (no output kept).
+    """
     import signal
     from pathlib import Path
 
@@ -226,11 +266,12 @@ def run_apply(
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        proc.wait(timeout=kill_after)
+        code = proc.wait(timeout=kill_after)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    return None
+        return None
+    return subprocess.CompletedProcess(command, code, "", "")
 
 
 def run_apply_fault(

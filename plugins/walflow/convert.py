@@ -690,21 +690,28 @@ def parse_array(text: str) -> list[Any]:
         raise ValueError(f"unterminated array literal: {text[:50]!r}") from None
 
 
+def _read_quoted(text: str, pos: int) -> tuple[str, int]:
+    """The double-quoted element starting at ``text[pos] == '"'`` with its backslash escapes undone, and the
+    position after its closing quote."""
+    pos += 1
+    out = []
+    while text[pos] != '"':
+        if text[pos] == "\\":
+            pos += 1
+        out.append(text[pos])
+        pos += 1
+    return "".join(out), pos + 1
+
+
 def _parse_flat(body: str) -> list[Any]:
     """The elements of a one-dimensional array literal's body (between its braces)."""
     items: list[Any] = []
     i, n = 0, len(body)
     while i <= n:
         if i < n and body[i] == '"':
-            i += 1
-            out = []
-            while body[i] != '"':
-                if body[i] == "\\":
-                    i += 1
-                out.append(body[i])
-                i += 1
-            items.append("".join(out))
-            i += 2  # closing quote and the comma
+            value, i = _read_quoted(body, i)
+            items.append(value)
+            i += 1  # the comma
         else:
             end = body.find(",", i)
             if end < 0:
@@ -727,15 +734,8 @@ def _parse_nested(text: str, pos: int) -> tuple[list[Any], int]:
             sub, pos = _parse_nested(text, pos)
             items.append(sub)
         elif ch == '"':
-            pos += 1
-            out = []
-            while text[pos] != '"':
-                if text[pos] == "\\":
-                    pos += 1
-                out.append(text[pos])
-                pos += 1
-            items.append("".join(out))
-            pos += 1
+            value, pos = _read_quoted(text, pos)
+            items.append(value)
         else:
             comma, close = text.find(",", pos), text.find("}", pos)
             end = close if comma < 0 or close < comma else comma

@@ -201,25 +201,43 @@ def test_two_runs_at_once(database: str, tmp_path: Path) -> None:
         record(f"two stream runs at once ({refused} refused)", ITERATIONS, writer.written, found, duplicates)
 
 
+#: Where the Spark job is killed: its own fault points (after the read, after the table DDL, after the data
+#: commit), then a kill from outside at a random moment, which lands wherever the job happens to be.
+SPARK_KILLS = ("after_read", "after_ddl", "after_commit", "timer")
+
+
 def test_spark_apply_killed(database: str, tmp_path: Path) -> None:
-    with scenario("Spark apply SIGKILL", ITERATIONS):
+    iterations = max(ITERATIONS, len(SPARK_KILLS))
+    with scenario("Spark apply SIGKILL", iterations):
+        from tests.support import run_apply_fault
+
         seed_table(database, 2000)
         with connector_role(database, "public.t") as role:
             _raw, config = make_connector(role)
             warehouse = str(tmp_path / "lake")
             writer = Writer(database, seed=4)
             writer.start()
+            kills: Counter[str] = Counter()
             try:
-                for i in range(ITERATIONS):
+                for i in range(iterations):
                     time.sleep(0.5)
-                    stream(config, role.dsn)
-                    run_apply(config, warehouse, kill_after=random.Random(i).uniform(5.0, 14.0))
+                    stream(config, role.dsn)  # the writer never stops, so every batch has changes to apply
+                    point = SPARK_KILLS[i % len(SPARK_KILLS)]
+                    if point == "timer":
+                        if run_apply(config, warehouse, kill_after=random.Random(i).uniform(5.0, 14.0)) is None:
+                            kills[point] += 1
+                        continue
+                    proc, fired = run_apply_fault(config, point, warehouse)
+                    assert fired, f"the job was not killed at {point} (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-3000:]}"
+                    kills[point] += 1
             finally:
                 writer.stop()
+            assert all(kills[p] for p in SPARK_KILLS[:-1]), kills
             drain(config, role.dsn)
             found, duplicates = check_topic(all_records(config), database)
             check_lake(config, database, warehouse)
-        record("Spark apply SIGKILL", ITERATIONS, writer.written, found, duplicates)
+        points = ", ".join(f"{p} {kills[p]}" for p in SPARK_KILLS)
+        record(f"Spark apply SIGKILL ({points})", iterations, writer.written, found, duplicates)
 
 
 def test_broker_stopped_mid_batch(database: str, tmp_path: Path) -> None:
