@@ -74,6 +74,8 @@ def pg_bindir() -> Path:
 def _as_pg_user(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", PG_USER, "--", *cmd]
+        # the server's user may not enter the project folder (a clone under a private home or /tmp folder)
+        kwargs.setdefault("cwd", "/")
     return subprocess.run(cmd, text=True, **kwargs)  # type: ignore[call-overload]
 
 

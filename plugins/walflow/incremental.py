@@ -144,8 +144,10 @@ class IncrementalSnapshots:
         return self.progress is not None and not self.progress.paused and bool(self.progress.tables)
 
     def save(self) -> None:
-        """Persist progress and each signal's outcome; called only after the batch's records were acknowledged
-        and the slot advanced. A finished signal makes the next queued one current."""
+        """Persist progress and each signal's outcome; called once the batch's records were acknowledged and
+        before the slot advances past the signals and watermarks it read (a crash in between reads them again,
+        which :meth:`_known` and the empty chunk table make harmless). A finished signal makes the next queued
+        one current."""
         if not self._dirty:
             return
         for signal_id, outcome in self._outcomes.items():
@@ -229,7 +231,23 @@ class IncrementalSnapshots:
             if signal_id:
                 self.store.put(signal_key(str(signal_id)), {"status": "failed", "error": str(exc), "at_ms": now_ms()})
 
+    def _known(self, signal_id: str) -> bool:
+        """Whether this execute-snapshot signal is already in the saved progress (running or queued) or finished.
+
+        The saved progress is written before the slot advances, so a batch that dies in between reads the same
+        signals again from the slot; they must not start a second snapshot. A signal whose batch died before the
+        save is not in the progress and runs when it is read again.
+        """
+        progress = self.progress
+        if progress is not None and (progress.signal_id == signal_id or any(q["signal_id"] == signal_id for q in progress.queued)):
+            return True
+        outcome = self.store.get(signal_key(signal_id)) or {}
+        return outcome.get("status") in ("completed", "stopped")
+
     def _execute(self, signal_id: str, data: dict[str, Any]) -> None:
+        if self._known(signal_id):
+            log.info("signal %s: already running, queued or finished (read again after a restart); ignored", signal_id)
+            return
         kind = data.get("type", "incremental")
         if str(kind).lower() != "incremental":
             raise SignalError(f"snapshot type {kind!r} is not supported; walflow runs 'incremental' snapshots")

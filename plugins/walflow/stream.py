@@ -244,15 +244,18 @@ class StreamBatch:
                 self._fault("flushed")
                 summary.records = self.producer.sent
                 summary.bytes = self.producer.bytes
-                if advance_to is not None:
-                    self._advance(conn, advance_to)
-                    summary.advanced_to = lsn_to_str(advance_to)
                 if inc is not None:
+                    # Saved before the slot moves past the signals and watermarks this round read: a crash
+                    # after the advance would otherwise lose a signal read this round.
                     inc.abandon()
                     inc.save()
                     summary.snapshot_rows = inc.rows_emitted
                     summary.snapshot_rows_dropped = inc.rows_dropped
                     summary.signals = inc.signals_seen
+                    self._fault("incremental_saved")
+                if advance_to is not None:
+                    self._advance(conn, advance_to)
+                    summary.advanced_to = lsn_to_str(advance_to)
                 if not (inc is not None and inc.active and summary.stopped_by == "end"):
                     break
                 if summary.events >= config.walflow_batch_max_events:
