@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import support
+from tests import privileges, support
 
 
 def _need(var: str) -> str:
@@ -29,9 +29,13 @@ def kafka_bootstrap() -> str:
 
 @pytest.fixture()
 def database(pg_dsn: str, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh database for one test; returns its superuser DSN. Slots are dropped afterwards."""
+    """A fresh database for one test; returns its superuser DSN, for the test's own SQL. The database has a
+    least-privilege connector role (include/sql/roles.sql), which the connector under test runs as:
+    ``tests.privileges.as_connector(database)`` is its DSN. Slots, the database and the role are dropped afterwards."""
     name = support.create_database(request.node.name[:20].lower().replace("[", "_").replace("]", "").replace("-", "_"))
     try:
+        privileges.create_database_role(support.pg_dsn(name))
         yield support.pg_dsn(name)
     finally:
         support.drop_database(name)
+        privileges.drop_database_role(name)

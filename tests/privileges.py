@@ -1,6 +1,11 @@
 """The least-privilege role of ``include/sql/roles.sql``, applied with psql the way an administrator would.
 
-Tests that run the connector as that role (not as a superuser) use :func:`connector_role`; the tables named
+Every test database gets one (the ``database`` fixture calls :func:`create_database_role`): the integration
+tests' fixture SQL (tables, workloads) runs as the superuser, the connector under test as that role, whose DSN
+:func:`as_connector` gives. A 'filtered' publication needs the captured tables owned by the role's group
+(:func:`hand_over`); an 'all_tables' one can only be created by a superuser (:func:`publish_all_tables`).
+
+Tests that need a role of their own, made once their tables exist, use :func:`connector_role`; the tables named
 in ``tables`` must exist before, since the script hands their ownership to the role's owner group.
 """
 
@@ -35,13 +40,17 @@ def _psql() -> str:
     return str(bindir / "psql") if (bindir / "psql").exists() else "psql"
 
 
-@contextmanager
-def connector_role(superuser_dsn: str, tables: str, schema: str = "public") -> Iterator[ConnectorRole]:
-    """Apply ``include/sql/roles.sql`` to the database of ``superuser_dsn`` for ``tables`` (comma-separated,
-    schema-qualified); yield the role; afterwards drop the slots, hand back what the roles own and drop them."""
-    role = f"walflow_role_{uuid.uuid4().hex[:6]}"
-    owners = f"{role}_owners"
-    params = dict(p.split("=", 1) for p in superuser_dsn.split())
+def _params(dsn: str) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in dsn.split())
+
+
+def _with_user(dsn: str, role: str) -> str:
+    """``dsn`` with ``role`` (and the tests' password) as its user."""
+    return " ".join([*(p for p in dsn.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+
+
+def _apply_roles_sql(superuser_dsn: str, role: str, owners: str, tables: str, schema: str = "public") -> None:
+    params = _params(superuser_dsn)
     result = subprocess.run(
         [_psql(), "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
          "-v", f"role={role}", "-v", f"password={PASSWORD}", "-v", f"owners={owners}", "-v", f"schema={schema}",
@@ -49,7 +58,76 @@ def connector_role(superuser_dsn: str, tables: str, schema: str = "public") -> I
         capture_output=True, text=True,
     )
     assert result.returncode == 0, result.stderr
-    dsn = " ".join([*(p for p in superuser_dsn.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+
+
+# -- the connector role of every test database -------------------------------------------------------------------
+def database_role(dsn_or_dbname: str) -> str:
+    """The connector role of a test database (given by a DSN or its name); its owner group is ``<role>_owners``."""
+    dbname = _params(dsn_or_dbname)["dbname"] if "=" in dsn_or_dbname else dsn_or_dbname
+    return f"{dbname}_cdc"
+
+
+def create_database_role(superuser_dsn: str) -> None:
+    """Apply roles.sql to the new, empty test database of ``superuser_dsn`` (schema public, no tables yet), then let
+    the role read what the superuser creates later: the tests create their tables after this, and an
+    administrator would run roles.sql (or GRANT SELECT) once they exist. Default privileges stand in for that:
+    SELECT on every table and USAGE on every schema the superuser creates in this database, nothing more."""
+    role = database_role(superuser_dsn)
+    _apply_roles_sql(superuser_dsn, role, f"{role}_owners", tables="")
+    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO {}").format(sql.Identifier(role)))
+
+
+def drop_database_role(dbname: str) -> None:
+    """Drop the roles of :func:`create_database_role`, once their database is dropped (which took what they owned)."""
+    role = database_role(dbname)
+    with psycopg.connect(os.environ["WALFLOW_PG_DSN"], autocommit=True) as conn:
+        for name in (role, f"{role}_owners"):
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def as_connector(dsn: str) -> str:
+    """The DSN the connector under test uses: for a test database's superuser DSN (the ``database`` fixture's),
+    the same database as its least-privilege role (:func:`database_role`). Any other user's DSN (a role a test
+    made itself) is returned as it is."""
+    superuser = _params(os.environ["WALFLOW_PG_DSN"])["user"]
+    if _params(dsn).get("user") != superuser:
+        return dsn
+    return _with_user(dsn, database_role(dsn))
+
+
+def hand_over(superuser_dsn: str, *tables: str) -> None:
+    """Give ``tables`` (SQL names, e.g. ``public.a`` or ``"Odd.Name"``) to the connector role's owner group, as
+    roles.sql does for the captured tables: a 'filtered' publication may only name tables its creator owns."""
+    owners = f"{database_role(superuser_dsn)}_owners"
+    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
+        for table in tables:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} OWNER TO {}").format(
+                    sql.SQL(conn.execute("SELECT %s::regclass::text", (table,)).fetchone()[0]),  # type: ignore[index]
+                    sql.Identifier(owners),
+                )
+            )
+
+
+def publish_all_tables(superuser_dsn: str, publication: str) -> None:
+    """Create ``publication`` FOR ALL TABLES as the superuser unless it exists: PostgreSQL lets only a superuser
+    create one, so with publication.autocreate.mode 'all_tables' a DBA does it and the connector (as its role)
+    finds and checks it."""
+    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
+
+
+@contextmanager
+def connector_role(superuser_dsn: str, tables: str, schema: str = "public") -> Iterator[ConnectorRole]:
+    """Apply ``include/sql/roles.sql`` to the database of ``superuser_dsn`` for ``tables`` (comma-separated,
+    schema-qualified); yield the role; afterwards drop the slots, hand back what the roles own and drop them."""
+    role = f"walflow_role_{uuid.uuid4().hex[:6]}"
+    owners = f"{role}_owners"
+    _apply_roles_sql(superuser_dsn, role, owners, tables, schema)
+    dsn = _with_user(superuser_dsn, role)
     try:
         yield ConnectorRole(dsn=dsn, role=role, owners=owners)
     finally:

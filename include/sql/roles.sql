@@ -15,6 +15,7 @@
 --   state table (walflow.state.table) and the signal table (signal.data.collection), which the role then owns.
 -- * Snapshots read the tables: SELECT comes with the group's ownership; the explicit grant keeps it if the
 --   ownership part is skipped.
+-- * heartbeat.action.query runs as :role too: grant it what the query needs (e.g. UPDATE on the heartbeat table).
 -- The password is a psql variable so that it never lands in this file; the Airflow Connection holds it.
 
 \set ON_ERROR_STOP on
@@ -40,6 +41,13 @@ GRANT USAGE, CREATE ON SCHEMA :"schema" TO :"role";
 
 SELECT format('GRANT SELECT ON %s TO %I', trim(t.name)::regclass, :'role')
 FROM unnest(string_to_array(:'tables', ',')) AS t(name)
+\gexec
+
+-- SELECT alone does not reach a table in a schema the role may not use: USAGE on every captured table's schema.
+SELECT DISTINCT format('GRANT USAGE ON SCHEMA %I TO %I', n.nspname, :'role')
+FROM unnest(string_to_array(:'tables', ',')) AS t(name)
+JOIN pg_class c ON c.oid = trim(t.name)::regclass
+JOIN pg_namespace n ON n.oid = c.relnamespace
 \gexec
 
 -- Signals (optional: only with -v signal_table=<schema.table>, the connector's signal.data.collection).

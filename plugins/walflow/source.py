@@ -274,17 +274,29 @@ def check_publication_privileges(
 
 
 def check_select_privilege(conn: psycopg.Connection, tables: Iterable[tuple[str, str, int]]) -> None:
-    """Refuse captured tables the role cannot SELECT: snapshots read them and would fail half-way otherwise."""
+    """Refuse captured tables the role cannot read (SELECT on the table and USAGE on its schema): snapshots read
+    them and would fail half-way otherwise."""
     oids = {oid: (schema, table) for schema, table, oid in tables}
     if not oids:
         return
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT o FROM unnest(%s::oid[]) AS o WHERE NOT has_table_privilege(o, 'SELECT')", (list(oids),)
+            "SELECT o, has_table_privilege(o, 'SELECT'), has_schema_privilege(c.relnamespace, 'USAGE') "
+            "FROM unnest(%s::oid[]) AS o JOIN pg_class c ON c.oid = o",
+            (list(oids),),
         )
-        denied = {oids[r[0]] for r in cur.fetchall()}
+        rows = cur.fetchall()
         cur.execute("SELECT current_user")
         user = cur.fetchone()[0]  # type: ignore[index]
+    no_usage = sorted({oids[o][0] for o, _select, usage in rows if not usage})
+    if no_usage:
+        schemas = ", ".join(sql.Identifier(n).as_string(conn) for n in no_usage)
+        raise SourceError(
+            f"role {user!r} lacks USAGE on schema(s) {schemas} of captured tables, so it cannot read them even with "
+            f"SELECT. Grant it (GRANT USAGE ON SCHEMA {schemas} TO {user}; include/sql/roles.sql does for every "
+            "captured table's schema) or leave the tables out with 'table.exclude.list'"
+        )
+    denied = {oids[o] for o, select, _usage in rows if not select}
     if denied:
         raise SourceError(
             f"role {user!r} lacks SELECT on captured table(s) {_names(denied)}; snapshots read them. Grant it "

@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.privileges import as_connector, hand_over
 from tests.support import airflow_connector, read_topic, run_dag, unique
 
 pytestmark = pytest.mark.timeout(600)
@@ -29,6 +30,7 @@ def test_setup_then_stream(connector_dir: dict[str, str]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id serial PRIMARY KEY, item text NOT NULL, qty int)")
         conn.execute("CREATE TABLE nokey (msg text)")
+    hand_over(dsn, "orders", "nokey")  # the 'filtered' publication's tables, to the connector role's group
     run_dag(f"{name}__setup")
     run_dag(f"{name}__setup")  # idempotent
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -97,7 +99,7 @@ def _stream_in_background(name: str, dsn: str, stop: threading.Event) -> threadi
     def loop() -> None:
         config = resolve(name)
         while not stop.is_set():
-            StreamBatch(config, dsn, producer()).run()
+            StreamBatch(config, as_connector(dsn), producer()).run()
             stop.wait(0.5)
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -125,6 +127,7 @@ def test_snapshot_dag_with_params_and_backfill_condition(signal_connector: dict[
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text UNIQUE NOT NULL, updated_at timestamp NOT NULL)")
         conn.execute("INSERT INTO items SELECT g, 'v' || g, timestamp '2024-03-01' + (g % 5) * interval '1 day' FROM generate_series(1, 400) g")
+    hand_over(dsn, "items")
     run_dag(f"{name}__setup")
     stop = threading.Event()
     thread = _stream_in_background(name, dsn, stop)
@@ -174,6 +177,7 @@ def test_backfill_runs_snapshot_their_data_interval(signal_connector: dict[str, 
         conn.execute("INSERT INTO items SELECT g, 'v' || g, timestamp '2024-03-01' + (g % 5) * interval '1 day' + (g % 7) * interval '1 hour' FROM generate_series(1, 400) g")
     path = next(Path(os.environ["WALFLOW_CONNECTORS_DIR"]).glob("*.yaml"))
     path.write_text(path.read_text() + "\nsnapshot.mode: no_data\n")
+    hand_over(dsn, "items")
     run_dag(f"{name}__setup")
     condition = "updated_at >= '{{ data_interval_start }}' AND updated_at < '{{ data_interval_end }}'"
     stop = threading.Event()

@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import airflow_connector, read_topic, unique
+from tests.support import airflow_connector, prepare_source, read_topic, unique
 from walflow.airflow.sensors import WalflowPendingWalSensor
 from walflow.airflow.triggers import WalflowPendingWalTrigger
 from walflow.config import resolve
-from walflow.source import connect, pending_wal_bytes, setup_source
+from walflow.source import connect, pending_wal_bytes
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,8 +53,7 @@ def wal_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypat
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     config = resolve(name)
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     return {"name": name, "dsn": database, "config": config}
 
 

@@ -1,5 +1,6 @@
 """Child process of the crash tests: streams one batch (or runs the setup, for snapshot stages) and SIGKILLs
-itself at the named stage, optionally only on its N-th occurrence."""
+itself at the named stage, optionally only on its N-th occurrence. It is given the test database's superuser DSN
+and runs the connector as that database's connector role (the helpers of tests.support)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ import os
 import signal
 import sys
 
-from tests.support import producer
+from tests.support import setup, stream
 from walflow.config import parse_config
-from walflow.setup import ConnectorSetup
-from walflow.stream import StreamBatch
 
 
 def main() -> None:
@@ -28,9 +27,9 @@ def main() -> None:
 
     config = parse_config(raw)
     if stage.startswith("snapshot"):
-        ConnectorSetup(config, dsn, producer, fault_hook=hook).run()
+        setup(config, dsn, fault_hook=hook)
     else:
-        StreamBatch(config, dsn, producer(), fault_hook=hook).run()
+        stream(config, dsn, fault_hook=hook)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import connector, producer, read_topic, stream, unique
+from tests.privileges import as_connector, hand_over
+from tests.support import connector, prepare_source, producer, read_topic, setup, stream, unique
 from walflow.errors import DeliveryError, SourceError
 from walflow.kafka import EventProducer, producer_settings
 from walflow.setup import ConnectorSetup
-from walflow.source import connect, setup_source
+from walflow.source import connect
 from walflow.stream import StreamBatch
 
 
@@ -80,7 +81,7 @@ def test_server_without_logical_wal_level(replica_server: str) -> None:
     run_sql(replica_server, "CREATE TABLE IF NOT EXISTS t (id int PRIMARY KEY)")
     config = connector(unique("replica"))
     with pytest.raises(SourceError, match=r"wal_level='replica'.*ALTER SYSTEM SET wal_level = logical.*restart"):
-        ConnectorSetup(config, replica_server, producer).run()
+        ConnectorSetup(config, replica_server, producer).run()  # superuser: a throwaway cluster, without the role
     with psycopg.connect(replica_server) as conn:  # the check came before any DDL
         assert conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone() == (0,)
@@ -95,13 +96,12 @@ def unreachable_producer() -> tuple[EventProducer, str]:
 def test_kafka_unreachable_before_streaming_leaves_the_slot_untouched(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)")
     config = connector(unique("nokafka"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     run_sql(database, "INSERT INTO t SELECT g, 'v' FROM generate_series(1, 20) g")
     before = slot_position(database, config.slot_name)
     bad, bootstrap = unreachable_producer()
     with pytest.raises(DeliveryError, match=f"Kafka at '{bootstrap}' is unreachable.*nothing was read from the slot"):
-        StreamBatch(config, database, bad).run()
+        StreamBatch(config, as_connector(database), bad).run()
     assert slot_position(database, config.slot_name) == before
     # the broker is back: everything is delivered, nothing was lost
     assert stream(config, database).events == 20
@@ -113,18 +113,18 @@ def test_kafka_unreachable_before_the_initial_snapshot_creates_no_slot(database:
     config = connector(unique("nokafkasnap"))
     bad, bootstrap = unreachable_producer()
     with pytest.raises(DeliveryError, match=f"Kafka at '{bootstrap}' is unreachable"):
-        ConnectorSetup(config, database, lambda: bad).run()
+        setup(config, database, lambda: bad)
     assert slot_position(database, config.slot_name) is None
-    report = ConnectorSetup(config, database, producer).run()  # the next setup run takes the snapshot
+    report = setup(config, database)  # the next setup run takes the snapshot
     assert report["snapshot"]["ran"] and report["snapshot"]["rows"] == 1
 
 
 # -- a captured table dropped or renamed while streaming ------------------------------------------------------------
 def test_captured_table_dropped_or_renamed_while_streaming(database: str) -> None:
     run_sql(database, "CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, v text)")
+    hand_over(database, "a", "b")  # a 'filtered' publication names only tables its creator owns
     config = connector(unique("ddl"), **{"table.include.list": r"public\.a,public\.b", "publication.autocreate.mode": "filtered"})
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     run_sql(
         database,
         "INSERT INTO a VALUES (1, 'x'), (2, 'y')",
@@ -145,9 +145,9 @@ def test_captured_table_dropped_or_renamed_while_streaming(database: str) -> Non
 
 def test_rename_out_of_the_include_list_is_logged(database: str, caplog: pytest.LogCaptureFixture) -> None:
     run_sql(database, "CREATE TABLE b (id int PRIMARY KEY, v text)")
+    hand_over(database, "b")
     config = connector(unique("ren"), **{"table.include.list": r"public\.b", "publication.autocreate.mode": "filtered"})
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     run_sql(database, "ALTER TABLE b RENAME TO c", "INSERT INTO c VALUES (1, 'y')")
     with caplog.at_level("WARNING"):
         stream(config, database)
@@ -161,7 +161,7 @@ def test_oversized_signal_is_logged_with_its_id_and_skipped(database: str, caplo
     # a signal table of the user's own, whose data column (text) accepts more than walflow reads
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "CREATE TABLE signals (id text PRIMARY KEY, type text NOT NULL, data text)")
     config = connector(unique("bigsig"), **{"signal.data.collection": "public.signals", "snapshot.mode": "no_data"})
-    ConnectorSetup(config, database, producer).run()
+    setup(config, database)
     huge = '{"data-collections": ["public.t"], "pad": "' + "x" * (MAX_SIGNAL_BYTES + 1) + '"}'
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (1, 'before')")
@@ -174,7 +174,7 @@ def test_oversized_signal_is_logged_with_its_id_and_skipped(database: str, caplo
     # streaming went on: both rows delivered, no snapshot started
     assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [1, 2]
     assert summary.snapshot_rows == 0
-    with connect(database) as conn:
+    with connect(as_connector(database)) as conn:
         assert signal_status(conn, config, "too-big-1")["status"] == "failed"
 
 
@@ -183,7 +183,7 @@ def test_table_without_primary_key_receiving_updates(database: str, caplog: pyte
     run_sql(database, "CREATE TABLE nopk (msg text, n int)", "INSERT INTO nopk VALUES ('a', 1)")
     config = connector(unique("nopk"), **{"snapshot.mode": "no_data"})
     with caplog.at_level("WARNING"):
-        ConnectorSetup(config, database, producer).run()
+        setup(config, database)
     assert any("nopk has no primary key" in r.getMessage() and "REPLICA IDENTITY FULL" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     run_sql(database, "INSERT INTO nopk VALUES ('b', 2)")
     # default identity: PostgreSQL itself refuses the change, so nothing is half-applied
@@ -212,8 +212,9 @@ def test_awkward_names_streamed_end_to_end(database: str) -> None:
         f"CREATE SCHEMA {ident(schema)}",
         f"CREATE TABLE {qualified} ({ident(key_col)} int PRIMARY KEY, {ident(val_col)} text)",
     )
+    hand_over(database, qualified)
     config = connector(unique("names"), **{"publication.autocreate.mode": "filtered", "table.include.list": r"Sch .*\.Tåb .*", "snapshot.mode": "no_data"})
-    ConnectorSetup(config, database, producer).run()
+    setup(config, database)
     run_sql(
         database,
         f"INSERT INTO {qualified} VALUES (1, 'one'), (2, 'two')",

@@ -12,9 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import read_topic, replay, stream, unique
+from tests.support import prepare_source, read_topic, replay, stream, unique
 from walflow.config import parse_config
-from walflow.source import connect, setup_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,8 +30,7 @@ def test_killed_batch_is_redelivered_in_full(database: str, stage: str) -> None:
     config = parse_config(raw)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         for i in range(5):
             conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g", (i * 1000, i * 1000 + 999))

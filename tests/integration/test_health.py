@@ -10,8 +10,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import connector, producer, stream, unique
-from walflow.setup import ConnectorSetup
+from tests.privileges import as_connector
+from tests.support import connector, setup, stream, unique
 from walflow.cli import render, status
 from walflow.source import HealthLimits, assess_slot_health, connect, pending_wal_bytes, slot_health
 from walflow.state import StateStore
@@ -23,7 +23,7 @@ def write(dsn: str, rows: int) -> None:
 
 
 def state_of(dsn: str, config: Any) -> dict[str, Any]:
-    with connect(dsn) as conn:
+    with connect(as_connector(dsn)) as conn:
         store = StateStore(conn, config.name, config.state_table)
         return {"last_batch": store.get("last_batch")}
 
@@ -32,13 +32,13 @@ def test_slot_health_follows_writes_and_batches(database: str) -> None:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
     config = connector(unique("health"), **{"snapshot.mode": "no_data"})
-    ConnectorSetup(config, database, producer).run()  # creates the state table the stream records its batches in
-    with connect(database) as conn:
+    setup(config, database)  # creates the state table the stream records its batches in
+    with connect(as_connector(database)) as conn:
         fresh = slot_health(conn, config.slot_name, state_of(database, config))
     assert fresh.exists and fresh.seconds_since_confirmed is None  # no batch has confirmed anything yet
 
     write(database, 2000)
-    with connect(database) as conn:
+    with connect(as_connector(database)) as conn:
         behind = slot_health(conn, config.slot_name)
         assert behind.confirmed_lag_bytes is not None and behind.confirmed_lag_bytes > 400_000
         assert behind.retained_wal_bytes is not None and behind.retained_wal_bytes >= behind.confirmed_lag_bytes
@@ -49,14 +49,14 @@ def test_slot_health_follows_writes_and_batches(database: str) -> None:
     before = int(time.time() * 1000)
     summary = stream(config, database)
     assert summary.events == 2000
-    with connect(database) as conn:
+    with connect(as_connector(database)) as conn:
         caught_up = slot_health(conn, config.slot_name, state_of(database, config))
     assert caught_up.confirmed_lag_bytes is not None and caught_up.confirmed_lag_bytes < behind.confirmed_lag_bytes
     assert caught_up.confirmed_to == summary.advanced_to
     assert caught_up.confirmed_at_ms is not None and caught_up.confirmed_at_ms >= before
     assert caught_up.seconds_since_confirmed is not None and 0 <= caught_up.seconds_since_confirmed < 60
     # the same record, judged an hour later, is stale
-    with connect(database) as conn:
+    with connect(as_connector(database)) as conn:
         later = slot_health(conn, config.slot_name, state_of(database, config), now_ms=caught_up.confirmed_at_ms + 3_600_000)
     warnings, _ = assess_slot_health(later, HealthLimits(warn_seconds_since_confirmed=600))
     assert later.seconds_since_confirmed == 3600.0 and any("3600 s ago" in w for w in warnings)
@@ -73,11 +73,11 @@ def test_status_shows_health_and_limits(database: str, tmp_path: Path, monkeypat
     )
     monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(folder))
     config = connector(name, **{"snapshot.mode": "no_data"})
-    ConnectorSetup(config, database, producer).run()
+    setup(config, database)
     write(database, 200)
     stream(config, database)
     write(database, 200)  # retained WAL above the (tiny) limit again
-    report = status(name, dsn=database)
+    report = status(name, dsn=as_connector(database))
     source = report["source"]
     assert source["exists"] and source["seconds_since_confirmed"] is not None and source["retained_wal_bytes"] > 1000
     assert any("retains" in w and "walflow.slot.max.retained.wal.bytes=1000" in w for w in source["warnings"]) and source["error"] is None

@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import connector, producer, read_topic, replay, stream, unique
-from walflow.setup import ConnectorSetup
+from tests.privileges import hand_over
+from tests.support import connector, read_topic, replay, setup, stream, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = "public.walflow_signal"
@@ -32,7 +32,7 @@ def run_sql(dsn: str, *statements: str) -> None:
 def make(dsn: str, **overrides: Any):
     raw = {"signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 100, **overrides}
     config = connector(unique("inc"), **raw)
-    ConnectorSetup(config, dsn, producer).run()
+    setup(config, dsn)
     return config
 
 
@@ -191,7 +191,7 @@ def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None
     raw = {"name": name, "topic.prefix": name, "slot.name": name.lower(), "publication.name": name.lower(),
            "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 1000}
     config = connector(name, **{k: v for k, v in raw.items() if k != "name"})
-    ConnectorSetup(config, database, producer).run()
+    setup(config, database)
     send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
     # rounds select 20 chunks (20,000 rows): dying as the third round starts leaves two rounds saved
@@ -300,11 +300,12 @@ def test_additional_condition_surrogate_key_and_awkward_tables(database: str) ->
 def test_table_added_to_include_list_later(database: str) -> None:
     run_sql(database, "CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, v text)",
             "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 150) g")
+    hand_over(database, "a", "b")  # a 'filtered' publication names only tables its creator owns
     config = make(database, **{"table.include.list": r"public\.a", "publication.autocreate.mode": "filtered"})
     wider = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "topic.prefix": config.topic_prefix,
                                       "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "publication.autocreate.mode": "filtered",
                                       "table.include.list": r"public\.a,public\.b", "incremental.snapshot.chunk.size": 100})
-    ConnectorSetup(wider, database, producer).run()  # adds b to the publication
+    setup(wider, database)  # adds b to the publication
     send_signal(database, "execute-snapshot", {"data-collections": ["public.b"]})
     run_sql(database, "UPDATE b SET v = 'changed' WHERE id = 1")
     drain(wider, database)
@@ -363,4 +364,31 @@ def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> N
         assert status["status"] == "completed" and status["rows"] == rows and status["rows_per_table"] == {"public.t": rows}
     ids = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")]
     assert ids == list(range(1, 151)) + list(range(421, 501))  # in signal order, each with its own condition
+    assert not _running(database, config)
+
+
+def test_crash_between_saving_progress_and_advancing_the_slot(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress is saved before the slot advances, so a batch dying in between reads its signals again: the
+    execute-snapshot signal is recognised (it is in the saved progress) and no second snapshot starts."""
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g")
+    config = make(database)
+    monkeypatch.setattr("walflow.stream.ROUND_ROWS", 100)  # one chunk per round
+    run_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+
+    def die(stage: str) -> None:
+        if stage == "incremental_saved":
+            raise RuntimeError("the batch died after saving its progress, before advancing the slot")
+
+    with pytest.raises(RuntimeError, match="before advancing the slot"):
+        stream(config, database, fault_hook=die)
+    with psycopg.connect(database) as conn:
+        saved = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (config.name,)).fetchone()
+    # the round read the signal (its chunks come in the next round); the slot still stands before the signal
+    assert saved is not None and saved[0]["signal_id"] == run_id and saved[0]["rows"] == 0 and not saved[0]["queued"]
+    drain(config, database)
+    topic = f"{config.topic_prefix}.public.t"
+    ids = [r.key_payload["id"] for r in read_topic(topic)]
+    assert sorted(ids) == list(range(1, 501))  # every row once: no second snapshot from the signal read again
+    status = signal_status(database, config, run_id)
+    assert status["status"] == "completed" and status["rows"] == 500
     assert not _running(database, config)

@@ -12,7 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support import connector, producer, read_topic, replay, stream, unique
+from tests.privileges import as_connector, database_role
+from tests.support import connector, producer, read_topic, replay, setup, stream, unique
 from walflow.setup import ConnectorSetup
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,3 +157,22 @@ def test_password_never_reaches_logs_xcom_or_events(
     records = read_topic(f"{name}.public.customers")
     assert len(records) == 250 + 5
     assert all(password.encode() not in (r.raw_key or b"") + (r.raw_value or b"") for r in records)
+
+
+def test_connector_helpers_run_as_the_databases_role(database: str) -> None:
+    """The other integration tests' connector (tests.support's setup and stream) runs as the test database's
+    least-privilege role, not as the superuser: the role owns what setup creates and streams what it captured."""
+    with psycopg.connect(as_connector(database)) as conn:
+        flags = conn.execute("SELECT current_user, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").fetchone()
+    assert flags == (database_role(database), False, True)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    config = connector(unique("who"), **{"signal.data.collection": SIGNALS, "snapshot.mode": "no_data"})
+    setup(config, database)
+    with psycopg.connect(database, autocommit=True) as conn:
+        owners = conn.execute(
+            "SELECT relname, relowner::regrole::text FROM pg_class WHERE relname IN ('walflow_state', 'walflow_signal')"
+        ).fetchall()
+        conn.execute("INSERT INTO t VALUES (1)")
+    assert dict(owners) == {"walflow_state": database_role(database), "walflow_signal": database_role(database)}
+    assert stream(config, database).events == 1

@@ -12,9 +12,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support import connector, producer, stream, unique
+from tests.privileges import as_connector, database_role, hand_over
+from tests.support import connector, prepare_source, setup, stream, unique
 from walflow.errors import SlotError, SourceError
-from walflow.setup import ConnectorSetup, ensure_signal_table
+from walflow.setup import ensure_signal_table
 from walflow.source import connect, setup_source
 
 
@@ -30,10 +31,16 @@ def published(dsn: str, publication: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-def test_setup_is_idempotent(database: str) -> None:
+@pytest.mark.parametrize("mode", ["filtered", "all_tables"])
+def test_setup_is_idempotent(database: str, mode: str) -> None:
     tables(database, "CREATE TABLE a (id int PRIMARY KEY)")
-    config = connector(unique("setup"))
-    with connect(database) as conn:
+    config = connector(unique("setup"), **{"publication.autocreate.mode": mode})
+    if mode == "filtered":  # the connector role, owning the captured table through its group (roles.sql)
+        hand_over(database, "public.a")
+        dsn = as_connector(database)
+    else:  # superuser: PostgreSQL lets only a superuser create a publication FOR ALL TABLES
+        dsn = database
+    with connect(dsn) as conn:
         first = setup_source(conn, config)
         second = setup_source(conn, config)
     assert first.publication_created and first.slot_created
@@ -44,21 +51,20 @@ def test_setup_is_idempotent(database: str) -> None:
 
 def test_filtered_publication_follows_include_list(database: str) -> None:
     tables(database, "CREATE TABLE a (id int PRIMARY KEY)", "CREATE TABLE b (id int PRIMARY KEY)", 'CREATE TABLE "Odd.Name" (id int PRIMARY KEY)')
+    hand_over(database, "a", '"Odd.Name"')  # the captured tables (b is not) go to the connector role's group
     config = connector(unique("filt"), **{"publication.autocreate.mode": "filtered", "table.include.list": r"public\.a"})
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     assert published(database, config.publication_name) == {"public.a"}
     wider = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name,
                                       "publication.autocreate.mode": "filtered", "table.include.list": r"public\.a,public\.Odd\.Name"})
-    with connect(database) as conn:
-        report = setup_source(conn, wider)
+    report = prepare_source(wider, database)
     assert report.publication_altered
     assert published(database, config.publication_name) == {"public.a", "public.Odd.Name"}
 
 
 def test_disabled_mode_needs_existing_publication(database: str) -> None:
     config = connector(unique("dis"), **{"publication.autocreate.mode": "disabled"})
-    with connect(database) as conn, pytest.raises(SourceError, match="does not exist and 'publication.autocreate.mode' is 'disabled'"):
+    with connect(as_connector(database)) as conn, pytest.raises(SourceError, match="does not exist and 'publication.autocreate.mode' is 'disabled'"):
         setup_source(conn, config)
     with psycopg.connect(database) as conn:
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone() == (0,)
@@ -66,18 +72,16 @@ def test_disabled_mode_needs_existing_publication(database: str) -> None:
 
 def test_table_without_primary_key_is_warned_about(database: str) -> None:
     tables(database, "CREATE TABLE events (msg text)")
-    with connect(database) as conn:
-        report = setup_source(conn, connector(unique("nopk")))
+    report = prepare_source(connector(unique("nopk")), database)
     assert any("events has no primary key" in w for w in report.warnings)
 
 
 def test_slot_active_elsewhere_is_an_error(database: str) -> None:
     """A slot that another consumer (here pg_recvlogical) streams from is never taken over."""
     config = connector(unique("busy"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     params = dict(p.split("=", 1) for p in database.split())
-    recv = subprocess.Popen(
+    recv = subprocess.Popen(  # the other consumer connects as the superuser
         [
             str(Path(os.environ["WALFLOW_PG_BINDIR"]) / "pg_recvlogical"),
             "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
@@ -96,8 +100,8 @@ def test_slot_active_elsewhere_is_an_error(database: str) -> None:
                 time.sleep(0.1)
             else:
                 pytest.fail("pg_recvlogical did not take the slot")
-        with connect(database) as conn, pytest.raises(SlotError, match="in use by another process"):
-            setup_source(conn, config)
+        with pytest.raises(SlotError, match="in use by another process"):
+            prepare_source(config, database)
         with pytest.raises(SlotError, match="in use by another process"):
             stream(config, database)
     finally:
@@ -121,14 +125,14 @@ def test_lost_slot_is_not_recreated_without_a_snapshot(database: str, mode: str)
     """never/no_data store a 'skipped' snapshot state: a later setup must not quietly create a new slot."""
     tables(database, "CREATE TABLE t (id int PRIMARY KEY)")
     config = connector(unique("lostnd"), **{"snapshot.mode": mode})
-    ConnectorSetup(config, database, producer).run()
+    setup(config, database)
     drop_slot(database, config.slot_name)
     with pytest.raises(SlotError, match=f"snapshot.mode='{mode}' would not re-read the data"):
-        ConnectorSetup(config, database, producer).run()
+        setup(config, database)
     assert not slot_exists(database, config.slot_name)
     # switching to 'when_needed' re-reads the table into a new slot, and says so in the log
     again = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "snapshot.mode": "when_needed"})
-    report = ConnectorSetup(again, database, producer).run()
+    report = setup(again, database)
     assert report["slot_created"] and report["snapshot"]["ran"]
 
 
@@ -136,8 +140,8 @@ def test_initial_only_never_recreates_its_slot(database: str) -> None:
     """initial_only drops its slot after the snapshot; a second setup must not leave a slot retaining WAL."""
     tables(database, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t VALUES (1)")
     config = connector(unique("only"), **{"snapshot.mode": "initial_only"})
-    assert ConnectorSetup(config, database, producer).run()["snapshot"]["ran"]
-    second = ConnectorSetup(config, database, producer).run()
+    assert setup(config, database)["snapshot"]["ran"]
+    second = setup(config, database)
     assert not second["snapshot"]["ran"] and not second["slot_created"]
     assert not slot_exists(database, config.slot_name)
 
@@ -158,12 +162,17 @@ def plain_role(database: str) -> Iterator[str]:
 
 
 def test_missing_privileges_fail_before_any_ddl(database: str, plain_role: str) -> None:
-    tables(database, "CREATE TABLE a (id int PRIMARY KEY)", 'CREATE TABLE "b ""x""" (id int PRIMARY KEY)')
+    # a role of its own, with no privileges at first: the database's connector role has them already
+    tables(database, "CREATE TABLE a (id int PRIMARY KEY)", 'CREATE TABLE "b ""x""" (id int PRIMARY KEY)', "CREATE SCHEMA sales", "CREATE TABLE sales.o (id int PRIMARY KEY)")
     role = dict(p.split("=", 1) for p in plain_role.split())["user"]
     config = connector(unique("priv"), **{"publication.autocreate.mode": "filtered"})
-    with connect(plain_role) as conn, pytest.raises(SourceError, match=r'lacks SELECT on captured table\(s\) public.a, public.b "x"'):
+    # SELECT does not reach a table whose schema the role may not use
+    with connect(plain_role) as conn, pytest.raises(SourceError, match=r"lacks USAGE on schema\(s\) \"sales\" of captured tables.*GRANT USAGE ON SCHEMA \"sales\""):
         setup_source(conn, config)
-    tables(database, f'GRANT SELECT ON a, "b ""x""" TO "{role}"')
+    tables(database, f'GRANT USAGE ON SCHEMA sales TO "{role}"')
+    with connect(plain_role) as conn, pytest.raises(SourceError, match=r'lacks SELECT on captured table\(s\) public.a, public.b "x", sales.o'):
+        setup_source(conn, config)
+    tables(database, f'GRANT SELECT ON a, "b ""x""", sales.o TO "{role}"')
     with connect(plain_role) as conn, pytest.raises(SourceError, match="lacks CREATE on database"):
         setup_source(conn, config)
     tables(database, f'GRANT CREATE ON DATABASE "{database.split("dbname=")[1].split()[0]}" TO "{role}"')
@@ -179,8 +188,8 @@ def test_missing_privileges_fail_before_any_ddl(database: str, plain_role: str) 
 
 def test_primary_key_with_replica_identity_nothing_is_warned_about(database: str, caplog: pytest.LogCaptureFixture) -> None:
     tables(database, "CREATE TABLE keyed (id int PRIMARY KEY)", "ALTER TABLE keyed REPLICA IDENTITY NOTHING", "CREATE TABLE fine (id int PRIMARY KEY)")
-    with caplog.at_level("WARNING"), connect(database) as conn:
-        report = setup_source(conn, connector(unique("nothing")))
+    with caplog.at_level("WARNING"):
+        report = prepare_source(connector(unique("nothing")), database)
     warned = [w for w in report.warnings if "keyed" in w]
     assert len(warned) == 1 and "primary key but REPLICA IDENTITY NOTHING" in warned[0] and "REPLICA IDENTITY DEFAULT" in warned[0]
     assert not any("fine" in w for w in report.warnings)
@@ -189,9 +198,10 @@ def test_primary_key_with_replica_identity_nothing_is_warned_about(database: str
 
 def test_signal_table_with_awkward_name_is_created_once(database: str) -> None:
     """The signal table's existence check quotes its name: a quote inside it must neither break nor recreate it."""
-    tables(database, 'CREATE SCHEMA "Sig ""nals"""')
+    # CREATE on the signal table's schema, as roles.sql grants it on public
+    tables(database, 'CREATE SCHEMA "Sig ""nals"""', f'GRANT CREATE ON SCHEMA "Sig ""nals""" TO "{database_role(database)}"')
     config = connector(unique("sig"), **{"signal.data.collection": '"Sig ""nals"""."walflow ""signal"""'})
-    with connect(database) as conn:
+    with connect(as_connector(database)) as conn:
         assert ensure_signal_table(conn, config)
         assert not ensure_signal_table(conn, config)
     with psycopg.connect(database) as conn:
@@ -209,6 +219,7 @@ def airflow_setup(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypat
 
     name = unique("tls")
     tables(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    # the Airflow Connection logs in as the connector role (airflow_connector)
     for key, value in airflow_connector(tmp_path, name, database, kafka_bootstrap, "snapshot.mode: no_data").items():
         monkeypatch.setenv(key, value)
     return {"name": name, "dsn": database}

@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from tests.integration.test_types import CASES, PREAMBLE
-from tests.support import connector, producer, read_topic, replay, stream, unique
+from tests.support import connector, read_topic, replay, setup, stream, unique
 from walflow.errors import SlotError
-from walflow.setup import ConnectorSetup, SnapshotError
+from walflow.setup import SnapshotError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,10 +27,6 @@ def run_sql(dsn: str, *statements: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)
-
-
-def setup(config, dsn: str) -> dict[str, Any]:
-    return ConnectorSetup(config, dsn, producer).run()
 
 
 def rows(dsn: str, table: str) -> dict[int, Any]:
@@ -278,7 +274,7 @@ def test_snapshot_delay_waits_after_the_slot_and_before_reading(database: str) -
         if message.startswith("snapshot.delay.ms"):
             run_sql(database, "INSERT INTO t VALUES (2, 'during the delay')")
 
-    ConnectorSetup(config, database, producer, progress=progress).run()
+    setup(config, database, progress=progress)
     delay_at = next(t for t, m in seen if m.startswith("snapshot.delay.ms"))
     read_at = next(t for t, m in seen if m.startswith("snapshot of "))
     assert read_at - delay_at >= 1.2

@@ -7,15 +7,15 @@ import base64
 import psycopg
 import pytest
 
-from tests.support import connector, read_topic, replay, stream, unique
+from tests.privileges import as_connector, database_role
+from tests.support import connector, prepare_source, read_topic, replay, stream, unique
 from walflow.errors import ConcurrentRunError, SlotError
-from walflow.source import connect, setup_source
+from walflow.source import connect
 
 
 def setup(dsn: str, **overrides: object):
     config = connector(unique("s"), **overrides)
-    with connect(dsn) as conn:
-        setup_source(conn, config)
+    prepare_source(config, dsn)
     return config
 
 
@@ -270,7 +270,7 @@ def test_batch_limit_stops_at_transaction_boundary(database: str) -> None:
 def test_concurrent_run_fails_fast(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
     config = setup(database)
-    with connect(database) as holder:
+    with connect(as_connector(database)) as holder:  # another walflow task of the same connector
         holder.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"walflow:{config.slot_name}",))
         with pytest.raises(ConcurrentRunError, match="already streaming slot"):
             stream(config, database)
@@ -287,7 +287,8 @@ def test_missing_slot_is_never_recreated(database: str) -> None:
 
 
 def test_heartbeat_record(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)", "CREATE TABLE hb (id int PRIMARY KEY, ts timestamptz)", "INSERT INTO hb VALUES (1, now())")
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)", "CREATE TABLE hb (id int PRIMARY KEY, ts timestamptz)", "INSERT INTO hb VALUES (1, now())",
+            f'GRANT UPDATE ON hb TO "{database_role(database)}"')  # the action query runs as the connector role
     config = setup(
         database,
         **{"heartbeat.interval.ms": 1000, "heartbeat.action.query": "UPDATE hb SET ts = now() WHERE id = 1"},

@@ -20,9 +20,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import connector, producer, read_topic, stream, unique
+from tests.privileges import as_connector
+from tests.support import connector, prepare_source, producer, read_topic, stream, unique
 from walflow.snapshot import InitialSnapshot, plan_tables
-from walflow.source import connect, setup_source
+from walflow.source import connect
 
 
 NO_DEFAULT = object()
@@ -379,16 +380,15 @@ def _golden_records(dsn: str, cases: list[Case], mode: dict[str, Any]) -> list[A
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE golden (pk int PRIMARY KEY, {columns})")
     config = connector(unique("types"), **mode)
-    with connect(dsn) as conn:
-        setup_source(conn, config)
+    prepare_source(config, dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"INSERT INTO golden VALUES (1, {', '.join(c.literal for c in cases)})")
         conn.execute("INSERT INTO golden (pk) VALUES (2)")
     stream(config, dsn)
-    with connect(dsn) as conn:
+    with connect(as_connector(dsn)) as conn:
         tables = plan_tables(conn, config)
     events = producer()
-    InitialSnapshot(config, dsn, events, snapshot_name=None, position_lsn=None).run(tables)
+    InitialSnapshot(config, as_connector(dsn), events, snapshot_name=None, position_lsn=None).run(tables)
     events.flush(30)
     return read_topic(f"{config.topic_prefix}.public.golden")
 
@@ -419,8 +419,7 @@ def test_unknown_type_is_left_out_with_a_warning(database: str, caplog: pytest.L
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, doc tsvector, v text)")
     config = connector(unique("unknown"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (1, 'a cat', 'x')")
     with caplog.at_level("WARNING"):
@@ -438,8 +437,7 @@ def test_server_time_zone_does_not_change_values(database: str) -> None:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, tz timestamptz, ts timestamp, d date, tt timetz)")
     config = connector(unique("tz"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (1, '2018-06-20 15:13:16.945104', '2018-06-20 15:13:16.945104', '2020-02-29', '10:00:00')")
     stream(config, database)
@@ -486,8 +484,7 @@ def test_defaults_in_schema(database: str) -> None:
             """
         )
     config = connector(unique("defaults"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO d DEFAULT VALUES")
     stream(config, database)
@@ -536,8 +533,7 @@ def test_column_defaults_are_never_executed(database: str) -> None:
         conn.execute("CREATE OPERATOR ### (LEFTARG = int, RIGHTARG = int, FUNCTION = noisy_plus)")
         conn.execute("CREATE TABLE e (id int PRIMARY KEY, v int DEFAULT (1 ### 2), w text DEFAULT 'plain')")
     config = connector(unique("safe"), **{"table.include.list": r"public\.e"})
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO e (id, v) VALUES (1, 5)")
     stream(config, database)
@@ -567,8 +563,7 @@ def test_column_transforms(database: str, caplog: pytest.LogCaptureFixture) -> N
             "sanitize.field.names": True,
         },
     )
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO c VALUES (1, 'abcdefghij', 'hunter2', 'anne@example.org', 12.5, 'odd', 1234, "
@@ -613,8 +608,7 @@ def test_toast_placeholder(database: str, placeholder: str | None) -> None:
         conn.execute("ALTER TABLE bigfull REPLICA IDENTITY FULL")
     overrides = {"toasted.value.placeholder": placeholder} if placeholder else {}
     config = connector(unique("toast"), **overrides)
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"INSERT INTO big VALUES (1, 0, {BIG}, ARRAY[{BIG}], convert_to({BIG}, 'UTF8'))")
         (size,) = conn.execute("SELECT pg_column_size(doc) FROM big").fetchone()
@@ -642,8 +636,7 @@ def test_schema_changes_mid_stream(database: str) -> None:
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE s (id int PRIMARY KEY, a int, b text)")
     config = connector(unique("ddl"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO s VALUES (1, 10, 'one')")
         conn.execute("ALTER TABLE s ADD COLUMN c numeric(4,1) DEFAULT 2.5")
@@ -677,8 +670,7 @@ def test_schema_changes_mid_stream_keep_type_metadata(database: str) -> None:
         conn.execute("CREATE DOMAIN code AS varchar(5)")
         conn.execute("CREATE TABLE m (id int PRIMARY KEY, e mood NOT NULL, arr int[], d code, n int NOT NULL)")
     config = connector(unique("ddltypes"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO m VALUES (1, 'happy', '{1,2}', 'ab', 10)")
         for old, new in (("e", "e2"), ("arr", "arr2"), ("d", "d2")):
@@ -744,8 +736,7 @@ def test_postgis_geometry_and_geography(database: str) -> None:
         conn.execute("CREATE EXTENSION postgis")
         conn.execute("CREATE TABLE g (id int PRIMARY KEY, geom geometry, geog geography(Point, 4326))")
     config = connector(unique("gis"))
-    with connect(database) as conn:
-        setup_source(conn, config)
+    prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("INSERT INTO g VALUES (1, ST_GeomFromText('POINT(1 2)', 3187), ST_GeogFromText('SRID=4326;POINT(3 4)'))")
         conn.execute("INSERT INTO g VALUES (2, ST_GeomFromText('LINESTRING(0 0, 1 1)'), NULL)")
