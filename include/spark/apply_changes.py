@@ -565,9 +565,6 @@ class Applier:
         """The quoted Spark identifier of lake table ``name``."""
         return f"{_q(self.catalog)}.{_q(self.namespace)}.{_q(name)}"
 
-    def table_ident(self, topic: str, partitions: list[int] | None = None) -> str:
-        return self.ident(self.lake_name(topic, partitions if partitions is not None else [0]))
-
     def exists(self, ident: str) -> bool:
         return bool(self.spark.catalog.tableExists(ident))
 
@@ -610,6 +607,16 @@ class Applier:
                 prints = json.loads(summary.get(FINGERPRINTS_PROPERTY) or "{}").get(topic, {})
                 return parse_offsets(text).get(topic, {}), {int(p): v for p, v in prints.items()}
             current = row["parent_id"]
+        if current is not None:
+            # The ancestry ends at an expired snapshot before any that carries offsets: starting again from offset
+            # 0 would apply every event twice (and duplicate the rows of keyless tables), so stop instead.
+            raise LakeError(
+                f"lake table {ident}: the snapshots since walflow last committed offsets do not reach back to one that "
+                f"has them (snapshot {current} was expired), so the job cannot tell which Kafka records it already applied. "
+                "When expiring snapshots, keep the newest one walflow committed (summary 'walflow.commit'), e.g. "
+                "expire_snapshots(retain_last => 1) only right after a walflow run; now drop the lake table and re-snapshot "
+                "the source, or apply into a new walflow.lake.namespace."
+            )
         return {}, {}
 
     def fingerprints(self, topic: str, offsets: dict[int, int]) -> dict[int, str]:
@@ -688,9 +695,14 @@ class Applier:
         from walflow.lake import FINGERPRINTS_PROPERTY, OFFSETS_PROPERTY, LakeError, RowShape, field_defaults, format_offsets
 
         ident = self.ident(name)
+        # Each table commits its own offsets, never below what it applied before: with the changelog behind the
+        # table, the read starts at the changelog's offsets and may end (walflow.lake.max.records) below the
+        # table's, which must then keep its own.
         offsets = dict(stored)
+        log_offsets = dict(log_stored or {})
         for p, _start, end in slices:
-            offsets[p] = end
+            offsets[p] = max(end, stored.get(p, 0))
+            log_offsets[p] = max(end, log_offsets.get(p, 0))
         phase = time.monotonic()
         frame, stats, value_schema = self._read_one_pass(topic, task_frame, slices, cached)
         passes = 1
@@ -728,7 +740,7 @@ class Applier:
             frame = frame.persist()  # used more than once: convert the events once
             cached.append(frame)
         if log_stored is not None:
-            self._append_changelog(topic, name, frame.filter(~before_image), log_stored, offsets, names, types)
+            self._append_changelog(topic, name, frame.filter(~before_image), log_stored, log_offsets, names, types)
             fault("after_changelog")
             frame = frame.filter(_from_offsets(stored))
         truncated_at = properties.get(TRUNCATED_AT)

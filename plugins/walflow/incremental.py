@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 WATERMARK_PREFIX = "walflow.watermark"
 STATE_KEY = "incremental"
+#: state-table key of the position up to which signals have been applied (see IncrementalSnapshots.on_signal)
+SIGNALS_KEY = "incremental_signals"
+#: signal types whose second application would differ from the first (they act on whatever snapshot is current)
+_REPEAT_SENSITIVE = frozenset({"stop-snapshot", "pause-snapshot", "resume-snapshot"})
 MAX_SIGNAL_BYTES = 64 * 1024
 
 
@@ -137,6 +141,11 @@ class IncrementalSnapshots:
         self._chunk_hook = chunk_hook
         self._database = catalog_conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
         self._dirty = False
+        #: LSN of the last signal whose effect a save recorded: signals at or below it are read again only after
+        #: a batch died between its save and its slot advance, and must not act twice (a stop or pause read
+        #: again would hit a snapshot that started after it)
+        self._signals_upto = int((store.get(SIGNALS_KEY) or {}).get("lsn") or 0)
+        self._signals_read = self._signals_upto
 
     # -- state ------------------------------------------------------------------------------------
     @property
@@ -172,6 +181,10 @@ class IncrementalSnapshots:
                 signal_key(progress.signal_id),
                 {"status": "paused" if progress.paused else "running", "tables_left": progress.tables, "rows": progress.rows, "chunks": progress.chunks, "at_ms": now_ms()},
             )
+        if self._signals_read > self._signals_upto:
+            # after the progress: a crash between the two leaves signals to be read again, which _known covers
+            self.store.put(SIGNALS_KEY, {"lsn": self._signals_read})
+            self._signals_upto = self._signals_read
         self._dirty = False
 
     def _next_signal(self, finished: SnapshotProgress) -> SnapshotProgress | None:
@@ -197,9 +210,20 @@ class IncrementalSnapshots:
     def is_signal_table(self, schema: str, table: str) -> bool:
         return self.config.signal_table == (schema, table)
 
-    def on_signal(self, values: dict[str, Any]) -> None:
-        """Handle one signal row (id, type, data). Malformed signals are logged and skipped."""
+    def on_signal(self, values: dict[str, Any], lsn: int | None = None) -> None:
+        """Handle one signal row (id, type, data) read from the slot at ``lsn``. Malformed signals are logged and
+        skipped; a signal a previous batch already applied (read again after that batch died) is ignored."""
         signal_id = values.get("id")
+        if lsn is not None:
+            if lsn <= self._signals_upto:
+                log.info("signal %r at %X/%X was applied by an earlier batch (read again after a restart); ignored", signal_id, lsn >> 32, lsn & 0xFFFFFFFF)
+                return
+            if values.get("type") in _REPEAT_SENSITIVE:
+                # only these act differently when applied twice (an execute-snapshot read again is recognised by
+                # _known, a log line or a failure twice does no harm); recording just them keeps the state
+                # table's writes, which the next batch decodes too, to the batches that need one
+                self._signals_read = max(self._signals_read, lsn)
+                self._dirty = True
         try:
             kind = values.get("type")
             raw = values.get("data") or "{}"
@@ -300,8 +324,17 @@ class IncrementalSnapshots:
 
         ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use (unknown columns,
         syntax and type errors, unorderable keys) without reading a row. Errors that depend on the data can only
-        show while reading; :meth:`prepare` fails the signal then.
+        show while reading; :meth:`prepare` fails the signal then. A table without a primary key and no
+        ``surrogate-key`` has no order to read it in: Debezium skips it with a warning, but a snapshot run that
+        then reports success without having read the table misleads whoever asked for it, so the signal fails.
         """
+        if not surrogate:
+            info = Catalog(self.conn).table(oid)
+            if info is not None and not info.primary_key:
+                raise SignalError(
+                    f"table {name} has no primary key, so its rows have no order to read them in chunks by: send a "
+                    "'surrogate-key' naming a column to order by, or leave the table out of 'data-collections'"
+                )
         if not (condition or surrogate):
             return
         table = self._plan(name, condition, surrogate, oid)

@@ -377,8 +377,9 @@ class StreamBatch:
         complete = True
         next_progress = time.monotonic() + PROGRESS_EVERY_S
         # upto_nchanges bounds the server-side work too (PostgreSQL stops only at a transaction boundary). It
-        # counts protocol messages, Begin/Commit/Relation included, hence the headroom over max_events.
-        upto_nchanges = max_events * 3 + 16 + (8 * len(inc.chunks) if inc is not None else 0)
+        # counts protocol messages, Begin/Commit/Relation included, hence the headroom over max_events (and a
+        # constant part for the few transactions of bookkeeping a batch writes, which the next one decodes too).
+        upto_nchanges = max_events * 3 + 64 + (8 * len(inc.chunks) if inc is not None else 0)
         returned = 0
         conn.autocommit = False
         try:
@@ -621,7 +622,7 @@ class StreamBatch:
         if table is None:
             relation = msg.relation
             if self._inc is not None and type(msg) is Insert and self.config.signal_table == (relation.namespace, relation.name):
-                self._inc.on_signal({c.name: v for c, v in zip(relation.columns, msg.new)})
+                self._inc.on_signal({c.name: v for c, v in zip(relation.columns, msg.new)}, lsn)
             summary.filtered += 1
             return
         inc = self._inc

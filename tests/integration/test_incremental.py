@@ -392,3 +392,35 @@ def test_crash_between_saving_progress_and_advancing_the_slot(database: str, mon
     status = signal_status(database, config, run_id)
     assert status["status"] == "completed" and status["rows"] == 500
     assert not _running(database, config)
+
+
+def test_signals_read_again_after_a_crash_do_not_act_twice(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pause sent while nothing runs, then an execute-snapshot, in one transaction; the batch dies after saving,
+    before advancing the slot. Read again, the pause must not hit the snapshot that started after it."""
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    config = make(database)
+    monkeypatch.setattr("walflow.stream.ROUND_ROWS", 100)
+    with psycopg.connect(database) as conn:
+        send_signal(conn, "pause-snapshot", {})  # nothing runs yet: no effect
+        run_id = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"]})
+
+    def die(stage: str) -> None:
+        if stage == "incremental_saved":
+            raise RuntimeError("the batch died after saving its progress, before advancing the slot")
+
+    with pytest.raises(RuntimeError):
+        stream(config, database, fault_hook=die)
+    drain(config, database)
+    status = signal_status(database, config, run_id)
+    assert status["status"] == "completed" and status["rows"] == 300, status
+    assert sorted(r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")) == list(range(1, 301))
+
+
+def test_table_without_primary_key_needs_a_surrogate_key(database: str) -> None:
+    run_sql(database, "CREATE TABLE nokey (v text)", "INSERT INTO nokey SELECT 'v' || g FROM generate_series(1, 10) g")
+    config = make(database)
+    refused = send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"]})
+    drain(config, database)
+    status = signal_status(database, config, refused)
+    assert status["status"] == "failed" and "no primary key" in status["error"] and "surrogate-key" in status["error"], status
+    assert read_topic(f"{config.topic_prefix}.public.nokey") == []

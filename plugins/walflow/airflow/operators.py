@@ -77,7 +77,7 @@ class WalflowSetupOperator(_ConnectorOperator):
             self._conninfo(config),
             lambda: kafka.get_conn,
             progress=self.log.info,
-            on_snapshot_start=lambda count: publish_metrics(config.name, "snapshot", snapshot_started_metrics(count), self.log),
+            on_snapshot_start=lambda count: _publish_safely(config.name, "snapshot", snapshot_started_metrics(count), self.log),
         )
         report: dict[str, Any] | None = None
         error: BaseException | None = None
@@ -122,7 +122,7 @@ def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any
 
 
 def _publish_safely(connector: str, kind: str, metrics: dict[str, Any], log: Any) -> dict[str, Any]:
-    """:func:`publish_metrics` for ``finally`` blocks: a metrics failure must not hide the task's own error."""
+    """:func:`publish_metrics` where a metrics failure must neither stop the work nor hide the task's own error."""
     try:
         return publish_metrics(connector, kind, metrics, log)
     except Exception as exc:  # noqa: BLE001 - reporting is best effort; the task's outcome stands
