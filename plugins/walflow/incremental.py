@@ -340,16 +340,21 @@ class IncrementalSnapshots:
         table = self._plan(name, condition, surrogate, oid)
         if table is None:
             return
-        where = sql.SQL(" WHERE ({})").format(sql_fragment(condition)) if condition else sql.SQL("")
-        order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)) if table.key else sql.SQL("")
-        query = sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(quote_table(table.catalog.schema, table.catalog.name), where, order)
-        try:
-            self.conn.execute(query, [])
-        except psycopg.Error as exc:
-            if self.conn.closed or self.conn.broken:
-                raise
-            what = f"'additional-condition' {condition!r}" if condition else f"'surrogate-key' {surrogate!r}"
-            raise SignalError(f"{what} does not work on {name}: {_first_line(exc)}; send the signal again with a valid one") from None
+        source = quote_table(table.catalog.schema, table.catalog.name)
+        # the condition alone first, then with the key's ORDER BY, so an error is blamed on what caused it
+        checks: list[tuple[str, sql.Composable, sql.Composable]] = []
+        if condition:
+            checks.append((f"'additional-condition' {condition!r}", sql.SQL(" WHERE ({})").format(sql_fragment(condition)), sql.SQL("")))
+        if surrogate and table.key:
+            order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key))
+            checks.append((f"'surrogate-key' {surrogate!r}", sql.SQL(""), order))
+        for what, where, order in checks:
+            try:
+                self.conn.execute(sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
+            except psycopg.Error as exc:
+                if self.conn.closed or self.conn.broken:
+                    raise
+                raise SignalError(f"{what} does not work on {name}: {_first_line(exc)}; send the signal again with a valid one") from None
 
     def _stop(self, signal_id: str, data: dict[str, Any]) -> None:
         """Drop the named tables (every table without ``data-collections``) from the running and the queued

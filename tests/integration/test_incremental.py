@@ -417,10 +417,14 @@ def test_signals_read_again_after_a_crash_do_not_act_twice(database: str, monkey
 
 
 def test_table_without_primary_key_needs_a_surrogate_key(database: str) -> None:
-    run_sql(database, "CREATE TABLE nokey (v text)", "INSERT INTO nokey SELECT 'v' || g FROM generate_series(1, 10) g")
+    run_sql(database, "CREATE TABLE nokey (v text, doc json)", "INSERT INTO nokey SELECT 'v' || g, '{}' FROM generate_series(1, 10) g")
     config = make(database)
     refused = send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"]})
+    # a valid condition with a surrogate key the server cannot order by: the key is blamed, not the condition
+    unorderable = send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"], "additional-condition": "v LIKE 'v%'", "surrogate-key": "doc"})
     drain(config, database)
     status = signal_status(database, config, refused)
     assert status["status"] == "failed" and "no primary key" in status["error"] and "surrogate-key" in status["error"], status
+    status = signal_status(database, config, unorderable)
+    assert status["status"] == "failed" and status["error"].startswith("'surrogate-key' 'doc' does not work on public.nokey"), status
     assert read_topic(f"{config.topic_prefix}.public.nokey") == []
