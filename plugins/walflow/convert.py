@@ -620,24 +620,12 @@ def _hstore_pairs(text: str) -> dict[str, str | None]:
     """Parse hstore's text output: '"a"=>"1", "b"=>NULL'."""
     result: dict[str, str | None] = {}
     i, n = 0, len(text)
-
-    def quoted(pos: int) -> tuple[str, int]:
-        assert text[pos] == '"'
-        pos += 1
-        out = []
-        while text[pos] != '"':
-            if text[pos] == "\\":
-                pos += 1
-            out.append(text[pos])
-            pos += 1
-        return "".join(out), pos + 1
-
     while i < n:
         while i < n and text[i] in " ,":
             i += 1
         if i >= n:
             break
-        key, i = quoted(i)
+        key, i = _read_quoted(text, i)
         i = text.index("=>", i) + 2
         while text[i] == " ":
             i += 1
@@ -645,7 +633,7 @@ def _hstore_pairs(text: str) -> dict[str, str | None]:
             result[key] = None
             i += 4
         else:
-            result[key], i = quoted(i)
+            result[key], i = _read_quoted(text, i)
     return result
 
 
