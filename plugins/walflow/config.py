@@ -19,7 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from walflow.errors import ConfigError
+from walflow.errors import ConfigError, PatternError
+from walflow.patterns import Pattern
 
 #: Debezium keys that name credentials or the server address: in walflow these come from Connections.
 CONNECTION_KEYS = {
@@ -71,14 +72,12 @@ def _split_list(value: Any) -> list[str]:
     raise TypeError(f"expected a comma-separated string or a list, got {type(value).__name__}")
 
 
-def _compile_all(patterns: list[str]) -> list[re.Pattern[str]]:
-    compiled = []
+def _check_patterns(patterns: list[str]) -> None:
     for pattern in patterns:
         try:
-            compiled.append(re.compile(pattern, re.IGNORECASE))
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression ({exc})") from exc
-    return compiled
+            Pattern(pattern, "")
+        except PatternError as exc:
+            raise ValueError(str(exc).removeprefix(": ")) from None
 
 
 class ConnectorConfig(BaseModel):
@@ -112,6 +111,8 @@ class ConnectorConfig(BaseModel):
     database_sslrootcert: str | None = Field(None, alias="database.sslrootcert")
     database_tcp_keepalive: bool = Field(True, alias="database.tcpKeepAlive")
     database_initial_statements: str | None = Field(None, alias="database.initial.statements")
+    #: statement timeout of the queries that read tables (snapshot chunks, signal checks); 0 turns it off
+    database_query_timeout_ms: int = Field(600_000, ge=0, alias="database.query.timeout.ms")
 
     # -- what is captured ----------------------------------------------------------------------
     schema_include_list: list[str] = Field(default_factory=list, alias="schema.include.list")
@@ -245,7 +246,7 @@ class ConnectorConfig(BaseModel):
     )
     @classmethod
     def _regexes(cls, value: list[str]) -> list[str]:
-        _compile_all(value)
+        _check_patterns(value)
         return value
 
     @field_validator("walflow_state_table", "signal_data_collection")
@@ -484,22 +485,53 @@ def connectors_dir(default: str | os.PathLike[str] | None = None) -> Path:
 
 
 def load_all(directory: str | os.PathLike[str] | None = None) -> list[ConnectorConfig]:
-    """Load every ``*.yaml``/``*.yml`` connector in ``directory``; names must be unique."""
+    """Load every ``*.yaml``/``*.yml`` connector in ``directory``.
+
+    Names must be unique, and so must topic prefixes (two connectors would mix their events in one topic) and slots
+    on one source Connection (each would get part of the changes); the setup task checks the same against what
+    other connectors recorded in the source database.
+    """
     folder = connectors_dir(directory)
     configs: list[ConnectorConfig] = []
-    seen: dict[str, Path] = {}
+    seen: dict[tuple[str, ...], Path] = {}
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         config = load_config(path)
-        if config.name in seen:
-            raise ConfigError(f"connector name {config.name!r} is used by both {seen[config.name]} and {path}")
-        seen[config.name] = path
+        for claim, what in (
+            (("name", config.name), f"connector name {config.name!r}"),
+            (("prefix", config.topic_prefix), f"topic prefix {config.topic_prefix!r}"),
+            (("slot", config.walflow_postgres_conn_id, config.slot_name), f"slot {config.slot_name!r} of Connection {config.walflow_postgres_conn_id!r}"),
+        ):
+            if claim in seen:
+                raise ConfigError(f"{what} is used by both {seen[claim]} and {path}; each connector needs its own")
+            seen[claim] = path
         configs.append(config)
     return configs
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (plain YAML keeps the last one silently,
+    so a second ``slot.name`` further down a long file would win without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            try:
+                hash(key)
+            except TypeError:
+                continue  # the base class reports unhashable keys
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one of them", key_node.start_mark
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_raw(path: Path) -> dict[str, Any]:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except OSError as exc:
         raise ConfigError(f"cannot read connector configuration {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -15,6 +15,14 @@ class ConfigError(WalflowError):
     """A connector configuration is invalid; raised before anything touches a database."""
 
 
+class PatternError(ConfigError):
+    """A user's regular expression is invalid, or matching it took longer than the bound (runaway backtracking)."""
+
+
+class ExpressionError(ConfigError):
+    """An SQL condition or template typed by a user is not one expression, or uses what it may not."""
+
+
 class SourceError(WalflowError):
     """The source PostgreSQL server or database cannot be used as configured."""
 
@@ -37,3 +45,22 @@ class ConversionError(WalflowError):
 
 class DeliveryError(WalflowError):
     """Kafka did not acknowledge every record of a batch; the slot was not advanced past them."""
+
+
+class RecordTooLargeError(DeliveryError):
+    """A record is larger than the producer or the topic accepts; nothing from its transaction on was confirmed.
+
+    :param topic: the record's topic; :param size: its size in bytes (key, value, headers); :param limit: the limit
+        it exceeds (``message.max.bytes`` of the producer).
+    """
+
+    def __init__(self, message: str, *, topic: str | None = None, size: int | None = None, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.size = size
+        self.limit = limit
+
+
+class DriftError(SourceError):
+    """The source no longer matches what the connector set up: a table left the publication, a key changed type,
+    two tables map to one topic, or another connector claims the slot or topic prefix."""

@@ -23,7 +23,8 @@ from walflow.catalog import CatalogColumn, CatalogTable, TypeResolver
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
 from walflow.errors import ConfigError, ConversionError
-from walflow.pgoutput import UNCHANGED_TOAST, Relation
+from walflow.patterns import Pattern, compile_patterns, matches_any
+from walflow.pgoutput import Relation
 from walflow.transforms import ColumnRules, zero_default
 
 log = logging.getLogger(__name__)
@@ -177,23 +178,16 @@ class FieldSpec:
     toast_value: Any
 
 
-def _matches_any(patterns: Sequence[re.Pattern[str]], text: str) -> bool:
-    return any(p.fullmatch(text) for p in patterns)
-
-
 class Filters:
     """Debezium's include/exclude lists (anchored, case-insensitive regular expressions)."""
 
     def __init__(self, config: ConnectorConfig) -> None:
-        def comp(items: list[str]) -> list[re.Pattern[str]]:
-            return [re.compile(item, re.IGNORECASE) for item in items]
-
-        self._schema_inc = comp(config.schema_include_list)
-        self._schema_exc = comp(config.schema_exclude_list)
-        self._table_inc = comp(config.table_include_list)
-        self._table_exc = comp(config.table_exclude_list)
-        self._col_inc = comp(config.column_include_list)
-        self._col_exc = comp(config.column_exclude_list)
+        self._schema_inc = compile_patterns(config.schema_include_list, "'schema.include.list'")
+        self._schema_exc = compile_patterns(config.schema_exclude_list, "'schema.exclude.list'")
+        self._table_inc = compile_patterns(config.table_include_list, "'table.include.list'")
+        self._table_exc = compile_patterns(config.table_exclude_list, "'table.exclude.list'")
+        self._col_inc = compile_patterns(config.column_include_list, "'column.include.list'")
+        self._col_exc = compile_patterns(config.column_exclude_list, "'column.exclude.list'")
         self._key_columns = _parse_message_key_columns(config.message_key_columns)
         # walflow's own tables are read, never captured
         self._internal = {config.state_table}
@@ -205,23 +199,23 @@ class Filters:
             return False
         if (schema, table) in self._internal:
             return False
-        if self._schema_inc and not _matches_any(self._schema_inc, schema):
+        if self._schema_inc and not matches_any(self._schema_inc, schema):
             return False
-        if self._schema_exc and _matches_any(self._schema_exc, schema):
+        if self._schema_exc and matches_any(self._schema_exc, schema):
             return False
         full = f"{schema}.{table}"
-        if self._table_inc and not _matches_any(self._table_inc, full):
+        if self._table_inc and not matches_any(self._table_inc, full):
             return False
-        if self._table_exc and _matches_any(self._table_exc, full):
+        if self._table_exc and matches_any(self._table_exc, full):
             return False
         return True
 
     def column_included(self, schema: str, table: str, column: str) -> bool:
         full = f"{schema}.{table}.{column}"
         if self._col_inc:
-            return _matches_any(self._col_inc, full)
+            return matches_any(self._col_inc, full)
         if self._col_exc:
-            return not _matches_any(self._col_exc, full)
+            return not matches_any(self._col_exc, full)
         return True
 
     def message_key_columns(self, schema: str, table: str) -> list[str] | None:
@@ -232,7 +226,7 @@ class Filters:
         return None
 
 
-def _parse_message_key_columns(value: str | None) -> list[tuple[re.Pattern[str], list[str]]]:
+def _parse_message_key_columns(value: str | None) -> list[tuple[Pattern, list[str]]]:
     if not value:
         return []
     result = []
@@ -245,10 +239,7 @@ def _parse_message_key_columns(value: str | None) -> list[tuple[re.Pattern[str],
             raise ConfigError(
                 f"'message.key.columns' entry {part!r} must look like '<schema>.<table>:<column>[,<column>]'"
             )
-        try:
-            pattern = re.compile(table.strip(), re.IGNORECASE)
-        except re.error as exc:
-            raise ConfigError(f"'message.key.columns' table pattern {table!r} is not a valid regex: {exc}") from None
+        pattern = Pattern(table.strip(), "'message.key.columns' table pattern")
         result.append((pattern, [c.strip() for c in columns.split(",") if c.strip()]))
     return result
 

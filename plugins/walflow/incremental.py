@@ -28,9 +28,9 @@ signal, never the stream: it is tried when the signal arrives and again per tabl
 from __future__ import annotations
 
 import logging
-import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +40,12 @@ from psycopg import sql
 
 from walflow.catalog import Catalog
 from walflow.config import ConnectorConfig
-from walflow.errors import SourceError
+from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
 from walflow.events import DEBEZIUM_VERSION, Filters, Serializer, TableSchema, now_ms
-from walflow.kafka import EventProducer
-from walflow.snapshot import SnapshotTable, _columns_sql, key_types, sql_fragment
+from walflow.expressions import check_condition
+from walflow.kafka import EventProducer, too_large
+from walflow.patterns import Pattern, compile_patterns, matches_any
+from walflow.snapshot import SnapshotTable, _columns_sql, condition_sql, key_types
 from walflow.source import list_tables, quote_table
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules
@@ -57,6 +59,7 @@ SIGNALS_KEY = "incremental_signals"
 #: signal types whose second application would differ from the first (they act on whatever snapshot is current)
 _REPEAT_SENSITIVE = frozenset({"stop-snapshot", "pause-snapshot", "resume-snapshot"})
 MAX_SIGNAL_BYTES = 64 * 1024
+MAX_SIGNAL_ID = 128
 
 
 def signal_key(signal_id: str) -> str:
@@ -229,6 +232,9 @@ class IncrementalSnapshots:
             raw = values.get("data") or "{}"
             if not signal_id or not kind:
                 raise SignalError("a signal needs an id and a type")
+            if not str(signal_id).isprintable() or len(str(signal_id)) > MAX_SIGNAL_ID:
+                # ids are logged and are the state table's keys: no control characters, nothing that forges a line
+                raise SignalError(f"its id must be printable text of at most {MAX_SIGNAL_ID} characters")
             if len(raw) > MAX_SIGNAL_BYTES:
                 raise SignalError(f"its data is {len(raw)} bytes, more than {MAX_SIGNAL_BYTES}")
             try:
@@ -239,7 +245,8 @@ class IncrementalSnapshots:
                 raise SignalError("its data must be a JSON object")
             self.signals_seen += 1
             if kind == "log":
-                log.info("signal %s (log): %s", signal_id, data.get("message"))
+                # the text is the signal writer's: escaped, so newlines and terminal codes cannot forge log lines
+                log.info("signal %s (log): %s", signal_id, printable(data.get("message")))
             elif kind == "execute-snapshot":
                 self._execute(str(signal_id), data)
             elif kind == "stop-snapshot":
@@ -250,8 +257,8 @@ class IncrementalSnapshots:
                 self._pause(False)
             else:
                 raise SignalError(f"unknown signal type {kind!r} (known: execute-snapshot, stop-snapshot, pause-snapshot, resume-snapshot, log)")
-        except (ValueError, TypeError, re.error) as exc:  # SignalError, or data of unexpected shapes
-            log.warning("signal %r skipped: %s", signal_id, exc)
+        except (ValueError, TypeError) as exc:  # SignalError, or data of unexpected shapes
+            log.warning("signal %r skipped: %s", signal_id, printable(exc))
             if signal_id:
                 self.store.put(signal_key(str(signal_id)), {"status": "failed", "error": str(exc), "at_ms": now_ms()})
 
@@ -278,27 +285,29 @@ class IncrementalSnapshots:
         patterns = data.get("data-collections")
         if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
             raise SignalError("'data-collections' must be a non-empty list of table names or regular expressions")
-        try:
-            compiled = [re.compile(p, re.IGNORECASE) for p in patterns]
-        except re.error as exc:
-            raise SignalError(f"'data-collections' holds an invalid regular expression ({exc})") from None
         oids = {f"{s}.{t}": oid for s, t, oid, *_ in list_tables(self.conn, self.filters)}
-        tables = [n for n in oids if any(p.fullmatch(n) for p in compiled)]
+        try:
+            compiled = compile_patterns(patterns, "'data-collections'")
+            tables = [n for n in oids if matches_any(compiled, n)]
+        except PatternError as exc:
+            raise SignalError(str(exc)) from None
         if not tables:
             raise SignalError(f"no captured table matches {patterns}")
         conditions: dict[str, str] = {}
-        if isinstance(data.get("additional-condition"), str) and data["additional-condition"].strip():
-            conditions = {t: data["additional-condition"] for t in tables}
-        for item in data.get("additional-conditions") or []:
-            if not isinstance(item, dict) or not isinstance(item.get("filter"), str):
-                raise SignalError("'additional-conditions' entries need 'data-collection' and 'filter'")
-            try:
-                pattern = re.compile(str(item.get("data-collection", ".*")), re.IGNORECASE)
-            except re.error as exc:
-                raise SignalError(f"'additional-conditions' holds an invalid 'data-collection' regular expression ({exc})") from None
-            for t in tables:
-                if pattern.fullmatch(t):
-                    conditions[t] = item["filter"]
+        try:
+            if isinstance(data.get("additional-condition"), str) and data["additional-condition"].strip():
+                condition = check_condition(data["additional-condition"])
+                conditions = {t: condition for t in tables}
+            for item in data.get("additional-conditions") or []:
+                if not isinstance(item, dict) or not isinstance(item.get("filter"), str):
+                    raise SignalError("'additional-conditions' entries need 'data-collection' and 'filter'")
+                pattern = Pattern(str(item.get("data-collection", ".*")), "'additional-conditions' 'data-collection'")
+                condition = check_condition(item["filter"], "'additional-conditions' 'filter'")
+                for t in tables:
+                    if pattern.fullmatch(t):
+                        conditions[t] = condition
+        except (PatternError, ExpressionError) as exc:
+            raise SignalError(str(exc)) from None
         surrogate = data.get("surrogate-key")
         if surrogate is not None and not isinstance(surrogate, str):
             raise SignalError("'surrogate-key' must be a column name")
@@ -344,17 +353,44 @@ class IncrementalSnapshots:
         # the condition alone first, then with the key's ORDER BY, so an error is blamed on what caused it
         checks: list[tuple[str, sql.Composable, sql.Composable]] = []
         if condition:
-            checks.append((f"'additional-condition' {condition!r}", sql.SQL(" WHERE ({})").format(sql_fragment(condition)), sql.SQL("")))
+            checks.append((f"'additional-condition' {condition!r}", sql.SQL(" WHERE {}").format(condition_sql(condition)), sql.SQL("")))
         if surrogate and table.key:
             order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key))
             checks.append((f"'surrogate-key' {surrogate!r}", sql.SQL(""), order))
         for what, where, order in checks:
             try:
-                self.conn.execute(sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
+                with self._reading():
+                    self._query(sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
             except psycopg.Error as exc:
                 if self.conn.closed or self.conn.broken:
                     raise
-                raise SignalError(f"{what} does not work on {name}: {_first_line(exc)}; send the signal again with a valid one") from None
+                raise SignalError(f"{what} does not work on {name}: {self._describe(exc)}; send the signal again with a valid one") from None
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A READ ONLY transaction under ``database.query.timeout.ms``: every query that carries a signal's condition
+        runs in one, so no expression it calls can change data, and none can run forever while the slot waits."""
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION READ ONLY")
+            timeout = self.config.database_query_timeout_ms
+            if timeout:
+                self.conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")))
+            yield
+
+    def _query(self, query: sql.Composable, params: list[Any]) -> psycopg.Cursor[Any]:
+        """Run a query that carries a user's condition with the extended protocol (prepared), which refuses more than
+        one statement whatever the text holds; the simple protocol, which psycopg uses for a query without
+        parameters, would run them all."""
+        return self.conn.execute(query, params, prepare=True)
+
+    def _describe(self, exc: BaseException) -> str:
+        """A server error for the state table and the log; a statement timeout says which setting it hit."""
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            return (
+                f"the query was cancelled after database.query.timeout.ms={self.config.database_query_timeout_ms} "
+                "(statement timeout): narrow or index the condition, or raise the setting"
+            )
+        return _first_line(exc)
 
     def _stop(self, signal_id: str, data: dict[str, Any]) -> None:
         """Drop the named tables (every table without ``data-collections``) from the running and the queued
@@ -363,16 +399,22 @@ class IncrementalSnapshots:
         if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
             raise SignalError("'data-collections' of stop-snapshot must be a list of table names or regular expressions")
         try:
-            compiled = [re.compile(p, re.IGNORECASE) for p in patterns or []]
-        except re.error as exc:
-            raise SignalError(f"'data-collections' holds an invalid regular expression ({exc})") from None
+            compiled = compile_patterns(patterns or [], "'data-collections' of stop-snapshot")
+            # matched now, so a runaway pattern fails this signal rather than a later chunk
+            names = set(self.progress.tables) if self.progress is not None else set()
+            for entry in self.progress.queued if self.progress is not None else []:
+                names.update(entry["tables"])
+            names.update(c.table.name for c in self.chunks.values())
+            hits = {t for t in names if not compiled or matches_any(compiled, t)}
+        except PatternError as exc:
+            raise SignalError(str(exc)) from None
         progress = self.progress
         if progress is None:
             log.info("signal %s: no incremental snapshot is running", signal_id)
             return
 
         def stopped(table: str) -> bool:
-            return not compiled or any(p.fullmatch(table) for p in compiled)
+            return table in hits
 
         kept = []
         for entry in progress.queued:
@@ -467,7 +509,7 @@ class IncrementalSnapshots:
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
-        error = _first_line(exc)
+        error = self._describe(exc)
         log.warning(
             "incremental snapshot %s failed on %s: %s; its remaining tables %s are dropped and streaming continues",
             progress.signal_id,
@@ -549,13 +591,14 @@ class IncrementalSnapshots:
         not_null = sql.SQL(" AND ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier("walflow_t", k)) for k in table.key)
         where = [not_null]
         if table.condition:
-            where.append(sql.SQL("({})").format(sql_fragment(table.condition)))
-        row = self.conn.execute(
-            sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT 1").format(
-                keys, quote_table(table.catalog.schema, table.catalog.name), sql.SQL(" AND ").join(where), order
-            ),
-            [],
-        ).fetchone()
+            where.append(condition_sql(table.condition))
+        with self._reading():
+            row = self._query(
+                sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT 1").format(
+                    keys, quote_table(table.catalog.schema, table.catalog.name), sql.SQL(" AND ").join(where), order
+                ),
+                [],
+            ).fetchone()
         return list(row) if row else None
 
     def _select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[list[Any]], bool, list[str] | None]:
@@ -569,7 +612,7 @@ class IncrementalSnapshots:
         where: list[sql.Composable] = []
         params: list[Any] = []
         if table.condition:
-            where.append(sql.SQL("({})").format(sql_fragment(table.condition)))
+            where.append(condition_sql(table.condition))
         if progress.null_phase:
             # rows whose surrogate key is NULL cannot be paged by key: page them by physical position
             where.append(sql.SQL("{} IS NULL").format(sql.Identifier("walflow_t", table.key[0])))
@@ -579,7 +622,8 @@ class IncrementalSnapshots:
             query = sql.SQL("SELECT {}, walflow_t.ctid::text FROM {} AS walflow_t WHERE {} ORDER BY walflow_t.ctid LIMIT {}").format(
                 cols, ident, sql.SQL(" AND ").join(where), sql.Literal(size)
             )
-            rows = [list(r) for r in self.conn.execute(query, params).fetchall()]
+            with self._reading():
+                rows = [list(r) for r in self._query(query, params).fetchall()]
             if rows:
                 progress.last_ctid = rows[-1][-1]
             return [r[:-1] for r in rows], len(rows) < size, [r[-1] for r in rows]
@@ -593,7 +637,8 @@ class IncrementalSnapshots:
         query = sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT {}").format(
             cols, ident, sql.SQL(" AND ").join(where), keys, sql.Literal(size)
         )
-        rows = [list(r) for r in self.conn.execute(query, params).fetchall()]
+        with self._reading():
+            rows = [list(r) for r in self._query(query, params).fetchall()]
         if rows:
             index = [table.schema.column_names.index(k) for k in table.key]
             progress.last_key = [rows[-1][i] for i in index]
@@ -619,7 +664,13 @@ class IncrementalSnapshots:
             chunk.in_window = True
             self.window_tables.add(chunk.table.name)
             return
-        self._emit_chunk(chunk, lsn, tx_xid, commit_ms, topics)
+        try:
+            self._emit_chunk(chunk, lsn, tx_xid, commit_ms, topics)
+        except RecordTooLargeError as exc:
+            # one row Kafka cannot take fails its snapshot (recorded with the fix), never the stream
+            assert self.progress is not None
+            self._fail(self.progress, chunk.table.name, exc)
+            return
         del self.chunks[chunk.id]
         self.window_tables = {c.table.name for c in self.chunks.values() if c.in_window}
 
@@ -652,9 +703,16 @@ class IncrementalSnapshots:
         self.producer.ensure_topic(table.topic)
         for values in chunk.rows.values():
             after = table.row(values)
-            key = ser.key(table.key_schema_json, table.key(after)) if table.has_key else None
+            key_fields = table.key(after) if table.has_key else None
+            key = ser.key(table.key_schema_json, key_fields) if key_fields is not None else None
             payload = {"before": None, "after": after, "source": source, "op": "r", "ts_ms": now_ms(), "transaction": None}
-            self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload))
+            try:
+                self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload))
+            except RecordTooLargeError as exc:
+                raise too_large(
+                    exc, table=table.data_collection, key=key_fields, lsn=lsn, row=after,
+                    what="Its incremental snapshot failed (streaming goes on); send the signal again after the fix",
+                ) from None
         count = len(chunk.rows)
         topics[table.topic] = topics.get(table.topic, 0) + count
         self.rows_emitted += count
@@ -680,9 +738,19 @@ class IncrementalSnapshots:
 
 
 def _first_line(exc: BaseException) -> str:
-    """A server error's message without its LINE/HINT lines, for logs and the state table."""
+    """A server error's message without its LINE/HINT lines, for logs and the state table (escaped: it may quote
+    a signal's text)."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return printable(text.splitlines()[0]) if text else type(exc).__name__
+
+
+def printable(value: Any, limit: int = 2000) -> str:
+    """Text a signal writer chose, safe for one log line: control and other non-printable characters escaped
+    (``\\n``, ``\\x1b``), cut to ``limit`` characters."""
+    text = str(value)
+    if len(text) > limit:
+        text = text[:limit] + f"... ({len(text) - limit} more characters)"
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def _dedupe_fields(table: SnapshotTable, surrogate: str | None) -> list[Any]:

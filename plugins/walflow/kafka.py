@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import orjson
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from walflow.errors import DeliveryError
+from walflow.errors import DeliveryError, RecordTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ DEFAULT_PRODUCER_SETTINGS = {
     # Java clients' partitioner, so keys land where Debezium's Java producer would put them.
     "partitioner": "murmur2_random",
 }
+
+#: librdkafka's default ``message.max.bytes``: the largest record (key, value and headers) the producer sends.
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 
 #: Delivery reports only for failures: a per-record Python callback costs more than encoding the record.
 #: Success is then "flush() left nothing in flight and no failure was reported".
@@ -75,6 +79,10 @@ class EventProducer:
         self.failed = 0
         self.bytes = 0
         self.errors: list[str] = []
+        #: the producer's own limit on one record (librdkafka refuses larger ones before sending)
+        self.max_record_bytes = int(settings.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+        #: records the brokers refused as too large: (topic, key, size, the record's source.lsn if it has one)
+        self.too_large: list[tuple[str, bytes | None, int, int | None]] = []
 
     # -- topics -----------------------------------------------------------------------------------
     def ensure_topic(self, topic: str) -> None:
@@ -121,12 +129,17 @@ class EventProducer:
         if err is None:  # only when delivery.report.only.error was turned off
             return
         self.failed += 1
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and len(self.too_large) < 10:
+            value = msg.value()
+            self.too_large.append((msg.topic(), msg.key(), len(value or b"") + len(msg.key() or b""), _source_lsn(value)))
         if len(self.errors) < 10:
             self.errors.append(f"{msg.topic()}: {err.str()}")
         else:
             self.errors[-1] = f"... and more ({err.str()})"
 
     def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Queue one record. :raises RecordTooLargeError: before queueing it, when it exceeds ``message.max.bytes``
+        (the caller adds which table, key and position it was)."""
         producer = self._producer
         try:
             producer.produce(topic, value, key, on_delivery=self._on_delivery, headers=headers)
@@ -140,10 +153,26 @@ class EventProducer:
                     break
                 except BufferError:
                     continue
+                except KafkaException as exc:
+                    self._refused(exc, topic, key, value, headers)
+        except KafkaException as exc:
+            self._refused(exc, topic, key, value, headers)
         self.sent += 1
         self.bytes += len(value or b"") + len(key or b"")
         if self.sent & 0x3FF == 0:
             producer.poll(0)
+
+    def _refused(self, exc: KafkaException, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+        err = exc.args[0]
+        if err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+            raise DeliveryError(f"Kafka refused a record for topic {topic!r}: {err.str()}") from None
+        size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers or ())
+        raise RecordTooLargeError(
+            f"a record for topic {topic!r} is {size} bytes, more than the producer's message.max.bytes={self.max_record_bytes}",
+            topic=topic,
+            size=size,
+            limit=self.max_record_bytes,
+        ) from None
 
     @property
     def in_flight(self) -> int:
@@ -157,6 +186,14 @@ class EventProducer:
     def flush(self, timeout: float) -> None:
         """Wait for every delivery report; raise :class:`DeliveryError` unless all records were acknowledged."""
         remaining = self._producer.flush(timeout)
+        if self.too_large:
+            topic, key, size, lsn = self.too_large[0]
+            where = f" at LSN {_lsn_text(lsn)}" if lsn is not None else ""
+            raise RecordTooLargeError(
+                f"the brokers refused {len(self.too_large)} record(s) as too large: the first for topic {topic!r}, key "
+                f"{_preview(key)}{where}, {size} bytes (before compression), above the topic's max.message.bytes or the "
+                f"brokers' message.max.bytes. {OVERSIZE_FIX} The replication slot was not advanced past it."
+            )
         if remaining or self.failed:
             detail = "; ".join(self.errors) if self.errors else f"{remaining} record(s) still unacknowledged after {timeout:.0f} s"
             raise DeliveryError(
@@ -168,6 +205,65 @@ class EventProducer:
         # Drop what is queued: nothing unacknowledged is ever confirmed to the slot, so losing it is safe.
         self._producer.purge()
         self._producer.flush(1)
+
+
+#: How to get past a record too large for Kafka, quoted by every error that reports one.
+OVERSIZE_FIX = (
+    "Fix without losing anything: raise 'message.max.bytes' in the extras of the Kafka Connection (the producer's "
+    "limit) and the topic's 'max.message.bytes' on the brokers (kafka-configs --alter --entity-type topics "
+    "--add-config max.message.bytes=<n>), and the consumers' fetch limits; or, changing what is captured, cut the "
+    "column with 'column.truncate.to.<n>.chars' (character columns) or leave it out with 'column.exclude.list'. "
+    "See the README, 'Oversized records'."
+)
+
+
+def too_large(
+    exc: RecordTooLargeError, *, table: str, key: Any, lsn: int | None, row: dict[str, Any] | None, what: str
+) -> RecordTooLargeError:
+    """``exc`` (raised by :meth:`EventProducer.send`) with the table, key, position and largest column of the record.
+
+    :param what: what happens to the work around it ("nothing from its transaction on was confirmed", ...).
+    """
+    where = f" at LSN {_lsn_text(lsn)}" if lsn is not None else ""
+    column = ""
+    if row:
+        name, size = max(((k, len(orjson.dumps(v))) for k, v in row.items()), key=lambda item: item[1])
+        column = f"; its largest column is {name!r} ({size} bytes as JSON)"
+    key_text = _preview(orjson.dumps(key)) if key is not None else "null"
+    return RecordTooLargeError(
+        f"the change event of table {table}, key {key_text}{where}, is {exc.size} bytes: more than the producer's "
+        f"message.max.bytes={exc.limit} (topic {exc.topic!r}; the brokers also cap records with message.max.bytes and "
+        f"the topic's max.message.bytes, 1048588 by default){column}. {what}. {OVERSIZE_FIX}",
+        topic=exc.topic,
+        size=exc.size,
+        limit=exc.limit,
+    )
+
+
+def _preview(key: bytes | None, limit: int = 200) -> str:
+    """A record key for an error message: its text, cut to ``limit`` characters."""
+    if key is None:
+        return "null"
+    text = key.decode("utf-8", "replace")
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _source_lsn(value: bytes | None) -> int | None:
+    """``source.lsn`` of a change event's value, for reporting a refused record (error path only)."""
+    if not value:
+        return None
+    try:
+        doc = orjson.loads(value)
+    except ValueError:
+        return None
+    payload = doc.get("payload", doc) if isinstance(doc, dict) else None
+    source = payload.get("source") if isinstance(payload, dict) else None
+    lsn = source.get("lsn") if isinstance(source, dict) else None
+    return lsn if isinstance(lsn, int) else None
+
+
+def _lsn_text(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
 _ADMIN_KEYS = {"bootstrap.servers", "security.protocol", "client.id", "socket.timeout.ms", "socket.keepalive.enable"}

@@ -30,11 +30,21 @@ import psycopg
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
+from walflow.drift import KeyRegistry, check_claims, check_topics, record_claim, record_publication
 from walflow.errors import SlotError
-from walflow.events import now_ms
+from walflow.events import Filters, now_ms
 from walflow.kafka import EventProducer
 from walflow.snapshot import InitialSnapshot, SnapshotError, create_slot_with_snapshot, plan_tables
-from walflow.source import SetupReport, check_slot, connect, create_slot, quote_table, setup_source, try_lock_slot
+from walflow.source import (
+    SetupReport,
+    check_slot,
+    connect,
+    create_slot,
+    list_tables,
+    quote_table,
+    setup_source,
+    try_lock_slot,
+)
 from walflow.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -135,10 +145,17 @@ class ConnectorSetup:
         )
         try:
             try_lock_slot(conn, config)  # the stream cannot run while the snapshot is taken
+            store = StateStore(conn, config.name, config.state_table)
+            # refusals first, before any DDL: another connector's slot or prefix, tables sharing a topic
+            check_claims(store, config)
+            check_topics(config, [(s, t) for s, t, *_ in list_tables(conn, Filters(config))])
             ensure_signal_table(conn, config)
             report = setup_source(conn, config, create_slot_now=False)
-            store = StateStore(conn, config.name, config.state_table)
             store.ensure()
+            record_claim(store, config)
+            record_publication(store, conn, config)
+            # setup accepts the tables' current keys: a stream batch refuses a key that changed shape until then
+            KeyRegistry(store).accept_all(t.schema for t in plan_tables(conn, config))
             previous = store.get(SNAPSHOT_KEY)
             database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             slot = check_slot(conn, config, database, missing_ok=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,9 +27,10 @@ from psycopg import sql
 
 from walflow.catalog import Catalog, CatalogTable
 from walflow.config import ConnectorConfig
-from walflow.errors import SourceError
+from walflow.errors import RecordTooLargeError, SourceError
 from walflow.events import DEBEZIUM_VERSION, Filters, Serializer, TableSchema, now_ms
-from walflow.kafka import EventProducer
+from walflow.kafka import EventProducer, too_large
+from walflow.patterns import compile_patterns
 from walflow.source import connect, list_tables, quote_table
 from walflow.transforms import ColumnRules
 
@@ -93,7 +93,7 @@ def plan_tables(
     serializer = serializer or Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
     rules = ColumnRules(config)
     catalog = Catalog(conn)
-    patterns = [re.compile(p, re.IGNORECASE) for p in (only or [])]
+    patterns = compile_patterns(only or [], "'snapshot.include.collection.list'")
     overrides = set(config.snapshot_select_statement_overrides)
     planned = []
     for schema, table, oid, _replident, _has_pk in list_tables(conn, filters):
@@ -201,27 +201,29 @@ class SnapshotEmitter:
         pending_value = b""
         pending_after: dict[str, Any] | None = None
         count = 0
-        for values in rows:
-            after = table.row(values)
-            key = ser.key(key_prefix, {k: after[k] for k in key_names}) if has_key else None
-            if pending_after is not None:
+        try:
+            for values in rows:
+                after = table.row(values)
+                key = ser.key(key_prefix, {k: after[k] for k in key_names}) if has_key else None
+                if pending_after is not None:
+                    send(topic, pending_key, pending_value)
+                if first is None:
+                    first = middle(self._markers.first())
+                    source = first
+                else:
+                    source = regular
+                count += 1
+                if count & 0x1FFF == 0:
+                    ts = str(now_ms()).encode()
+                pending_key, pending_after = key, after
+                pending_value = join((head, dumps(after), source, ts, tail))
+            if pending_after is not None and incremental:
                 send(topic, pending_key, pending_value)
-            if first is None:
-                first = middle(self._markers.first())
-                source = first
-            else:
-                source = regular
-            count += 1
-            if count & 0x1FFF == 0:
-                ts = str(now_ms()).encode()
-            pending_key, pending_after = key, after
-            pending_value = join((head, dumps(after), source, ts, tail))
-        if pending_after is not None:
-            if incremental:
-                send(topic, pending_key, pending_value)
-            else:
-                with self._held_lock:
-                    self._held.append((topic, pending_key, table, pending_after))
+        except RecordTooLargeError as exc:
+            raise self._too_large(exc, table, pending_after) from None
+        if pending_after is not None and not incremental:
+            with self._held_lock:
+                self._held.append((topic, pending_key, table, pending_after))
         with self._count_lock:
             self.rows += count
         return count
@@ -232,8 +234,18 @@ class SnapshotEmitter:
         for i, (topic, key, table, after) in enumerate(self._held):
             marker = "last" if i == len(self._held) - 1 else "last_in_data_collection"
             payload = {"before": None, "after": after, "source": self.source(table, marker), "op": "r", "ts_ms": now_ms(), "transaction": None}
-            self.producer.send(topic, key, ser.value(table.value_schema_json, payload))
+            try:
+                self.producer.send(topic, key, ser.value(table.value_schema_json, payload))
+            except RecordTooLargeError as exc:
+                raise self._too_large(exc, table, after) from None
         self._held.clear()
+
+    def _too_large(self, exc: RecordTooLargeError, table: TableSchema, row: dict[str, Any] | None) -> RecordTooLargeError:
+        key = {f.name: row.get(f.name) for f in table.key_fields} if (row is not None and table.has_key) else None
+        return too_large(
+            exc, table=table.data_collection, key=key, lsn=self.position_lsn, row=row,
+            what="The snapshot stopped before producing it and is taken again from the start by the next setup run",
+        )
 
 
 #: Types whose cast to text is a function that differs from their output function (char(n) loses its padding,
@@ -246,6 +258,12 @@ def sql_fragment(text: str) -> sql.SQL:
     """A user-written SQL fragment (SELECT override, additional condition) for a query executed with a parameter
     list: psycopg reads ``%`` there as a placeholder, so ``LIKE 'a%'`` must reach it as ``%%``."""
     return sql.SQL(text.replace("%", "%%"))  # type: ignore[arg-type]
+
+
+def condition_sql(text: str) -> sql.Composed:
+    """A user's condition (checked by :func:`walflow.expressions.check_condition`) ready for a WHERE clause: in
+    parentheses on lines of their own, so a trailing ``--`` comment cannot swallow the closing one."""
+    return sql.SQL("(\n{}\n)").format(sql_fragment(text))
 
 
 def _columns_sql(table: SnapshotTable) -> sql.Composed:
@@ -283,7 +301,7 @@ def read_chunks(
             else sql.SQL("SELECT {} FROM {}").format(cols, ident)
         )
         if table.condition:
-            query = sql.SQL("{} WHERE {}").format(query, sql_fragment(table.condition))
+            query = sql.SQL("{} WHERE {}").format(query, condition_sql(table.condition))
         with conn.cursor(name=f"walflow_snap_{table.catalog.oid}") as cur:
             cur.itersize = fetch_size
             cur.execute(query, [])
@@ -297,7 +315,7 @@ def read_chunks(
     key_index = [table.schema.column_names.index(k) for k in table.key]
     conditions: list[sql.Composable] = []
     if table.condition:
-        conditions.append(sql.SQL("({})").format(sql_fragment(table.condition)))
+        conditions.append(condition_sql(table.condition))
     upto_params: list[str] = []
     if upto is not None:
         conditions.append(sql.SQL("({}) <= ({})").format(key_idents, placeholders))
@@ -328,10 +346,14 @@ def read_chunks(
             last = [rows[-1][i] for i in key_index]
 
 
-def _begin_snapshot_transaction(conn: psycopg.Connection, snapshot_name: str | None) -> None:
+def _begin_snapshot_transaction(conn: psycopg.Connection, snapshot_name: str | None, timeout_ms: int = 0) -> None:
+    """READ ONLY: nothing a SELECT override calls can change data. ``timeout_ms`` (``database.query.timeout.ms``)
+    bounds each query, which reads one chunk (or one fetch of a cursor)."""
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     if snapshot_name:
         conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+    if timeout_ms:
+        conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout_ms}ms")))
 
 
 def _lock_tables(conn: psycopg.Connection, tables: list[SnapshotTable], timeout_ms: int) -> None:
@@ -386,7 +408,7 @@ class InitialSnapshot:
         threads = max(1, min(config.snapshot_max_threads, len(tables) or 1))
         leader = connect(self.conninfo, autocommit=True, application_name=f"walflow:{config.name}:snapshot")
         try:
-            _begin_snapshot_transaction(leader, self.snapshot_name)
+            _begin_snapshot_transaction(leader, self.snapshot_name, config.database_query_timeout_ms)
             snapshot_name = self.snapshot_name
             if snapshot_name is None:
                 # No slot export: this transaction's snapshot is the one every reader shares.
@@ -413,14 +435,22 @@ class InitialSnapshot:
                             table = work.get_nowait()
                         except queue.Empty:
                             return
-                        summary.rows_per_table[table.name] = self._read(conn, table, emitter)
+                        try:
+                            summary.rows_per_table[table.name] = self._read(conn, table, emitter)
+                        except psycopg.errors.QueryCanceled:
+                            raise SnapshotError(
+                                f"reading table {table.name} for the snapshot was cancelled after "
+                                f"database.query.timeout.ms={config.database_query_timeout_ms} (statement timeout, per "
+                                "chunk of snapshot.fetch.size rows): raise the setting (0 turns it off) or lower "
+                                "snapshot.fetch.size, then run the setup again"
+                            ) from None
                 except BaseException as exc:  # noqa: BLE001 - reported by the coordinator
                     errors.append(exc)
 
             conns = [leader] + [connect(self.conninfo, autocommit=True, application_name=f"walflow:{config.name}:snapshot") for _ in range(threads - 1)]
             try:
                 for conn in conns[1:]:
-                    _begin_snapshot_transaction(conn, snapshot_name)
+                    _begin_snapshot_transaction(conn, snapshot_name, config.database_query_timeout_ms)
                 workers = [threading.Thread(target=reader, args=(c,), name=f"walflow-snapshot-{i}") for i, c in enumerate(conns)]
                 for w in workers:
                     w.start()

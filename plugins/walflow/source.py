@@ -64,6 +64,7 @@ def connect(
         conn = psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs)
     except psycopg.OperationalError as exc:
         raise SourceError(f"cannot connect to the source database: {str(exc).strip()}") from None
+    check_encoding(conn)
     with conn.cursor() as cur:
         for name, value in SESSION_SETTINGS.items():
             cur.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
@@ -79,6 +80,21 @@ def connect(
     if not autocommit:
         conn.commit()
     return conn
+
+
+def check_encoding(conn: psycopg.Connection) -> None:
+    """Refuse a database whose encoding is not UTF8, naming it: pgoutput sends text in the database's encoding and
+    Debezium's events are UTF-8, so another encoding garbles (or, with SQL_ASCII, cannot even tell) characters."""
+    encoding = conn.info.parameter_status("server_encoding")
+    if encoding is not None and encoding.upper() not in ("UTF8", "UTF-8", "UNICODE"):
+        database = conn.info.dbname
+        conn.close()
+        raise SourceError(
+            f"database {database!r} uses encoding {encoding}; walflow needs UTF8 (the WAL carries text in the "
+            f"database's encoding, and change events are UTF-8{', which SQL_ASCII cannot be converted to' if encoding.upper() == 'SQL_ASCII' else ''}). "
+            f"Capture a UTF8 database: create one (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0) and move "
+            "the data there"
+        )
 
 
 def quote_table(schema: str, table: str) -> sql.Composed:

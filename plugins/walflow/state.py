@@ -87,6 +87,17 @@ class StateStore:
             row = cur.fetchone()
         return row[0] if row else default
 
+    def others(self, key: str) -> list[tuple[str, Any]]:
+        """``(connector, value)`` of every *other* connector in this table that has ``key`` (claims, for instance)."""
+        if not self.exists():
+            return []
+        with self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT connector, value FROM {} WHERE key = %s AND connector <> %s ORDER BY connector").format(self._ident),
+                (key, self._connector),
+            )
+            return [(row[0], row[1]) for row in cur.fetchall()]
+
     def put(self, key: str, value: Any) -> None:
         with self._conn.cursor() as cur:
             cur.execute(

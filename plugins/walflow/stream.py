@@ -21,7 +21,8 @@ import psycopg
 
 from walflow.catalog import Catalog
 from walflow.config import ConnectorConfig
-from walflow.errors import SlotError
+from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
+from walflow.errors import DriftError, RecordTooLargeError, SlotError
 from walflow.events import (
     DEBEZIUM_VERSION,
     HEARTBEAT_KEY_SCHEMA,
@@ -35,7 +36,7 @@ from walflow.events import (
 )
 from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
 from walflow.incremental import WATERMARK_PREFIX, IncrementalSnapshots
-from walflow.kafka import EventProducer
+from walflow.kafka import EventProducer, too_large
 from walflow.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
@@ -51,18 +52,20 @@ from walflow.pgoutput import (
     lsn_to_str,
     str_to_lsn,
 )
-from walflow.state import StateStore
-from walflow.transforms import ColumnRules
 from walflow.source import (
     MESSAGES_SERVER_VERSION,
     assess_slot_health,
     check_slot,
     connect,
     health_limits,
+    list_tables,
+    publication_tables,
     server_info,
     slot_health,
     try_lock_slot,
 )
+from walflow.state import StateStore
+from walflow.transforms import ColumnRules
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +105,8 @@ class BatchSummary:
     #: the reference's LastEvent: op, table and LSN of the batch's last change event
     last_event: dict[str, Any] | None = None
     ops: dict[str, int] = field(default_factory=dict)
+    #: what the batch repaired or found worth a look (a table put back into the publication, ...)
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -169,6 +174,11 @@ class StreamBatch:
         self._captured_before: dict[int, bool] = {}
         self._uncaptured_warned: set[int] = set()
         self._last_emit: tuple[str, TableSchema, int, int] | None = None
+        #: an error at one change (a record Kafka cannot take, a table's key or topic drifting): the batch stops
+        #: before that change's transaction, confirms what came before, then raises it
+        self._stop_error: RecordTooLargeError | DriftError | None = None
+        self._topic_owners: dict[str, str] = {}
+        self._keys: KeyRegistry | None = None
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
@@ -195,7 +205,7 @@ class StreamBatch:
             info = server_info(conn)
             slot = check_slot(conn, config, info.database, missing_ok=False)
             assert slot is not None
-            self._check_publication(conn)
+            self._check_drift(conn, catalog_conn, store, summary)
             self.producer.check_reachable()
             self._database = info.database
             self._catalog = Catalog(catalog_conn)
@@ -256,6 +266,14 @@ class StreamBatch:
                 if advance_to is not None:
                     self._advance(conn, advance_to)
                     summary.advanced_to = lsn_to_str(advance_to)
+                if self._stop_error is not None:
+                    log.error(
+                        "connector %s: stopped at a change it cannot stream; the slot is at %s, the end of the last "
+                        "transaction before it",
+                        config.name,
+                        summary.advanced_to or slot.confirmed_flush_lsn,
+                    )
+                    raise self._stop_error
                 if not (inc is not None and inc.active and summary.stopped_by == "end"):
                     break
                 if summary.events >= config.walflow_batch_max_events:
@@ -331,14 +349,20 @@ class StreamBatch:
         for warning in warnings:
             log.warning("connector %s: %s", config.name, warning)
 
-    def _check_publication(self, conn: psycopg.Connection) -> None:
-        with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.config.publication_name,))
-            if cur.fetchone() is None:
-                raise SlotError(
-                    f"publication {self.config.publication_name!r} does not exist; run the setup DAG "
-                    f"({self.config.name}__setup) or create it"
-                )
+    def _check_drift(self, conn: psycopg.Connection, catalog_conn: psycopg.Connection, store: StateStore, summary: BatchSummary) -> None:
+        """Before reading the slot: the slot and prefix are this connector's, the publication still holds what it
+        should (repaired when walflow manages it), and no two captured tables share a topic (see :mod:`walflow.drift`)."""
+        config = self.config
+        if store.exists():
+            check_claims(store, config)
+            record_claim(store, config)  # connectors set up before claims were recorded claim on their next batch
+        captured = {(s, t) for s, t, *_ in list_tables(conn, self.filters)}
+        summary.warnings.extend(check_publication(conn, config, store if store.exists() else None, captured))
+        published = publication_tables(conn, config.publication_name)
+        if published is not None and not published[0]:
+            captured &= published[2]
+        self._topic_owners = check_topics(config, sorted(captured))
+        self._keys = KeyRegistry(StateStore(catalog_conn, config.name, config.state_table)) if store.exists() else None
 
     def _run_heartbeat_query(self, conn: psycopg.Connection) -> None:
         try:
@@ -445,6 +469,11 @@ class StreamBatch:
                         self._fault("produced")
                         continue
                     break
+        except (RecordTooLargeError, DriftError) as exc:
+            # Everything before this transaction is confirmed once acknowledged; the run then fails with the fix.
+            self._stop_error = exc
+            complete = False
+            summary.stopped_by = "record too large" if isinstance(exc, RecordTooLargeError) else "drift"
         finally:
             if not conn.closed:
                 conn.rollback()
@@ -488,6 +517,9 @@ class StreamBatch:
                 self.config, self.filters, self.serializer, relation, self._catalog.table(rid), self.rules,
                 types=self._catalog.types,
             )
+            check_topic_owner(self._topic_owners, schema)
+            if self._keys is not None:
+                self._keys.check(schema, self.config.name)
             self.producer.ensure_topic(schema.topic)
         self._schemas[rid] = schema
         return schema
@@ -611,7 +643,18 @@ class StreamBatch:
         }
         ser = self.serializer
         key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
-        self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
+        try:
+            self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
+        except RecordTooLargeError as exc:
+            raise too_large(
+                exc,
+                table=table.data_collection,
+                key=key,
+                lsn=lsn,
+                row=after if after is not None else before,
+                what="The batch stopped before producing it; the slot moves only up to the end of the transaction "
+                "before it, so this change and every later one wait until the fix",
+            ) from None
         summary.events += 1
         summary.ops[op] = summary.ops.get(op, 0) + 1
         per_topic[table.topic] += 1

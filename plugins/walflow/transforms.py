@@ -16,6 +16,7 @@ from typing import Any
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType
 from walflow.errors import ConfigError
+from walflow.patterns import Pattern, compile_patterns
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ def sanitize_field_name(name: str) -> str:
     return cleaned
 
 
-def _compile(patterns: list[str]) -> list[re.Pattern[str]]:
-    return [re.compile(p, re.IGNORECASE) for p in patterns]
+def _compile(patterns: list[str], key: str) -> list[Pattern]:
+    return compile_patterns(patterns, f"'{key}'")
 
 
 def _length(ctype: ColumnType) -> int | None:
@@ -74,7 +75,7 @@ def is_character(ctype: ColumnType) -> bool:
 
 @dataclass(frozen=True)
 class _Rule:
-    patterns: list[re.Pattern[str]]
+    patterns: list[Pattern]
     make: Callable[[ColumnType], Callable[[Any], Any]]
     mask: bool = False
     #: the Debezium key, for the warning when it names a column it cannot apply to
@@ -89,17 +90,21 @@ class ColumnRules:
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.sanitize = config.sanitize_field_names
-        self._propagate_columns = _compile(config.column_propagate_source_type)
-        self._propagate_types = _compile(config.datatype_propagate_source_type)
+        self._propagate_columns = _compile(config.column_propagate_source_type, "column.propagate.source.type")
+        self._propagate_types = _compile(config.datatype_propagate_source_type, "datatype.propagate.source.type")
         rules: list[_Rule] = []
         for n, patterns in sorted(config.column_truncate.items()):
             rules.append(
-                _Rule(_compile(patterns), lambda _t, _n=n: lambda v: v[:_n] if isinstance(v, str) else v, key=f"column.truncate.to.{n}.chars")
+                _Rule(
+                    _compile(patterns, f"column.truncate.to.{n}.chars"),
+                    lambda _t, _n=n: lambda v: v[:_n] if isinstance(v, str) else v,
+                    key=f"column.truncate.to.{n}.chars",
+                )
             )
         for n, patterns in sorted(config.column_mask.items()):
             rules.append(
                 _Rule(
-                    _compile(patterns),
+                    _compile(patterns, f"column.mask.with.{n}.chars"),
                     lambda _t, _n=n: lambda v: "*" * _n if isinstance(v, str) else v,
                     mask=True,
                     key=f"column.mask.with.{n}.chars",
@@ -114,7 +119,7 @@ class ColumnRules:
                 )
             rules.append(
                 _Rule(
-                    _compile(patterns),
+                    _compile(patterns, f"column.mask.hash.{algorithm}.with.salt.<salt>"),
                     lambda t, _a=name, _s=salt.encode(): _hasher(_a, _s, _length(t)),
                     mask=True,
                     key=f"column.mask.hash.{algorithm}.with.salt.{salt}",

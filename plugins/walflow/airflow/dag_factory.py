@@ -106,8 +106,9 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
                 None,
                 type=["null", "string"],
                 title="Additional condition",
-                description="Optional SQL condition on the rows (trusted users only); may use templates such as "
-                "{{ data_interval_start }} for backfills.",
+                description="Optional: one SQL condition on the rows, as in a WHERE clause (checked, and read in a "
+                "READ ONLY transaction). It may use the run's interval, {{ data_interval_start }} and "
+                "{{ data_interval_end }}, for backfills; nothing else is rendered.",
             ),
             "surrogate_key": Param(
                 None,

@@ -10,10 +10,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
+from walflow.expressions import check_condition, render_condition
 from walflow.incremental import send_signal
-from walflow.metrics import failed_streaming_metrics, numeric, snapshot_metrics, snapshot_started_metrics, streaming_metrics
+from walflow.metrics import (
+    failed_streaming_metrics,
+    numeric,
+    snapshot_metrics,
+    snapshot_started_metrics,
+    streaming_metrics,
+)
 from walflow.setup import ConnectorSetup
 from walflow.source import captured_tables, connect
 from walflow.stream import StreamBatch
@@ -171,9 +179,12 @@ class WalflowSignalOperator(_ConnectorOperator):
     """Write a signal row for the connector's stream task; returns the signal's id (XCom).
 
     For ``execute-snapshot``, ``data_collections``, ``additional_condition`` and ``surrogate_key`` build the
-    reference's signal data. ``additional_condition`` is rendered a second time, so a Params value may itself
-    hold templates such as ``{{ data_interval_start }}`` (that is how backfills snapshot each interval).
-    ``additional_condition`` is SQL executed by the stream task: only trusted users may send it.
+    reference's signal data. A value typed into a form is data: after Airflow rendered the DAG author's template
+    (``{{ params.additional_condition }}``), the condition is rendered once more in a sandbox that knows only the
+    run's interval (``{{ data_interval_start }}`` and the like, :data:`walflow.expressions.CONDITION_VARIABLES`),
+    which is how backfills snapshot each interval; Connections, Variables and the rest of the task context are out
+    of its reach. The condition must be one SQL expression (checked before the signal is written); the stream task
+    reads it in a READ ONLY transaction under ``database.query.timeout.ms``.
 
     :param signal_type: ``execute-snapshot``, ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot`` or ``log``.
     :param data_collections: table names or regular expressions (``schema.table``).
@@ -226,9 +237,9 @@ class WalflowSignalOperator(_ConnectorOperator):
             payload["type"] = "incremental"
         condition = self.additional_condition
         if condition:
-            condition = str(self.render_template(condition, context)).strip()
+            condition = render_condition(str(condition), context).strip()
             if condition:
-                payload["additional-condition"] = condition
+                payload["additional-condition"] = check_condition(condition, "'additional_condition'")
         if self.surrogate_key:
             payload["surrogate-key"] = self.surrogate_key
         payload.update(self.data or {})

@@ -1,0 +1,66 @@
+"""Regular expressions written by users (include/exclude lists, column rules, signals), matched with a time bound.
+
+Debezium's lists are regular expressions, and a careless (or hostile) one such as ``(?:[a-z_.]+)+\\d`` makes
+Python's backtracking ``re`` run for minutes on an ordinary table name, while the stream task holds the slot. The
+``regex`` module accepts the same syntax (lookarounds and back-references included, which linear-time engines such
+as RE2 refuse, and which Debezium's Java patterns allow), is far less prone to catastrophic backtracking, and takes a
+``timeout`` per match. A pattern that still exceeds the bound on a name fails with :class:`PatternError`, naming the
+pattern, where it came from and the name, instead of stalling the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import regex
+
+from walflow.errors import PatternError
+
+#: The longest one match of a user's pattern against one name may take, in seconds. Names are at most a few hundred
+#: characters, which a sane pattern matches in microseconds: only runaway backtracking comes near this.
+MATCH_TIMEOUT_S = 0.25
+
+_FLAGS = regex.IGNORECASE | regex.VERSION0
+
+
+class Pattern:
+    """One anchored, case-insensitive user pattern (Debezium's lists match whole names, ignoring case).
+
+    :param text: the regular expression as the user wrote it.
+    :param origin: where it came from, quoted in errors (``'table.include.list'``, ``signal 'snap-1'``).
+    :raises PatternError: when ``text`` is not a valid regular expression.
+    """
+
+    __slots__ = ("_compiled", "origin", "text")
+
+    def __init__(self, text: str, origin: str) -> None:
+        try:
+            self._compiled = regex.compile(text, _FLAGS)
+        except (regex.error, TypeError) as exc:
+            raise PatternError(f"{origin}: {text!r} is not a valid regular expression ({exc})") from None
+        self.text = text
+        self.origin = origin
+
+    def fullmatch(self, name: str) -> bool:
+        """Whether the whole of ``name`` matches; :class:`PatternError` when that takes longer than the bound."""
+        try:
+            return self._compiled.fullmatch(name, timeout=MATCH_TIMEOUT_S) is not None
+        except TimeoutError:
+            raise PatternError(
+                f"{self.origin}: matching {self.text!r} against {name!r} took longer than {MATCH_TIMEOUT_S} s "
+                "(runaway backtracking, typically nested repetition such as (a+)+ or overlapping alternatives such as "
+                "(a|aa)+). Rewrite the pattern without nested repetition, or list the names literally "
+                "(comma-separated)."
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.text!r})"
+
+
+def compile_patterns(texts: Iterable[str], origin: str) -> list[Pattern]:
+    """Every pattern of a list (``origin`` names the list in errors)."""
+    return [Pattern(text, origin) for text in texts]
+
+
+def matches_any(patterns: Iterable[Pattern], name: str) -> bool:
+    return any(p.fullmatch(name) for p in patterns)
