@@ -4,8 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 ENV := source .walflow/env.sh &&
+# The tests and the benchmarks run on embedded runtimes of their own (their own PostgreSQL cluster, broker, Airflow
+# home and warehouse), so they never leave DAGs, runs, assets or topics in the one `make demo` and the user's
+# `airflow standalone` use.
+TEST_STATE := $(CURDIR)/.walflow/test
+BENCH_STATE := $(CURDIR)/.walflow/bench
+TEST_ENV := source $(TEST_STATE)/env.sh &&
+BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-unit test-integration test-e2e test-faults bench-stream bench-snapshot bench-apply clean
+.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults bench-up bench-stream bench-snapshot bench-apply clean
 
 venv: $(STAMP)
 
@@ -19,8 +26,19 @@ $(STAMP): requirements.txt pyproject.toml
 up: venv
 	$(VENV)/bin/python -m walflow.embedded up
 
+test-up: venv
+	WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.embedded up
+
+bench-up: venv
+	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m walflow.embedded up
+
 down:
-	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python -m walflow.embedded down; fi
+	@if [ -x $(VENV)/bin/python ]; then \
+		for state in $(TEST_STATE) $(BENCH_STATE); do \
+			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.embedded down; fi; \
+		done; \
+		$(VENV)/bin/python -m walflow.embedded down; \
+	fi
 
 status: venv
 	$(VENV)/bin/python -m walflow.embedded status
@@ -28,30 +46,30 @@ status: venv
 demo: up
 	$(ENV) python -m walflow.demo
 
-test: up
-	$(ENV) python -m pytest tests -q -p no:cacheprovider
+test: test-up
+	$(TEST_ENV) python -m pytest tests -q -p no:cacheprovider
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit -q
 
-test-integration: up
-	$(ENV) python -m pytest tests/integration -q
+test-integration: test-up
+	$(TEST_ENV) python -m pytest tests/integration -q
 
-test-e2e: up
-	$(ENV) python -m pytest tests/e2e -q
+test-e2e: test-up
+	$(TEST_ENV) python -m pytest tests/e2e -q
 
 # the fault suite in full: 20 iterations per scenario (make test runs 3) and the table of results
-test-faults: up
-	$(ENV) WALFLOW_FAULT_ITERATIONS=20 python -m pytest tests/faults -q -p no:cacheprovider
+test-faults: test-up
+	$(TEST_ENV) WALFLOW_FAULT_ITERATIONS=20 python -m pytest tests/faults -q -p no:cacheprovider
 
-bench-snapshot: up
-	$(ENV) python bench/bench_snapshot.py
+bench-snapshot: bench-up
+	$(BENCH_ENV) python bench/bench_snapshot.py
 
-bench-apply: up
-	$(ENV) python bench/bench_apply.py
+bench-apply: bench-up
+	$(BENCH_ENV) python bench/bench_apply.py
 
-bench-stream: up
-	$(ENV) python bench/bench_stream.py
+bench-stream: bench-up
+	$(BENCH_ENV) python bench/bench_stream.py
 
 clean: down
 	rm -rf .walflow

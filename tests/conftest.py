@@ -1,4 +1,4 @@
-"""Session fixtures: the embedded services started by `make up` (see .walflow/env.sh)."""
+"""Session fixtures: the tests' own embedded services, started by `make test` (see .walflow/test/env.sh)."""
 
 from __future__ import annotations
 

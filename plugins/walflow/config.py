@@ -53,6 +53,7 @@ TRUNCATE_HANDLING_MODE = "truncate.handling.mode"
 _TOPIC_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SLOT_NAME_RE = re.compile(r"^[a-z0-9_]{1,63}$")
 _CONNECTOR_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _DYNAMIC_KEY_PATTERNS = (
     re.compile(r"^column\.truncate\.to\.(\d+)\.chars$"),
     re.compile(r"^column\.mask\.with\.(\d+)\.chars$"),
@@ -197,6 +198,8 @@ class ConnectorConfig(BaseModel):
     walflow_lake_spark_conf: dict[str, str] = Field(default_factory=dict, alias="walflow.lake.spark.conf")
     walflow_spark_conn_id: str = Field("spark_default", alias="walflow.spark.conn.id")
     walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")
+    walflow_owner: str = Field("airflow", min_length=1, alias="walflow.owner")
+    walflow_on_failure_callback: str | None = Field(None, alias="walflow.on.failure.callback")
     walflow_snapshot_poke_seconds: float = Field(10.0, gt=0, alias="walflow.snapshot.poke.seconds")
 
     # -- patterned keys, collected by :func:`parse_config` ------------------------------------
@@ -272,6 +275,13 @@ class ConnectorConfig(BaseModel):
     def _slot(cls, value: str) -> str:
         if not _SLOT_NAME_RE.match(value):
             raise ValueError("PostgreSQL slot names may hold only lower-case letters, digits and '_' (max 63)")
+        return value
+
+    @field_validator("walflow_on_failure_callback")
+    @classmethod
+    def _callback(cls, value: str | None) -> str | None:
+        if value is not None and not _IMPORT_PATH_RE.match(value):
+            raise ValueError("expected the import path of a function, such as my_package.alerts.notify")
         return value
 
     @field_validator("name")

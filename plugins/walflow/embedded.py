@@ -226,6 +226,8 @@ def environment(ports: dict[str, int]) -> dict[str, str]:
         "WALFLOW_KAFKA_BOOTSTRAP": kafka,
         "WALFLOW_WAREHOUSE": str(WAREHOUSE),
         "WALFLOW_HOME": str(PROJECT),
+        # which runtime this is (tests and benchmarks have their own): tools started from it act on the same one
+        "WALFLOW_STATE_DIR": str(STATE),
         "AIRFLOW_HOME": str(AIRFLOW_HOME),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT / "plugins"),

@@ -10,6 +10,10 @@ from __future__ import annotations
 class WalflowError(Exception):
     """Base class of every error raised by walflow."""
 
+    #: Whether running the same task again may succeed without anyone changing anything: a server or broker that was
+    #: briefly away, another run holding the slot. The operators fail at once, without Airflow's retries, otherwise.
+    retryable = False
+
 
 class ConfigError(WalflowError):
     """A connector configuration is invalid; raised before anything touches a database."""
@@ -27,12 +31,20 @@ class SourceError(WalflowError):
     """The source PostgreSQL server or database cannot be used as configured."""
 
 
+class SourceUnavailableError(SourceError):
+    """The source database could not be reached (down, restarting, network)."""
+
+    retryable = True
+
+
 class SlotError(SourceError):
     """The replication slot is missing, busy, or in a state that would lose or repeat changes."""
 
 
 class ConcurrentRunError(SlotError):
     """Another process already consumes this connector's slot."""
+
+    retryable = True
 
 
 class DecodeError(WalflowError):
@@ -46,6 +58,8 @@ class ConversionError(WalflowError):
 class DeliveryError(WalflowError):
     """Kafka did not acknowledge every record of a batch; the slot was not advanced past them."""
 
+    retryable = True
+
 
 class RecordTooLargeError(DeliveryError):
     """A record is larger than the producer or the topic accepts; nothing from its transaction on was confirmed.
@@ -53,6 +67,8 @@ class RecordTooLargeError(DeliveryError):
     :param topic: the record's topic; :param size: its size in bytes (key, value, headers); :param limit: the limit
         it exceeds (``message.max.bytes`` of the producer).
     """
+
+    retryable = False
 
     def __init__(self, message: str, *, topic: str | None = None, size: int | None = None, limit: int | None = None) -> None:
         super().__init__(message)

@@ -12,6 +12,8 @@ import datetime as dt
 import time
 from typing import Any
 
+import orjson
+
 #: Longest error text carried by a metrics record (the full error is in the task log).
 MAX_ERROR_CHARS = 300
 
@@ -139,3 +141,18 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
         elif isinstance(value, (int, float)):
             out[name] = float(value)
     return out
+
+
+def metrics_line(metrics: dict[str, Any]) -> str:
+    """The metrics as one readable log line: ``Name=value`` pairs in the reference's order; lists and nested values
+    as compact JSON, text quoted only when it holds a space."""
+    parts = []
+    for name, value in metrics.items():
+        if isinstance(value, (dict, list, tuple)):
+            text = orjson.dumps(value).decode()
+        elif isinstance(value, str):
+            text = repr(value) if (" " in value or not value) else value
+        else:
+            text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        parts.append(f"{name}={text}")
+    return " ".join(parts)

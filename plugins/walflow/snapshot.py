@@ -365,10 +365,12 @@ def _lock_tables(conn: psycopg.Connection, tables: list[SnapshotTable], timeout_
         for table in tables:
             conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(quote_table(table.catalog.schema, table.catalog.name)))
     except psycopg.errors.LockNotAvailable:
-        raise SnapshotError(
+        error = SnapshotError(
             f"could not lock table {table.name} within snapshot.lock.timeout.ms={timeout_ms}: another session holds "
             "an exclusive lock (DDL in progress?). Retry later or raise 'snapshot.lock.timeout.ms'."
-        ) from None
+        )
+        error.retryable = True  # the lock is usually gone a little later
+        raise error from None
 
 
 class InitialSnapshot:

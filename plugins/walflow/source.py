@@ -17,7 +17,7 @@ from psycopg import sql
 
 from walflow.config import ConnectorConfig
 from walflow.convert import SESSION_SETTINGS
-from walflow.errors import ConcurrentRunError, SlotError, SourceError
+from walflow.errors import ConcurrentRunError, SlotError, SourceError, SourceUnavailableError
 from walflow.events import Filters
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def connect(
     try:
         conn = psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs)
     except psycopg.OperationalError as exc:
-        raise SourceError(f"cannot connect to the source database: {str(exc).strip()}") from None
+        raise SourceUnavailableError(f"cannot connect to the source database: {str(exc).strip()}") from None
     check_encoding(conn)
     with conn.cursor() as cur:
         for name, value in SESSION_SETTINGS.items():

@@ -92,9 +92,10 @@ def signal_connector(connector_dir: dict[str, str], tmp_path: Path) -> dict[str,
 
 
 def _stream_in_background(name: str, dsn: str, stop: threading.Event) -> threading.Thread:
-    from tests.support import producer
     from walflow.config import resolve
     from walflow.stream import StreamBatch
+
+    from tests.support import producer
 
     def loop() -> None:
         config = resolve(name)
@@ -202,3 +203,44 @@ def test_backfill_runs_snapshot_their_data_interval(signal_connector: dict[str, 
     finally:
         stop.set()
         thread.join(30)
+
+
+def test_dag_docs_owner_callback_and_errors_that_are_not_retried(
+    database: str, kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doc_md names what each DAG reads, writes and how to recover; owner and failure callback come from the YAML;
+    an error that needs a fix (here: another connector owns the slot) fails the stream task at once, without the
+    DAG's two retries, and calls the callback."""
+    from walflow.airflow.dag_factory import build_connector_dags
+    from walflow.config import parse_config
+
+    from tests.support import setup
+
+    name = unique("docs")
+    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal", "walflow.owner: data-platform",
+                "walflow.on.failure.callback: tests.e2e.callbacks.record")
+    for key, value in airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings).items():
+        monkeypatch.setenv(key, value)
+    calls = tmp_path / "callbacks.txt"
+    monkeypatch.setenv("WALFLOW_TEST_CALLBACK_FILE", str(calls))
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    dags = build_connector_dags()
+    setup_dag, stream_dag, snapshot_dag = (dags[f"{name}__{kind}"] for kind in ("setup", "stream", "snapshot"))
+    assert f"slot `{name}`" in stream_dag.doc_md and f"`{name}.<schema>.<table>`" in stream_dag.doc_md
+    assert f"walflow reset {name} --lake" in stream_dag.doc_md and "not retried" in stream_dag.doc_md
+    assert "snapshot.mode=no_data" in setup_dag.doc_md and "public.walflow_signal" in snapshot_dag.doc_md
+    assert {t.owner for d in dags.values() for t in d.tasks} == {"data-platform"}
+    # the snapshot DAG never runs on its own schedule, and its form requires the tables
+    assert snapshot_dag.timetable.periodic and not snapshot_dag.timetable.can_be_scheduled
+    assert "data_collections" in snapshot_dag.params and snapshot_dag.params.get_param("data_collections").schema["minItems"] == 1
+
+    # another connector takes the slot first: this connector's stream cannot fix that by retrying
+    thief = parse_config({"name": unique("thief"), "topic.prefix": unique("thief"), "slot.name": name, "publication.name": unique("p"),
+                          "snapshot.mode": "no_data"})
+    setup(thief, database)
+    run = stream_dag.test()
+    assert run.state == "failed"
+    ti = run.get_task_instance("stream")
+    assert ti.state == "failed" and ti.try_number == 1, (ti.state, ti.try_number)
+    assert calls.read_text().startswith("stream: ") and "belongs to connector" in calls.read_text()

@@ -1,8 +1,11 @@
-"""The Airflow UI path for real: the snapshot DAG's trigger form in headless Chromium (Debian's), via Playwright.
+"""The Airflow UI path for real, in headless Chromium (Debian's) driven by Playwright, against the Airflow API server
+and a scheduler with its LocalExecutor on the tests' runtime.
 
-The Airflow API server runs on the embedded runtime; the run the form created is checked through the REST API
-(its DAG and its conf), its signal task is then executed with ``airflow tasks test`` (no scheduler needed), and
-the signal it wrote is read back from the source database by its id.
+A stream DAG runs through the scheduler (so its task log is a real one), the snapshot DAG is triggered from its form
+as Airflow offers it ("Unpause on trigger" ticked), the form refuses an empty table list, the run writes its signal,
+the next stream run executes it, and no run fails, scheduled or not. Screenshots of the DAG list, the stream grid, a
+stream task log and the snapshot form go to ``artifacts/ui/`` (``WALFLOW_ARTIFACTS_DIR`` overrides the folder),
+which CI keeps; the README's "Using the Airflow UI" shows them.
 
 Without Chromium or Playwright the test skips, except under CI (``CI=true``), where it fails: there the UI path
 must really be tested.
@@ -12,23 +15,24 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 import psycopg
 import pytest
 
-from tests.support import airflow_connector, unique
+from tests.support import airflow_connector, read_topic, unique
 
 pytestmark = pytest.mark.timeout(900)
 
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -40,6 +44,12 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+def artifacts() -> Path:
+    folder = Path(os.environ.get("WALFLOW_ARTIFACTS_DIR", ROOT / "artifacts")) / "ui"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _chromium() -> bool:
@@ -59,23 +69,48 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _api(base: str, path: str) -> Any:
-    """GET a REST API path with a token from the simple auth manager (every user is an admin here)."""
-    with urllib.request.urlopen(f"{base}/auth/token", timeout=10) as response:
-        token = json.load(response)["access_token"]
-    request = urllib.request.Request(f"{base}{path}", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.load(response)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+class Api:
+    """The REST API with a token from the simple auth manager (every user is an admin here)."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def __call__(self, path: str, body: Any = None, method: str | None = None) -> Any:
+        with urllib.request.urlopen(f"{self.base}/auth/token", timeout=10) as response:
+            token = json.load(response)["access_token"]
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.base}{path}", data=data, method=method, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns")["dag_runs"]
+
+    def wait_for_runs(self, dag_id: str, done: int, timeout: float = 240) -> list[dict[str, Any]]:
+        """Wait until at least ``done`` runs of ``dag_id`` have finished; return every run."""
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = self.runs(dag_id)
+            if sum(r["state"] in ("success", "failed") for r in runs) >= done:
+                return runs
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{dag_id}: runs still not finished after {timeout} s: {[(r['dag_run_id'], r['state']) for r in runs]}")
+            time.sleep(1)
+
+
 @pytest.fixture()
-def ui_env(database: str, kafka_bootstrap: str, tmp_path: Path) -> dict[str, str]:
+def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A connector with a signal table (no lake, to keep Spark out of this test), set up, and the API server and a
+    scheduler running on the tests' Airflow home."""
     if not _chromium():
         _unavailable(f"Debian's chromium package is not installed ({CHROMIUM}) and could not be installed")
     try:
@@ -83,36 +118,30 @@ def ui_env(database: str, kafka_bootstrap: str, tmp_path: Path) -> dict[str, str
     except ImportError:
         _unavailable("the playwright package is not installed")
     name = unique("ui")
-    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal")
+    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal", "walflow.lake.enabled: false",
+                "walflow.snapshot.poke.seconds: 1", "incremental.snapshot.chunk.size: 20")
+    port = _free_port()
     env = {
         **os.environ,
         **airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        # the LocalExecutor's tasks report to this API server
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
     }
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO items SELECT g, 'v' || g FROM generate_series(1, 50) g")
     subprocess.run(["airflow", "dags", "test", f"{name}__setup"], env=env, check=True, capture_output=True, timeout=300)
     subprocess.run(["airflow", "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=300)
-    return {"name": name, "dsn": database, **{k: v for k, v in env.items() if k.startswith(("AIRFLOW", "WALFLOW"))}}
-
-
-def test_trigger_form_writes_the_signal(ui_env: dict[str, str], tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    name, dsn = ui_env["name"], ui_env["dsn"]
-    dag_id = f"{name}__snapshot"
-    env = {**os.environ, **{k: v for k, v in ui_env.items() if k.startswith(("AIRFLOW", "WALFLOW"))}}
-    port = _free_port()
-    server = subprocess.Popen(
-        ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    log = (tmp_path / "airflow.log").open("w")
+    processes = [
+        subprocess.Popen(["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=log, start_new_session=True),
+        subprocess.Popen(["airflow", "scheduler"], env=env, stdout=log, stderr=log, start_new_session=True),
+    ]
+    base = f"http://127.0.0.1:{port}"
     try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(120):
+        for _ in range(240):
             try:
                 with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=2):
                     break
@@ -120,36 +149,91 @@ def test_trigger_form_writes_the_signal(ui_env: dict[str, str], tmp_path: Path) 
                 time.sleep(0.5)
         else:
             pytest.fail("the Airflow API server did not start")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{base}/dags/{dag_id}", wait_until="networkidle", timeout=120_000)
-            page.get_by_role("button", name="Trigger").first.click()
-            dialog = page.locator("[role=dialog][data-state=open]")
-            dialog.get_by_placeholder("Enter each string on a new line").fill("public.items")
-            page.screenshot(path=str(tmp_path / "trigger-form.png"))
-            dialog.get_by_role("button", name="Trigger").click()
-            page.wait_for_url(f"**/dags/{dag_id}/runs/**", timeout=60_000)
-            run_id = unquote(page.url.split("/runs/")[1].split("/")[0].split("?")[0])
-            page.wait_for_load_state("networkidle")
-            page.screenshot(path=str(tmp_path / "run.png"))
-            browser.close()
-        # the run exists for this DAG, created by the form, with the form's value in its conf
-        runs = _api(base, f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns")["dag_runs"]
-        assert [r["dag_run_id"] for r in runs] == [run_id]
-        run = _api(base, f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}")
-        assert run["dag_id"] == dag_id and run["run_type"] == "manual"
-        assert run["conf"]["data_collections"] == ["public.items"]
-        # that run's signal task writes the signal; its id (the task's XCom) is logged
-        done = subprocess.run(["airflow", "tasks", "test", dag_id, "signal", run_id], env=env, check=True, capture_output=True, text=True, timeout=300)
-        written = re.search(r"wrote signal (\w+) execute-snapshot", done.stdout + done.stderr)
-        assert written, (done.stdout + done.stderr)[-3000:]
-        with psycopg.connect(dsn) as conn:
-            rows = conn.execute("SELECT id, type, data FROM walflow_signal").fetchall()
-        assert len(rows) == 1
-        signal_id, kind, data = rows[0]
-        assert signal_id == written.group(1) and kind == "execute-snapshot"
-        assert json.loads(data) == {"data-collections": ["public.items"], "type": "incremental"}
+        yield {"name": name, "dsn": database, "env": env, "base": base, "api": Api(base)}
     finally:
-        os.killpg(server.pid, 15)
-        server.wait(30)
+        for proc in processes:
+            os.killpg(proc.pid, 15)
+        for proc in processes:
+            proc.wait(60)
+
+
+def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str, Any]) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    name, dsn, base, api = airflow["name"], airflow["dsn"], airflow["base"], airflow["api"]
+    stream_id, snapshot_id = f"{name}__stream", f"{name}__snapshot"
+    shots = artifacts()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET v = 'changed' WHERE id <= 5")
+    # the stream DAG, unpaused: its scheduled run and one triggered by hand, both through the scheduler
+    api(f"/api/v2/dags/{stream_id}", {"is_paused": False}, "PATCH")
+    api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
+    runs = api.wait_for_runs(stream_id, 2)
+    assert {r["state"] for r in runs} == {"success"}, runs
+    stream_run = next(r for r in runs if r["run_type"] == "manual")["dag_run_id"]
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{base}/dags?tags={name}", wait_until="networkidle", timeout=120_000)
+        expect(page.get_by_text(snapshot_id)).to_be_visible()
+        page.screenshot(path=str(shots / "dag-list.png"))
+        page.goto(f"{base}/dags/{stream_id}", wait_until="networkidle", timeout=120_000)
+        page.screenshot(path=str(shots / "stream-grid.png"))
+        page.goto(f"{base}/dags/{stream_id}/runs/{quote(stream_run, safe='')}/tasks/stream", wait_until="networkidle", timeout=120_000)
+        expect(page.get_by_text("batch done").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text("streaming metrics").first).to_be_visible()
+        page.screenshot(path=str(shots / "stream-task-log.png"))
+
+        # the snapshot form, as Airflow offers it: the DAG is paused, "Unpause on trigger" is ticked
+        page.goto(f"{base}/dags/{snapshot_id}", wait_until="networkidle", timeout=120_000)
+        page.get_by_role("button", name="Trigger").first.click()
+        dialog = page.locator("[role=dialog][data-state=open]")
+        expect(dialog.get_by_text(f"Unpause {snapshot_id} on trigger")).to_be_visible()
+        expect(dialog.get_by_role("checkbox").first).to_be_checked()
+        # no tables: the form says the field is required and will not trigger
+        expect(dialog.get_by_text("This field is required")).to_be_visible()
+        expect(dialog.get_by_role("button", name="Trigger")).to_be_disabled()
+        dialog.get_by_placeholder("Enter each string on a new line").fill("public.items")
+        expect(dialog.get_by_role("button", name="Trigger")).to_be_enabled()
+        page.screenshot(path=str(shots / "snapshot-form.png"))
+        dialog.get_by_role("button", name="Trigger").click()
+        page.wait_for_url(f"**/dags/{snapshot_id}/runs/**", timeout=60_000)
+        browser.close()
+
+    details = api(f"/api/v2/dags/{snapshot_id}")
+    assert details["is_paused"] is False
+    assert details["next_dagrun_run_after"] is None  # unpaused, and the scheduler will never start a run of it
+    (run,) = api.runs(snapshot_id)
+    assert run["run_type"] == "manual" and run["conf"]["data_collections"] == ["public.items"]
+    # its signal task writes the signal; the next stream run executes the snapshot; its sensor then succeeds
+    deadline = time.monotonic() + 120
+    while not _signals(dsn) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _signals(dsn) == [{"data-collections": ["public.items"], "type": "incremental"}]
+    api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
+    api.wait_for_runs(snapshot_id, 1)
+    api.wait_for_runs(stream_id, 3)
+    time.sleep(3)  # a few more scheduler loops: still no scheduled snapshot run, and nothing failed
+    snapshot_runs, stream_runs = api.runs(snapshot_id), api.runs(stream_id)
+    assert [r["state"] for r in snapshot_runs] == ["success"], snapshot_runs
+    assert all(r["state"] in ("success", "running", "queued") for r in stream_runs), stream_runs
+    snapshot_rows = [r for r in read_topic(f"{name}.public.items") if r.op == "r"]
+    assert len(snapshot_rows) == 50
+
+    # backfills still get one run per interval of the DAG's schedule (dry run: the scheduler would run them)
+    backfill = subprocess.run(
+        ["airflow", "backfill", "create", "--dag-id", snapshot_id, "--from-date", "2024-03-01", "--to-date", "2024-03-03",
+         "--dag-run-conf", json.dumps({"data_collections": ["public.items"]}), "--dry-run"],
+        env=airflow["env"], capture_output=True, text=True, timeout=300,
+    )
+    assert backfill.returncode == 0, backfill.stderr[-2000:]
+    for day in ("2024-03-01", "2024-03-02", "2024-03-03"):
+        assert f"{day} 00:00:00+00:00" in backfill.stdout, backfill.stdout[-2000:]
+    for shot in ("dag-list.png", "stream-grid.png", "stream-task-log.png", "snapshot-form.png"):
+        assert (shots / shot).stat().st_size > 10_000
+
+
+def _signals(dsn: str) -> list[dict[str, Any]]:
+    with psycopg.connect(dsn) as conn:
+        return [json.loads(data) for (data,) in conn.execute("SELECT data FROM walflow_signal WHERE type = 'execute-snapshot'").fetchall()]

@@ -5,9 +5,14 @@ from __future__ import annotations
 import logging
 
 import pytest
-
 from walflow.errors import DeliveryError, SourceError
-from walflow.metrics import failed_streaming_metrics, numeric, snapshot_metrics, snapshot_started_metrics, streaming_metrics
+from walflow.metrics import (
+    failed_streaming_metrics,
+    numeric,
+    snapshot_metrics,
+    snapshot_started_metrics,
+    streaming_metrics,
+)
 from walflow.stream import BatchSummary
 
 
@@ -96,4 +101,6 @@ def test_gauges_are_named_per_connector_and_the_log_has_the_metrics_line() -> No
     assert stats.gauges["walflow.shop.streaming.TotalNumberOfCreateEventsSeen"] == 4.0
     assert stats.gauges["walflow.shop.streaming.MilliSecondsBehindSource"] == 1000.0
     (line,) = [line for line in lines if line.startswith("connector shop streaming metrics: ")]
-    assert "'CapturedTables': ['public.orders']" in line and "'TotalNumberOfCreateEventsSeen': 4" in line
+    # one readable line: Name=value pairs, lists and structures as compact JSON, no Python dict
+    assert 'CapturedTables=["public.orders"]' in line and "TotalNumberOfCreateEventsSeen=4 " in line
+    assert "{'" not in line and "\n" not in line

@@ -2,29 +2,66 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.sdk import DAG, CronDataIntervalTimetable, Param
-from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
+from airflow.sdk import DAG, Param
+
+from walflow.airflow.docs import setup_doc, snapshot_doc, stream_doc
 from walflow.airflow.lake import apply_task
+from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
+from walflow.airflow.timetables import BackfillOnlyTimetable
 from walflow.config import ConnectorConfig, load_all
+from walflow.errors import ConfigError
 
 START = datetime(2024, 1, 1)
+
+
+def failure_callback(config: ConnectorConfig) -> Callable[..., Any] | None:
+    """The function named by ``walflow.on.failure.callback`` (an import path), or ``None``.
+
+    :raises ConfigError: when it cannot be imported or is not callable; the DAG file then fails to load with the
+        key named, as the UI's import errors show.
+    """
+    path = config.walflow_on_failure_callback
+    if not path:
+        return None
+    module_name, _, attribute = path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"connector {config.name!r}: 'walflow.on.failure.callback' = {path!r} cannot be imported ({exc}); put the "
+            "module on the scheduler's and workers' Python path (the plugins folder is) or fix the path"
+        ) from None
+    if not callable(target):
+        raise ConfigError(f"connector {config.name!r}: 'walflow.on.failure.callback' = {path!r} is not a function")
+    return target
+
+
+def _default_args(config: ConnectorConfig, **extra: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"owner": config.walflow_owner, **extra}
+    callback = failure_callback(config)
+    if callback is not None:
+        args["on_failure_callback"] = callback
+    return args
 
 
 def setup_dag(config: ConnectorConfig) -> DAG:
     """``<name>__setup``: server checks, publication and slot. Triggered by hand (or by ``make demo``)."""
     with DAG(
         dag_id=f"{config.name}__setup",
-        description=f"walflow connector {config.name}: check the server, create publication and slot",
+        description=f"walflow connector {config.name}: check the server, create publication and slot, initial snapshot",
         schedule=None,
         start_date=START,
         catchup=False,
         max_active_runs=1,
+        default_args=_default_args(config),
         tags=["walflow", config.name],
-        doc_md=f"Sets up connector **{config.name}** (topic prefix `{config.topic_prefix}`, slot `{config.slot_name}`).",
+        doc_md=setup_doc(config),
     ) as dag:
         WalflowSetupOperator(task_id="setup", connector=config.name)
     return dag
@@ -45,15 +82,17 @@ def stream_dag(config: ConnectorConfig) -> DAG:
     trigger_bytes = stream_trigger_bytes(config)
     with DAG(
         dag_id=f"{config.name}__stream",
-        description=f"walflow connector {config.name}: stream one batch of changes to Kafka",
+        description=f"walflow connector {config.name}: stream one batch of changes to Kafka"
+        + (", then apply it to the lake" if config.walflow_lake_enabled else ""),
         schedule="@continuous" if trigger_bytes else config.walflow_schedule,
         start_date=START,
         catchup=False,
         # One consumer per slot; the advisory lock in the task guards against manual runs as well.
         max_active_runs=1,
-        default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+        # retries are for what passes by itself (a broker or server away); errors that need a fix fail at once
+        default_args=_default_args(config, retries=2, retry_delay=timedelta(seconds=30)),
         tags=["walflow", config.name],
-        doc_md=f"Streams connector **{config.name}**'s slot `{config.slot_name}` to topics `{config.topic_prefix}.*`.",
+        doc_md=stream_doc(config),
     ) as dag:
         stream = WalflowStreamOperator(task_id="stream", connector=config.name)
         if trigger_bytes:
@@ -69,38 +108,38 @@ def stream_dag(config: ConnectorConfig) -> DAG:
     return dag
 
 
-def _interval_schedule(schedule: str | None) -> CronDataIntervalTimetable | str | None:
-    """A cron expression or preset as a data-interval timetable; ``None`` and ``@once``/``@continuous`` unchanged."""
+def _backfill_schedule(schedule: str | None) -> BackfillOnlyTimetable | None:
+    """A cron expression or preset as intervals for backfills only; ``None`` (no backfills) unchanged."""
     if schedule is None or schedule in ("@once", "@continuous"):
-        return schedule
-    return CronDataIntervalTimetable(schedule, timezone="UTC")
+        return None
+    return BackfillOnlyTimetable(schedule, "UTC")
 
 
 def snapshot_dag(config: ConnectorConfig) -> DAG:
     """``<name>__snapshot``: an ad-hoc incremental snapshot, triggered from the UI form or by a backfill.
 
-    It has a schedule only so that ``airflow backfill`` can create runs with data intervals; it is paused
-    when created, so nothing runs unless someone triggers, backfills or unpauses it.
+    Its timetable (:class:`~walflow.airflow.timetables.BackfillOnlyTimetable`) gives backfills their data intervals
+    and never schedules a run itself, so the DAG is safe to leave unpaused, and its form requires the tables.
     """
     with DAG(
         dag_id=f"{config.name}__snapshot",
         description=f"walflow connector {config.name}: ad-hoc incremental snapshot of chosen tables",
         # Data intervals, not Airflow 3's default trigger timetable: a backfill's runs then each cover one
         # interval, which an additional condition can use through data_interval_start / data_interval_end.
-        schedule=_interval_schedule(config.walflow_snapshot_schedule),
+        schedule=_backfill_schedule(config.walflow_snapshot_schedule),
         start_date=START,
         catchup=False,
-        is_paused_upon_creation=True,
         max_active_runs=1,
         render_template_as_native_obj=True,
+        default_args=_default_args(config),
         tags=["walflow", config.name, "snapshot"],
         params={
             "data_collections": Param(
-                [],
                 type="array",
                 items={"type": "string"},
+                minItems=1,
                 title="Tables",
-                description="Tables to snapshot: schema.table names or regular expressions, one per line.",
+                description="Tables to snapshot (at least one): schema.table names or regular expressions, one per line.",
             ),
             "additional_condition": Param(
                 None,
@@ -117,12 +156,7 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
                 description="Optional column to chunk by instead of the primary key.",
             ),
         },
-        doc_md=(
-            f"Ad-hoc incremental snapshot for connector **{config.name}**: writes an `execute-snapshot` signal to "
-            f"`{config.signal_data_collection}` and waits until the stream DAG has read the tables.\n\n"
-            "Backfill an interval's rows with `additional_condition` such as "
-            "`updated_at >= '{{ data_interval_start }}' AND updated_at < '{{ data_interval_end }}'`."
-        ),
+        doc_md=snapshot_doc(config),
     ) as dag:
         signal = WalflowSignalOperator(
             task_id="signal",

@@ -6,17 +6,21 @@ Hooks are built lazily in ``execute``; everything the task does is in plain clas
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
+from walflow.errors import ConfigError, WalflowError
 from walflow.expressions import check_condition, render_condition
 from walflow.incremental import send_signal
 from walflow.metrics import (
     failed_streaming_metrics,
+    metrics_line,
     numeric,
     snapshot_metrics,
     snapshot_started_metrics,
@@ -28,6 +32,18 @@ from walflow.stream import StreamBatch
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+
+@contextmanager
+def fail_fast() -> Iterator[None]:
+    """Errors that running the task again cannot fix (configuration, drift, an oversized record, a lost slot) fail
+    it at once, without Airflow's retries; the rest (a broker or server away for a moment) stay retryable."""
+    try:
+        yield
+    except WalflowError as exc:
+        if exc.retryable:
+            raise
+        raise AirflowFailException(f"{exc} [not retried: this needs a fix first]") from exc
 
 
 class _ConnectorOperator(BaseOperator):
@@ -47,6 +63,14 @@ class _ConnectorOperator(BaseOperator):
         self.overrides = overrides
         self.postgres_conn_id = postgres_conn_id
         self.kafka_config_id = kafka_config_id
+
+    def execute(self, context: Context) -> Any:
+        with fail_fast():
+            return self._execute(context)
+
+    def _execute(self, context: Context) -> Any:
+        """The task's work; errors that retries cannot fix fail it at once (:func:`fail_fast`)."""
+        raise NotImplementedError
 
     def _config(self) -> ConnectorConfig:
         return resolve(self.connector, self.overrides)
@@ -77,7 +101,7 @@ class WalflowSetupOperator(_ConnectorOperator):
     template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id")
     ui_color = "#c7e9c0"
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def _execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
         kafka = self._kafka_hook(config)
         setup = ConnectorSetup(
@@ -123,7 +147,7 @@ def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any
         from airflow.sdk.observability.stats import Stats
 
         stats = Stats
-    log.info("connector %s %s metrics: %s", connector, kind, metrics)
+    log.info("connector %s %s metrics: %s", connector, kind, metrics_line(metrics))
     for name, value in numeric(metrics).items():
         stats.gauge(f"walflow.{connector}.{kind}.{name}", value)
     return metrics
@@ -150,7 +174,7 @@ class WalflowStreamOperator(_ConnectorOperator):
     template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id")
     ui_color = "#9ecae1"
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def _execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
         conninfo = self._conninfo(config)
         producer = self._kafka_hook(config).get_conn
@@ -223,7 +247,7 @@ class WalflowSignalOperator(_ConnectorOperator):
         self.surrogate_key = surrogate_key
         self.data = data
 
-    def execute(self, context: Context) -> str:
+    def _execute(self, context: Context) -> str:
         config = self._config()
         payload: dict[str, Any] = {}
         if self.signal_type in ("execute-snapshot", "stop-snapshot"):
@@ -231,7 +255,11 @@ class WalflowSignalOperator(_ConnectorOperator):
             if isinstance(collections, str):
                 collections = [c.strip() for c in collections.replace("\n", ",").split(",") if c.strip()]
             if self.signal_type == "execute-snapshot" and not collections:
-                raise ValueError("data_collections is empty: name at least one table (schema.table or a regex)")
+                # before anything is written: a snapshot of nothing would only look like success
+                raise ConfigError(
+                    "data_collections is empty: name at least one table to snapshot (schema.table or a regular "
+                    "expression, one per line in the trigger form); nothing was written"
+                )
             if collections:
                 payload["data-collections"] = list(collections)
             payload["type"] = "incremental"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from croniter import CroniterBadCronError, croniter
+
 from walflow.airflow.hooks import WalflowPostgresHook
 from walflow.airflow.triggers import TERMINAL, WalflowPendingWalTrigger, WalflowSnapshotTrigger
 from walflow.config import ConnectorConfig, resolve
@@ -17,6 +19,21 @@ from walflow.source import connect, pending_wal_bytes
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+
+def next_stream_run(config: ConnectorConfig, now: datetime | None = None) -> str:
+    """Which run of the connector's stream DAG will pick a signal up, and when, for the snapshot sensor's log."""
+    dag_id = f"{config.name}__stream"
+    if config.walflow_stream_trigger_wal_bytes:
+        return f"the next run of {dag_id} (it starts as soon as WAL is pending)"
+    schedule = config.walflow_schedule
+    if not schedule:
+        return f"a run of {dag_id} (it has no schedule: trigger it)"
+    try:
+        upcoming = croniter(schedule, now or datetime.now(timezone.utc)).get_next(datetime)
+    except (ValueError, KeyError, CroniterBadCronError):
+        return f"the next run of {dag_id} (schedule {schedule!r})"
+    return f"the next run of {dag_id} (schedule {schedule!r}, next at {upcoming:%H:%M:%S} UTC, if it is not paused)"
 
 
 class WalflowSnapshotSensor(BaseSensorOperator):
@@ -52,6 +69,7 @@ class WalflowSnapshotSensor(BaseSensorOperator):
 
     def _status(self) -> dict[str, Any] | None:
         config = resolve(self.connector, self.overrides)
+        self._config = config
         hook = WalflowPostgresHook(postgres_conn_id=self.postgres_conn_id or config.walflow_postgres_conn_id)
         conninfo = hook.get_conninfo(**config.conninfo_options())
         with connect(conninfo, application_name=f"walflow:{config.name}:sensor", initial_statements=config.database_initial_statements) as conn:
@@ -59,7 +77,10 @@ class WalflowSnapshotSensor(BaseSensorOperator):
 
     def _check(self, status: dict[str, Any] | None) -> bool:
         if not status:
-            self.log.info("incremental snapshot %s: not picked up by the stream yet", self.signal_id)
+            config = getattr(self, "_config", None)
+            self.log.info(
+                "incremental snapshot %s: signal written, waiting for %s to read it", self.signal_id, next_stream_run(config) if config else "the stream DAG"
+            )
             return False
         state = status.get("status")
         self.log.info(
@@ -73,7 +94,8 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         if state == "completed":
             return True
         if state in ("stopped", "failed"):
-            raise AirflowException(f"incremental snapshot {self.signal_id} {state}: {status.get('error') or status}")
+            # the signal's outcome is final: a retry would only wait for a snapshot that will not come
+            raise AirflowFailException(f"incremental snapshot {self.signal_id} {state}: {status.get('error') or status}")
         return False
 
     def poke(self, context: Context) -> bool:

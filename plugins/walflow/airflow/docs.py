@@ -1,0 +1,122 @@
+"""The ``doc_md`` of each connector DAG: what it does, what it reads and writes, and how to recover.
+
+Airflow shows it on the DAG's page, so it is written for whoever is looking at a failed run: the names of the slot,
+publication, topics and lake tables of this connector, and the one thing to do for each failure that needs a
+person (errors that retries can fix are retried; the others fail at once with the fix in the task log).
+"""
+
+from __future__ import annotations
+
+from walflow.config import ConnectorConfig
+
+
+def _captured(config: ConnectorConfig) -> str:
+    if config.table_include_list:
+        return "tables matching `table.include.list`: " + ", ".join(f"`{t}`" for t in config.table_include_list)
+    if config.schema_include_list:
+        return "every table of schemas matching " + ", ".join(f"`{s}`" for s in config.schema_include_list)
+    if config.table_exclude_list:
+        return "every table except those matching " + ", ".join(f"`{t}`" for t in config.table_exclude_list)
+    return "every table of the source database"
+
+
+def _topics(config: ConnectorConfig) -> str:
+    d = config.topic_delimiter
+    topics = f"`{config.topic_prefix}{d}<schema>{d}<table>`"
+    if config.provide_transaction_metadata:
+        topics += f", `{config.transaction_topic}`"
+    if config.heartbeat_interval_ms:
+        topics += f", `{config.heartbeat_topic}`"
+    return topics
+
+
+def _lake(config: ConnectorConfig) -> str:
+    namespace = config.walflow_lake_namespace or config.topic_prefix
+    return f"`{config.walflow_lake_catalog}.{namespace}.<schema>__<table>`"
+
+
+def _where(config: ConnectorConfig) -> str:
+    return (
+        f"Source: Airflow Connection `{config.walflow_postgres_conn_id}`, replication slot `{config.slot_name}`, "
+        f"publication `{config.publication_name}` ({config.publication_autocreate_mode}), state table "
+        f"`{config.walflow_state_table}`. Kafka: Connection `{config.walflow_kafka_conn_id}`."
+    )
+
+
+def setup_doc(config: ConnectorConfig) -> str:
+    signal = f", the signal table `{config.signal_data_collection}`" if config.signal_data_collection else ""
+    return f"""\
+### Set up connector `{config.name}`
+
+Checks the source server (version, `wal_level=logical`, privileges, encoding) before changing anything, then creates
+or checks the publication, the replication slot and the state table{signal}, and takes the initial snapshot as
+`snapshot.mode={config.snapshot_mode}` says. Idempotent: run it again after changing the connector's filters, or to
+accept a table whose key changed.
+
+- **Reads**: {_captured(config)}.
+- **Writes**: snapshot records (`op: r`) to {_topics(config)}; the slot, publication and state table.
+- {_where(config)}
+
+**When it fails**, the task log's error names the cause and the fix; errors that need a fix are not retried. A
+snapshot that died half-way is taken again from the start by the next run; until one completes, `{config.name}__stream`
+refuses to start.
+"""
+
+
+def stream_doc(config: ConnectorConfig) -> str:
+    if config.walflow_stream_trigger_wal_bytes:
+        when = (
+            f"Runs continuously: each run waits (deferred) until the slot has {config.walflow_stream_trigger_wal_bytes} "
+            f"bytes of WAL pending, or {config.walflow_stream_trigger_max_wait_seconds:g} s passed."
+        )
+    else:
+        when = f"Scheduled `{config.walflow_schedule}`, one run at a time."
+    lake = ""
+    if config.walflow_lake_enabled:
+        lake = f"""
+- **Then** `apply_to_lake` (Spark, Connection `{config.walflow_spark_conn_id}`) applies the new records to the
+  Iceberg tables {_lake(config)}, exactly once: the Kafka offsets are committed with the data."""
+    recover_lake = ""
+    if config.walflow_lake_enabled:
+        recover_lake = f"""
+- `apply_to_lake` failing with *topic ... ends below the offsets already applied*: the topics were lost or
+  recreated (the embedded broker keeps them in memory, so a restart loses them). Run
+  `walflow reset {config.name} --lake`, then `{config.name}__setup`: a fresh snapshot refills the topics and the lake.
+  The task is not retried: nothing changes until then."""
+    return f"""\
+### Stream connector `{config.name}`
+
+One bounded batch of changes from the slot to Kafka per run: read, convert, produce, wait for every
+acknowledgement, and only then advance the slot (at-least-once; a failed run repeats its batch).
+{when}
+
+- **Reads**: the replication slot `{config.slot_name}`: changes of {_captured(config)}.
+- **Writes**: {_topics(config)}.{lake}
+- {_where(config)}
+
+**When it fails** (the task log's last error names the cause and the fix):
+- a broker or server that was away for a moment: retried automatically, nothing is lost;
+- *the key of table ... changed*, or a table left the publication: fix or accept it (`{config.name}__setup`);
+- *a record ... is larger than message.max.bytes*: raise the Kafka limits (README, "Oversized records");
+- *replication slot ... does not exist*: run `{config.name}__setup` with `snapshot.mode: when_needed`.{recover_lake}
+"""
+
+
+def snapshot_doc(config: ConnectorConfig) -> str:
+    return f"""\
+### Ad-hoc incremental snapshot for connector `{config.name}`
+
+Trigger it with the tables to re-read (at least one; schema.table or a regular expression), optionally narrowed by
+one SQL condition. The run writes an `execute-snapshot` signal to `{config.signal_data_collection}`; the next run of
+`{config.name}__stream` reads it and snapshots the tables in chunks between watermarks while it streams; this run's
+sensor waits until that is done. The snapshot's records (`op: r`, `source.snapshot: incremental`) go to the
+tables' topics {_topics(config)}.
+
+It never runs on a schedule (safe to leave unpaused). Backfills get one run per
+`{config.walflow_snapshot_schedule}` interval: use `{{{{ data_interval_start }}}}` and `{{{{ data_interval_end }}}}` in the
+condition, for example `updated_at >= '{{{{ data_interval_start }}}}' AND updated_at < '{{{{ data_interval_end }}}}'`.
+
+**When it fails**: an empty table list, or a condition that is not one SQL expression, fails before anything is
+written; a condition the server rejects fails the signal, and the sensor with it (streaming goes on). A run whose
+sensor waits long means `{config.name}__stream` is paused or failing.
+"""
