@@ -67,20 +67,15 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         self.postgres_conn_id = postgres_conn_id
         self.deferrable = deferrable
 
-    def _status(self) -> dict[str, Any] | None:
-        config = resolve(self.connector, self.overrides)
-        self._config = config
+    def _status(self, config: ConnectorConfig) -> dict[str, Any] | None:
         hook = WalflowPostgresHook(postgres_conn_id=self.postgres_conn_id or config.walflow_postgres_conn_id)
         conninfo = hook.get_conninfo(**config.conninfo_options())
         with connect(conninfo, application_name=f"walflow:{config.name}:sensor", initial_statements=config.database_initial_statements) as conn:
             return signal_status(conn, config, self.signal_id)
 
-    def _check(self, status: dict[str, Any] | None) -> bool:
+    def _check(self, status: dict[str, Any] | None, config: ConnectorConfig) -> bool:
         if not status:
-            config = getattr(self, "_config", None)
-            self.log.info(
-                "incremental snapshot %s: signal written, waiting for %s to read it", self.signal_id, next_stream_run(config) if config else "the stream DAG"
-            )
+            self.log.info("incremental snapshot %s: signal written, waiting for %s to read it", self.signal_id, next_stream_run(config))
             return False
         state = status.get("status")
         self.log.info(
@@ -99,7 +94,8 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         return False
 
     def poke(self, context: Context) -> bool:
-        return self._check(self._status())
+        config = resolve(self.connector, self.overrides)
+        return self._check(self._status(config), config)
 
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
@@ -122,7 +118,7 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        if event.get("status") not in TERMINAL or not self._check(event):
+        if event.get("status") not in TERMINAL or not self._check(event, resolve(self.connector, self.overrides)):
             raise AirflowException(f"incremental snapshot {self.signal_id} ended unexpectedly: {event}")
 
 
