@@ -83,7 +83,7 @@ def ui_env(database: str, kafka_bootstrap: str, tmp_path: Path) -> dict[str, str
     except ImportError:
         _unavailable("the playwright package is not installed")
     name = unique("ui")
-    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal")
+    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal", "walflow.lake.enabled: false")
     env = {
         **os.environ,
         **airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings),

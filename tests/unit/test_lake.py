@@ -102,6 +102,9 @@ def test_row_conversion_and_toast() -> None:
                     {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal", "fields": [], "field": "v"},
                     {"type": "int32", "name": "io.debezium.time.Time", "field": "t"},
                     {"type": "map", "keys": {"type": "string"}, "values": {"type": "string"}, "field": "h"},
+                    {"type": "array", "items": {"type": "string"}, "field": "tags"},
+                    {"type": "array", "items": {"type": "string"}, "field": "words"},
+                    {**decimal_field(2, 38), "field": "wide"},
                 ],
             },
         ]
@@ -110,15 +113,18 @@ def test_row_conversion_and_toast() -> None:
     row = {
         "id": 1, "price": unscaled(1234), "ts": 1529507596945104, "ts_ms": 1529507596945, "tz": "2018-06-20T13:13:16.945104Z",
         "doc": PLACEHOLDER, "v": {"scale": 3, "value": unscaled(-1500)}, "t": 1000, "h": {"a": "1", "b": None},
+        "tags": [PLACEHOLDER], "words": [PLACEHOLDER, "x"], "wide": unscaled(10**37 + 1),
     }
     values, toasted = shape.convert(row, placeholder_values(PLACEHOLDER))
     assert values[0] == 1 and values[1] == Decimal("12.34")
     # temporal values are integers since the epoch, which Arrow takes whatever their range
     assert values[2] == 1529507596945104 and values[3] == 1529507596945000
     assert values[4] == 1529500396945104
-    assert values[5] is None and toasted == ["doc"]
+    assert values[5] is None and toasted == ["doc", "tags"]  # an unchanged TOASTed array is the placeholder alone
     assert values[6] == "-1.500" and values[7] == 1_000_000
     assert values[8] == [("a", "1"), ("b", None)]
+    assert values[9] is None and values[10] == [PLACEHOLDER, "x"]
+    assert values[11] == Decimal("100000000000000000000000000000000000.01")  # 38 digits, none rounded
 
 
 def test_values_outside_sparks_range_are_clamped_and_kept_as_text() -> None:
@@ -408,3 +414,22 @@ class Recorder(ApplyHooks):
 
     def reached(self, point: str, table: str) -> None:
         self.seen.append((point, table))
+
+
+def test_the_executors_need_only_the_shipped_modules(tmp_path: Any) -> None:
+    """On a cluster the executors get walflow only from the zip the driver ships (walflow.lake.job.ship_walflow):
+    the decoder must import from it alone, without Spark's driver side, pydantic or the rest of walflow."""
+    import subprocess
+    import sys
+
+    from walflow.lake.job import executor_archive
+
+    archive = executor_archive(tmp_path)
+    code = (
+        "import sys; sys.path = [p for p in sys.path if 'plugins' not in p]; sys.path.insert(0, sys.argv[1]); "
+        "import walflow.lake.decoder as d, walflow; assert walflow.__file__.startswith(sys.argv[1]), walflow.__file__; "
+        "assert 'pydantic' not in sys.modules and 'pyspark' not in sys.modules and 'walflow.config' not in sys.modules, sorted(sys.modules)"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", code, str(archive)], capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -45,18 +45,23 @@ def kafka_settings(bootstrap: str | None = None) -> dict[str, Any]:
     return settings
 
 
+def executor_archive(folder: Path) -> Path:
+    """A zip of the modules the executors import, in ``folder``."""
+    package = Path(walflow.__file__).parent
+    archive = folder / "walflow_lake.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for module in EXECUTOR_MODULES:
+            zf.write(package / module, f"walflow/{module}")
+    return archive
+
+
 def ship_walflow(spark: SparkSession) -> None:
     """Make the decoder importable on the executors of any cluster.
 
     On a cluster the executors do not have this repository, so the modules they import are zipped on the driver
     and added with ``addPyFile``.
     """
-    package = Path(walflow.__file__).parent
-    archive = Path(tempfile.mkdtemp(prefix="walflow-pyfiles-")) / "walflow_lake.zip"
-    with zipfile.ZipFile(archive, "w") as zf:
-        for module in EXECUTOR_MODULES:
-            zf.write(package / module, f"walflow/{module}")
-    spark.sparkContext.addPyFile(str(archive))
+    spark.sparkContext.addPyFile(str(executor_archive(Path(tempfile.mkdtemp(prefix="walflow-pyfiles-")))))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,7 +154,9 @@ class RowShape:
         self.fields: list[dict[str, Any]] = after.get("fields") or []
         self.names = [f["field"] for f in self.fields]
         self.types = {f["field"]: spark_type(f) for f in self.fields}
-        self.converters = [(f["field"], value_converter(f), f["type"] in ("string", "bytes")) for f in self.fields]
+        # whether a value can be the TOAST placeholder: 1 for strings and bytes, 2 for arrays of them (the
+        # placeholder as the only element), 0 for anything else
+        self.converters = [(f["field"], value_converter(f), _toastable(f)) for f in self.fields]
 
     def convert(self, row: dict[str, Any], placeholders: tuple[Any, ...]) -> tuple[list[Any], list[str]]:
         """The row's values (in ``names`` order) and the names of columns holding the TOAST placeholder."""
@@ -164,7 +166,7 @@ class RowShape:
             value = row.get(name)
             if value is None:
                 values.append(None)
-            elif can_toast and value in placeholders:
+            elif can_toast and _is_placeholder(value, can_toast, placeholders):
                 toasted.append(name)
                 values.append(None)
             else:
@@ -181,7 +183,7 @@ class RowShape:
             value = row.get(name)
             if value is None:
                 values.append(None)
-            elif can_toast and value in placeholders:
+            elif can_toast and _is_placeholder(value, can_toast, placeholders):
                 toasted.append(name)
                 values.append(None)
             else:
@@ -191,6 +193,20 @@ class RowShape:
                     failures.append((name, value, f"{type(exc).__name__}: {exc}"))
                     values.append(None)
         return values, toasted, failures
+
+
+def _toastable(field: dict[str, Any]) -> int:
+    if field["type"] in ("string", "bytes"):
+        return 1
+    if field["type"] == "array" and field["items"]["type"] in ("string", "bytes"):
+        return 2
+    return 0
+
+
+def _is_placeholder(value: Any, kind: int, placeholders: tuple[Any, ...]) -> bool:
+    if kind == 1:
+        return value in placeholders
+    return isinstance(value, list) and len(value) == 1 and value[0] in placeholders
 
 
 def placeholder_values(placeholder: str) -> tuple[Any, ...]:
