@@ -113,6 +113,7 @@ def test_stream_killed_at_random_points(spark: Any, database: str, tmp_path: Pat
         record(f"stream SIGKILL ({stages})", iterations, writer.written, found, duplicates)
 
 
+@pytest.mark.disruptive
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_postgres_restarted_mid_batch(spark: Any, database: str, tmp_path: Path, mode: str) -> None:
     """The server restarts while a batch runs: from inside the batch (after its first block of records went to
@@ -241,6 +242,7 @@ def test_spark_apply_killed(spark: Any, database: str, tmp_path: Path) -> None:
         record(f"Spark apply SIGKILL ({points})", iterations, writer.written, found, duplicates)
 
 
+@pytest.mark.disruptive
 def test_broker_stopped_mid_batch(spark: Any, database: str, tmp_path: Path) -> None:
     """Last on purpose: the embedded broker keeps topics in memory, so its restart loses every topic."""
     from walflow.embedded import _ports, broker_down, broker_up

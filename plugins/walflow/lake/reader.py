@@ -23,6 +23,9 @@ from walflow.errors import LakeError
 #: take turns instead of overlapping, which cut the read of the apply benchmark's records to a quarter of the
 #: broker's pace. The Kafka Connection's extras override these.
 READ_SETTINGS: dict[str, Any] = {"fetch.max.bytes": 64 * 1024 * 1024, "queued.max.messages.kbytes": 256 * 1024}
+#: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
+#: (500 ms by default), so the end of a partition shows sooner with a short wait.
+SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
 
 Record = tuple[int, int, "bytes | None", "bytes | None"]  # partition, offset, key, value
 
@@ -72,8 +75,7 @@ def partition_end(client: Consumer, topic: str, partition: int, start: int, time
 
 
 def end_offset(kafka: dict[str, Any], topic: str, partition: int, start: int) -> int:
-    # the broker answers an empty fetch after fetch.wait.max.ms (500 ms by default): the EOF comes sooner
-    client = consumer(kafka, **{"fetch.wait.max.ms": 10})
+    client = consumer(kafka, **SMALL_READS)
     try:
         return partition_end(client, topic, partition, start)
     finally:
@@ -105,7 +107,7 @@ def record_fingerprint(client: Consumer, topic: str, partition: int, offset: int
 
 def fingerprints(kafka: dict[str, Any], topic: str, offsets: dict[int, int]) -> dict[int, str]:
     """Fingerprints of the records just before each partition's offset (the last ones applied)."""
-    client = consumer(kafka)
+    client = consumer(kafka, **SMALL_READS)
     try:
         return {p: record_fingerprint(client, topic, p, o - 1) for p, o in offsets.items() if o > 0}
     finally:
@@ -114,7 +116,7 @@ def fingerprints(kafka: dict[str, Any], topic: str, offsets: dict[int, int]) -> 
 
 def first_records(kafka: dict[str, Any], topic: str, partitions: list[int], timeout: float = 10.0) -> Iterator[Record]:
     """The records of each partition from its beginning, until the caller stops (used to find a topic's source)."""
-    client = consumer(kafka, **{"fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 256 * 1024})
+    client = consumer(kafka, **SMALL_READS)
     try:
         for partition in partitions:
             client.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
@@ -136,7 +138,7 @@ def last_records(kafka: dict[str, Any], topic: str, slices: list[tuple[int, int,
     """The last record with a value (not a tombstone) among the last ``window`` records of each (partition, start,
     end) slice: what the driver samples to guess the run's newest schema."""
     out = []
-    client = consumer(kafka, **{"max.partition.fetch.bytes": 1024 * 1024})
+    client = consumer(kafka, **SMALL_READS)
     try:
         for partition, start, end in slices:
             last = None
