@@ -175,7 +175,8 @@ class RowShape:
 
     def convert_leniently(self, row: dict[str, Any], placeholders: tuple[Any, ...]) -> tuple[list[Any], list[str], list[tuple[str, Any, str]]]:
         """As :meth:`convert`, but a value that fails to convert becomes None: returns the failures too, as
-        (column, JSON value, error)."""
+        (column, JSON value, error). (The loop is :meth:`convert`'s with a ``try`` per value: that one runs for
+        every record and stays free of it; this one only for a record whose conversion failed.)"""
         values: list[Any] = []
         toasted: list[str] = []
         failures = []
