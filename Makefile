@@ -46,8 +46,26 @@ status: venv
 demo: up
 	$(ENV) python -m walflow.demo
 
+# make test runs two lanes of tests at once (most of their time is spent waiting on PostgreSQL, the broker, Spark
+# and Airflow, not computing), then alone the fault scenarios that restart PostgreSQL or the broker. Lane B holds
+# every test that uses Airflow's SQLite metadata database, lane A none; the rest is split to even their times.
+# Each lane's output is printed when it ends.
+LANE_B := tests/e2e tests/integration/test_hostile_input.py tests/integration/test_lake.py tests/integration/test_incremental.py tests/integration/test_roles.py tests/integration/test_setup.py
+LANE_A := tests/unit tests/integration tests/faults $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_B)))
+PYTEST_ARGS ?=
+PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
 test: test-up
-	$(TEST_ENV) python -m pytest tests -q -p no:cacheprovider
+	@mkdir -p $(TEST_STATE)/lanes
+	@$(TEST_ENV) started=$$(date +%s); \
+	  ( $(PYTEST) $(LANE_A) -m "not disruptive" > $(TEST_STATE)/lanes/lane-a.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-a.rc ) & \
+	  ( $(PYTEST) $(LANE_B) > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
+	  wait; \
+	  for lane in a b; do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
+	  echo "== fault scenarios that restart a shared service"; \
+	  $(PYTEST) tests/faults -m disruptive; last=$$?; \
+	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \
+	  [ "$$(cat $(TEST_STATE)/lanes/lane-a.rc)" = 0 ] && [ "$$(cat $(TEST_STATE)/lanes/lane-b.rc)" = 0 ] && [ $$last = 0 ]
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit -q

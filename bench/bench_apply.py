@@ -30,6 +30,7 @@ from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.airflow.lake import iceberg_runtime_jar, spark_conf  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
+from walflow.lake.settings import LakeSettings  # noqa: E402
 from walflow.setup import ConnectorSetup  # noqa: E402
 from walflow.stream import StreamBatch  # noqa: E402
 
@@ -118,9 +119,10 @@ def main() -> None:
         command = ["spark-submit", "--master", args.master, "--driver-memory", "6g", "--jars", iceberg_runtime_jar() or ""]
         for key, value in spark_conf(config).items():
             command += ["--conf", f"{key}={value}"]
-        command += [str(ROOT / "bench" / "spark_apply_bench.py"), "--topic-prefix", name, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "--load", str(n), "--changes", str(n)]
+        settings = LakeSettings.from_config(config).model_dump_json()
+        command += [str(ROOT / "bench" / "spark_apply_bench.py"), "--settings", settings, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "--load", str(n), "--changes", str(n)]
         started = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT / 'include' / 'spark'}"})
+        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}"})
         if result.returncode != 0:
             useful = [line for line in result.stderr.splitlines() if " INFO " not in line and " WARN " not in line]
             sys.exit(f"spark job failed (exit {result.returncode}):\n" + "\n".join(useful[-60:]) + "\n" + result.stdout[-2000:])

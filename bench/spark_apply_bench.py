@@ -1,5 +1,6 @@
-"""The Spark side of ``bench_apply.py`` (run with spark-submit): time the apply job's two passes and a plain
-Iceberg append of the same number of rows, all in one Spark session so that JVM start-up is not counted.
+"""The Spark side of ``bench_apply.py`` (run with spark-submit): time the lake job's load and apply, a plain
+Iceberg append of the same number of rows and the MERGE alone, all in one Spark session so that JVM start-up is
+not counted.
 
 Prints ``BENCH_APPLY {json}`` on stdout.
 """
@@ -13,14 +14,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "include" / "spark"), str(ROOT / "plugins")]
+sys.path[:0] = [str(ROOT / "plugins")]
 
-import apply_changes  # noqa: E402
+from walflow.lake.apply import LakeJob  # noqa: E402
+from walflow.lake.settings import LakeSettings  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--topic-prefix", required=True)
+    parser.add_argument("--settings", required=True, help="the connector's LakeSettings as JSON")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--load", type=int, required=True, help="events of the initial snapshot")
     parser.add_argument("--changes", type=int, required=True, help="change events after it")
@@ -34,26 +36,25 @@ def main() -> None:
     spark.sparkContext.setLogLevel("WARN")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
+    settings = LakeSettings.from_argument(args.settings)
+    prefix = settings.topic_prefix
+
     def run(max_records: int) -> tuple[float, dict]:
-        ns = argparse.Namespace(
-            topic_prefix=args.topic_prefix, bootstrap=args.bootstrap, kafka_config="", catalog="lake", namespace=None,
-            max_records=max_records, delete_mode="hard", placeholder="__debezium_unavailable_value", topics="", result="",
-        )
-        applier = apply_changes.Applier(spark, ns)
-        topic = f"{args.topic_prefix}.public.bench"
+        job = LakeJob(spark, settings.model_copy(update={"max_records": max_records}), {"bootstrap.servers": args.bootstrap})
+        topic = f"{prefix}.public.bench"
         start = time.perf_counter()
-        result = applier.apply_topic(topic, [0])
+        result = job.apply_topic(topic, [0])
         return time.perf_counter() - start, result
 
     load_s, load = run(args.load)
     assert load["records"] == args.load, load
     apply_s, applied = run(10 * args.changes)  # the rest of the topic: the changes and the deletes' tombstones
     assert sum(applied["ops"].values()) == args.changes, applied
-    table = f"lake.`{args.topic_prefix}`.`public__bench`"
+    table = f"lake.`{prefix}`.`public__bench`"
     lake_rows = spark.table(table.replace("`", "")).count()
 
     # the physical limit in the same session: a plain Iceberg append of as many rows of the same shape
-    append_table = f"lake.`{args.topic_prefix}`.`append_limit`"
+    append_table = f"lake.`{prefix}`.`append_limit`"
     spark.sql(
         f"CREATE TABLE {append_table} (id bigint, name string, price decimal(12,2), created timestamp_ntz, active boolean, "
         "_walflow_op string, _walflow_lsn bigint, _walflow_source_ts_ms bigint, _walflow_applied_at timestamp) USING iceberg "

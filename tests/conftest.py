@@ -27,6 +27,15 @@ def kafka_bootstrap() -> str:
     return _need("WALFLOW_KAFKA_BOOTSTRAP")
 
 
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local[2] SparkSession with Iceberg for the whole session (started by the first test that asks), in
+    which tests drive the lake job's modules directly."""
+    session = support.start_spark()
+    yield session
+    session.stop()
+
+
 @pytest.fixture()
 def database(pg_dsn: str, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh database for one test; returns its superuser DSN, for the test's own SQL. The database has a

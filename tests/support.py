@@ -76,6 +76,8 @@ def airflow_connector(folder: Any, name: str, database: str, kafka_bootstrap: st
 
     params = dict(p.split("=", 1) for p in as_connector(database).split())
     lines = [f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", f"publication.name: {name}", *settings]
+    if not any(s.startswith("walflow.lake.spark.conf") for s in settings):
+        lines.append(f"walflow.lake.spark.conf: {json.dumps(TEST_SPARK_CONF)}")
     lines += [f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka"]
     (Path(folder) / f"{name}.yaml").write_text("\n".join(lines))
     given = dict((key.strip(), value.strip()) for key, _, value in (s.partition(":") for s in settings))
@@ -94,13 +96,13 @@ def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:6]}"
 
 
-def producer() -> EventProducer:
-    return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}))
+def producer(partitions: int = 1) -> EventProducer:
+    return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}), partitions)
 
 
 def stream(config: ConnectorConfig, database: str, **kwargs: Any) -> BatchSummary:
     """One stream batch, as the connector role of ``database`` (see the module's docstring)."""
-    return StreamBatch(config, as_connector(database), producer(), **kwargs).run()
+    return StreamBatch(config, as_connector(database), producer(config.topic_creation_default_partitions), **kwargs).run()
 
 
 def _publication_for(config: ConnectorConfig, database: str) -> None:
@@ -112,6 +114,8 @@ def setup(config: ConnectorConfig, database: str, producer_factory: Any = produc
     """The setup task (:class:`ConnectorSetup`), as the connector role of ``database``. For publication mode
     'all_tables' the superuser creates the publication first, as a DBA would; the setup then only checks it."""
     _publication_for(config, database)
+    if producer_factory is producer:
+        producer_factory = lambda: producer(config.topic_creation_default_partitions)  # noqa: E731
     return ConnectorSetup(config, as_connector(database), producer_factory, **kwargs).run()
 
 
@@ -237,34 +241,56 @@ def run_dag(dag_id: str) -> Any:
     return run
 
 
-def apply_command(config: ConnectorConfig, warehouse: str | None = None, *extra: str) -> list[str]:
+#: Spark settings of every Spark the tests start (in-process and spark-submit): a few shuffle partitions for small
+#: batches instead of 200, and the JVM's quick compiler only with the serial collector. On this 2-core machine
+#: the optimising compiler's threads compete with the tests for the CPU: a small apply takes about half as long
+#: without them (measured: 3-5 s instead of 5-11 s per in-process apply, 13 s instead of 28 s for the first).
+TEST_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+
+
+def lake_settings(config: ConnectorConfig, warehouse: str | None = None, **overrides: Any) -> Any:
+    """The connector's :class:`walflow.lake.settings.LakeSettings`, with ``overrides``."""
+    from walflow.lake.settings import LakeSettings
+
+    return LakeSettings.from_config(config, **({"warehouse": warehouse} if warehouse else {}), **overrides)
+
+
+def apply_command(config: ConnectorConfig, warehouse: str | None = None, *extra: str, **overrides: Any) -> list[str]:
     """The spark-submit command of the lake job for ``config`` (as the stream DAG's task builds it)."""
     from walflow.airflow.lake import APPLICATION, iceberg_runtime_jar, spark_conf
 
-    conf = spark_conf(config)
-    if warehouse:
-        conf[f"spark.sql.catalog.{config.walflow_lake_catalog}.warehouse"] = warehouse
+    settings = lake_settings(config, warehouse, **overrides)
+    conf = {**spark_conf(config), **TEST_SPARK_CONF}
+    conf[f"spark.sql.catalog.{settings.catalog}.warehouse"] = settings.warehouse
     command = ["spark-submit", "--master", "local[2]", "--jars", iceberg_runtime_jar() or ""]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
-    return command + [str(APPLICATION), "--topic-prefix", config.topic_prefix, "--bootstrap", bootstrap(), *extra]
+    return command + [str(APPLICATION), "--settings", settings.model_dump_json(), "--bootstrap", bootstrap(), *extra]
+
+
+def _job_env(**extra: str) -> dict[str, str]:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return {**os.environ, "PYTHONPATH": f"{root / 'plugins'}:{root}", **extra}
 
 
 def run_apply(
     config: ConnectorConfig, warehouse: str | None = None, *extra: str, kill_after: float | None = None
 ) -> subprocess.CompletedProcess[str] | None:
-    """Run the lake job; with ``kill_after``, SIGKILL its whole process group after that many seconds.
+    """Run the lake job with spark-submit; with ``kill_after``, SIGKILL its whole process group after that many seconds.
 
     With ``kill_after`` it returns ``None`` when the kill happened, else the finished process (no output kept).
     """
     import signal
-    from pathlib import Path
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins")}
     command = apply_command(config, warehouse, *extra)
     if kill_after is None:
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.run(command, env=_job_env(), capture_output=True, text=True, timeout=900)
+    proc = subprocess.Popen(command, env=_job_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         code = proc.wait(timeout=kill_after)
     except subprocess.TimeoutExpired:
@@ -275,23 +301,79 @@ def run_apply(
 
 
 def run_apply_fault(
-    config: ConnectorConfig, point: str, warehouse: str | None = None, *extra: str
+    config: ConnectorConfig, point: str, warehouse: str | None = None, *extra: str, **overrides: Any
 ) -> tuple[subprocess.CompletedProcess[str], bool]:
-    """Run the lake job with ``WALFLOW_APPLY_FAULT=point`` (``name`` or ``name:n``), so that it SIGKILLs itself
-    (and its spark-submit JVM) there. Returns the finished process and whether the kill happened at that point:
-    the job names the point in ``WALFLOW_APPLY_FAULT_FILE`` just before killing itself, and must not have exited
-    normally."""
+    """Run the lake job with the test-only hooks of ``tests/faults/apply_kill.py`` set to SIGKILL it (and its
+    spark-submit JVM) at ``point`` (``name`` or ``name:n``). Returns the finished process and whether the kill
+    happened at that point: the hook names the point in ``WALFLOW_APPLY_FAULT_FILE`` just before killing, and the
+    job must not have exited normally."""
     import tempfile
     from pathlib import Path
 
     with tempfile.TemporaryDirectory(prefix="walflow-fault-") as folder:
         marker = Path(folder) / "fired"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "plugins"),
-            "WALFLOW_APPLY_FAULT": point,
-            "WALFLOW_APPLY_FAULT_FILE": str(marker),
-        }
-        proc = subprocess.run(apply_command(config, warehouse, *extra), env=env, capture_output=True, text=True, timeout=900)
+        env = _job_env(
+            WALFLOW_APPLY_HOOKS="tests.faults.apply_kill:KillAt", WALFLOW_APPLY_FAULT=point, WALFLOW_APPLY_FAULT_FILE=str(marker)
+        )
+        proc = subprocess.run(apply_command(config, warehouse, *extra, **overrides), env=env, capture_output=True, text=True, timeout=900)
         fired = marker.exists() and marker.read_text() == point.partition(":")[0] and proc.returncode != 0
     return proc, fired
+
+
+# -- the lake job in the tests' own Spark session -------------------------------------------------------
+def start_spark() -> Any:
+    """A local[2] SparkSession with the Iceberg runtime (found as the stream DAG's task finds it) and the lake
+    catalog on ``$WALFLOW_WAREHOUSE``: the lake job's modules run in it directly, without spark-submit."""
+    import logging
+
+    from pyspark.sql import SparkSession
+
+    from walflow.airflow.lake import iceberg_runtime_jar
+    from walflow.lake.settings import default_warehouse
+
+    jar = iceberg_runtime_jar()
+    if jar is None:
+        import pytest
+
+        pytest.skip("the Iceberg runtime jar (snowpark-connect-deps-iceberg) is not installed")
+    builder = (
+        SparkSession.builder.master("local[2]").appName("walflow-tests")
+        .config("spark.jars", jar)
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in {**TEST_SPARK_CONF, **catalog_conf("lake", default_warehouse())}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its connections log at interpreter exit, after pytest closed the streams
+    return spark
+
+
+def catalog_conf(catalog: str, warehouse: str) -> dict[str, str]:
+    """A Hadoop catalog on ``warehouse``; without its table cache, since spark-submitted jobs write the same tables."""
+    prefix = f"spark.sql.catalog.{catalog}"
+    return {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": "hadoop", f"{prefix}.warehouse": warehouse, f"{prefix}.cache-enabled": "false"}
+
+
+def lake_job(spark: Any, config: ConnectorConfig, warehouse: str | None = None, hooks: Any = None, **overrides: Any) -> Any:
+    """The lake job of ``config`` in the tests' Spark session; a ``warehouse`` other than the session's gets a
+    catalog of its own."""
+    import hashlib
+
+    from walflow.lake.apply import LakeJob
+
+    settings = lake_settings(config, warehouse, **overrides)
+    if warehouse:
+        catalog = "lake_" + hashlib.sha1(warehouse.encode()).hexdigest()[:8]
+        for key, value in catalog_conf(catalog, warehouse).items():
+            spark.conf.set(key, value)
+        settings = settings.model_copy(update={"catalog": catalog})
+    return LakeJob(spark, settings, {"bootstrap.servers": bootstrap()}, hooks)
+
+
+def apply_lake(spark: Any, config: ConnectorConfig, warehouse: str | None = None, hooks: Any = None, **overrides: Any) -> list[dict[str, Any]]:
+    """One run of the lake job for ``config`` in the tests' Spark session; returns each table's result."""
+    return lake_job(spark, config, warehouse, hooks, **overrides).run()

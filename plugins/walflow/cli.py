@@ -3,14 +3,13 @@
 Prints the slot's position, the WAL it retains, its lag behind the server, the time since its position was last
 confirmed (judged against the connector's limits), the last stream batch and the last lake commit of each table. The source is reached through the connector's Airflow Connection (or ``--dsn``);
 the lake is read with pyiceberg from the Hadoop-catalog warehouse (``--warehouse``, default the connector's
-``walflow.lake.warehouse`` or ``$WALFLOW_WAREHOUSE``).
+``walflow.lake.warehouse``, else :func:`walflow.lake.settings.default_warehouse`).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from walflow.config import resolve
 from walflow.errors import WalflowError
+from walflow.lake.settings import LakeSettings
 from walflow.source import HealthLimits, assess_slot_health, connect, health_limits, slot_health
 from walflow.state import StateStore
 
@@ -79,7 +79,7 @@ def slot_status(
 
 def lake_status(warehouse: str, namespace: str) -> list[dict[str, Any]]:
     """The current snapshot of every table of ``namespace`` in a Hadoop-catalog warehouse."""
-    from walflow.lake import OFFSETS_PROPERTY, parse_offsets, read_hadoop_table
+    from walflow.lake import OFFSETS_PROPERTY, parse_offsets, read_hadoop_table  # pyiceberg: only when a lake is read
 
     tables = []
     folder = Path(warehouse) / namespace
@@ -117,9 +117,9 @@ def status(connector: str, dsn: str | None = None, warehouse: str | None = None)
     limits = health_limits(config)
     source = slot_status(conninfo, config.name, config.slot_name, config.state_table, limits, config.database_initial_statements)
     result: dict[str, Any] = {"connector": config.name, "source": source}
-    where = warehouse or config.walflow_lake_warehouse or os.environ.get("WALFLOW_WAREHOUSE")
-    if config.walflow_lake_enabled and where:
-        result["lake"] = {"warehouse": where, "tables": lake_status(where, config.walflow_lake_namespace or config.topic_prefix)}
+    if config.walflow_lake_enabled:
+        lake = LakeSettings.from_config(config, **({"warehouse": warehouse} if warehouse else {}))
+        result["lake"] = {"warehouse": lake.warehouse, "tables": lake_status(lake.warehouse, lake.namespace)}
     return result
 
 

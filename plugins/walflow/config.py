@@ -196,6 +196,8 @@ class ConnectorConfig(BaseModel):
     walflow_lake_delete_mode: Literal["hard", "soft"] = Field("hard", alias="walflow.lake.delete.mode")
     walflow_lake_changelog: bool = Field(False, alias="walflow.lake.changelog")
     walflow_lake_spark_conf: dict[str, str] = Field(default_factory=dict, alias="walflow.lake.spark.conf")
+    # "<topic>:<partition>:<offset>" of records the lake job could not apply, accepted as the README says
+    walflow_lake_accept_records: list[str] = Field(default_factory=list, alias="walflow.lake.accept.records")
     walflow_spark_conn_id: str = Field("spark_default", alias="walflow.spark.conn.id")
     walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")
     walflow_owner: str = Field("airflow", min_length=1, alias="walflow.owner")

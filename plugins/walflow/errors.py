@@ -80,3 +80,34 @@ class RecordTooLargeError(DeliveryError):
 class DriftError(SourceError):
     """The source no longer matches what the connector set up: a table left the publication, a key changed type,
     two tables map to one topic, or another connector claims the slot or topic prefix."""
+
+
+
+class LakeError(WalflowError):
+    """The lake cannot take the change events as they are; nothing was committed for the table named."""
+
+
+class LakeSchemaError(LakeError):
+    """The events' columns do not fit the lake table (an incompatible type change, schemaless values of another kind)."""
+
+
+class LakeHistoryError(LakeError):
+    """The lake table's snapshot history cannot be trusted: another writer changed it, or expiry removed the
+    snapshot that holds the offsets walflow applied."""
+
+
+class TopicMismatchError(LakeError):
+    """A topic is no longer the one the lake read (recreated, or the broker lost its data)."""
+
+
+class UnappliableRecordError(LakeError):
+    """A Kafka record, or one value in it, that the lake job cannot apply.
+
+    The message names the topic, partition, offset, column and value, and the way past it
+    (``walflow.lake.accept.records``).
+    """
+
+    def __init__(self, message: str, problems: list[dict[str, object]] | None = None) -> None:
+        super().__init__(message)
+        #: each problem: topic, partition, offset, column, value (truncated), error
+        self.problems = problems or []

@@ -19,7 +19,8 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture()
 def connector_dir(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     name = unique("e2e")
-    settings = ("publication.autocreate.mode: filtered", "provide.transaction.metadata: true", "skipped.operations: none")
+    # the lake has its own end-to-end test (test_lake.py): these stream runs skip the Spark task
+    settings = ("publication.autocreate.mode: filtered", "provide.transaction.metadata: true", "skipped.operations: none", "walflow.lake.enabled: false")
     for key, value in airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings).items():
         monkeypatch.setenv(key, value)
     return {"name": name, "dsn": database}

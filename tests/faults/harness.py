@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from tests.support import lake_rows, read_topic, replay, run_apply
+from tests.support import apply_lake, lake_rows, read_topic, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS: list[dict[str, Any]] = []
@@ -131,12 +131,12 @@ def check_topic(records: list[Any], dsn: str) -> tuple[int, int]:
     return found, duplicates
 
 
-def check_lake(config: Any, dsn: str, warehouse: str) -> None:
+def check_lake(spark: Any, config: Any, dsn: str, warehouse: str) -> None:
+    """Apply what is left with the lake job (in the tests' Spark session) and compare the lake with the source."""
     from walflow.lake import table_name
 
     namespace = config.walflow_lake_namespace or config.topic_prefix
-    result = run_apply(config, warehouse, *(["--namespace", namespace] if config.walflow_lake_namespace else []))
-    assert result is not None and result.returncode == 0, result.stderr[-3000:] if result else ""
+    apply_lake(spark, config, warehouse)
     lake = {r["id"]: {"id": r["id"], "v": r["v"], "note": r["note"]} for r in lake_rows(namespace, table_name("public", "t"), warehouse)}
     source = source_rows(dsn)
     assert lake == source, f"lake differs from the source: {len(set(source) ^ set(lake))} keys differ, {sum(1 for k in source if lake.get(k) != source[k])} rows differ"

@@ -25,9 +25,9 @@ import pytest
 
 from tests.faults.harness import ITERATIONS, ROOT, Writer, all_records, check_lake, check_topic, record, scenario, seed_table
 from tests.privileges import ConnectorRole, connector_role
-from tests.support import run_apply, stream, unique
+from tests.support import apply_lake, run_apply, stream, unique
 from walflow.config import parse_config
-from walflow.errors import ConcurrentRunError, WalflowError
+from walflow.errors import ConcurrentRunError, TopicMismatchError, WalflowError
 from walflow.setup import ConnectorSetup
 
 pytestmark = pytest.mark.timeout(1800)
@@ -75,7 +75,7 @@ def signal_snapshot(dsn: str, signal_id: str) -> None:
         )
 
 
-def test_stream_killed_at_random_points(database: str, tmp_path: Path) -> None:
+def test_stream_killed_at_random_points(spark: Any, database: str, tmp_path: Path) -> None:
     """SIGKILL at each stage in turn (random delays and writer timing per seed); every stage must be hit."""
     iterations = max(ITERATIONS, len(STAGES))
     with scenario("stream SIGKILL", iterations):
@@ -108,13 +108,14 @@ def test_stream_killed_at_random_points(database: str, tmp_path: Path) -> None:
             assert all(kills[s] for s in STAGES), f"stages never reached: {[s for s in STAGES if not kills[s]]}"
             drain(config, role.dsn)
             found, duplicates = check_topic(all_records(config), database)
-            check_lake(config, database, str(tmp_path / "lake"))
+            check_lake(spark, config, database, str(tmp_path / "lake"))
         stages = ", ".join(f"{s} {kills[s]}" for s in STAGES)
         record(f"stream SIGKILL ({stages})", iterations, writer.written, found, duplicates)
 
 
+@pytest.mark.disruptive
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
-def test_postgres_restarted_mid_batch(database: str, tmp_path: Path, mode: str) -> None:
+def test_postgres_restarted_mid_batch(spark: Any, database: str, tmp_path: Path, mode: str) -> None:
     """The server restarts while a batch runs: from inside the batch (after its first block of records went to
     the producer, or at a transaction's BEGIN), so every iteration really cuts a batch; then the task's retries."""
     from walflow.embedded import restart_pg
@@ -153,11 +154,11 @@ def test_postgres_restarted_mid_batch(database: str, tmp_path: Path, mode: str) 
             assert cut == iterations, f"only {cut} of {iterations} batches were cut by the restart"
             drain(config, role.dsn)
             found, duplicates = check_topic(all_records(config), database)
-            check_lake(config, database, str(tmp_path / "lake"))
+            check_lake(spark, config, database, str(tmp_path / "lake"))
         record(f"PostgreSQL restart -m {mode} ({cut} batches cut)", iterations, writer.written, found, duplicates)
 
 
-def test_two_runs_at_once(database: str, tmp_path: Path) -> None:
+def test_two_runs_at_once(spark: Any, database: str, tmp_path: Path) -> None:
     """Two stream runs start together: one streams, the other is refused at once; nothing is consumed twice."""
     with scenario("two stream runs at once", ITERATIONS):
         seed_table(database, 1000)
@@ -197,16 +198,17 @@ def test_two_runs_at_once(database: str, tmp_path: Path) -> None:
             drain(config, role.dsn)
             found, duplicates = check_topic(all_records(config), database)
             assert duplicates == 0, "two runs at once must never consume the same changes twice"
-            check_lake(config, database, str(tmp_path / "lake"))
+            check_lake(spark, config, database, str(tmp_path / "lake"))
         record(f"two stream runs at once ({refused} refused)", ITERATIONS, writer.written, found, duplicates)
 
 
-#: Where the Spark job is killed: its own fault points (after the read, after the table DDL, after the data
-#: commit), then a kill from outside at a random moment, which lands wherever the job happens to be.
+#: Where the Spark job is killed: at its points (after the read, after the table DDL, after the data commit),
+#: SIGKILLed by the test-only hooks of tests/faults/apply_kill.py, then a kill from outside at a random moment,
+#: which lands wherever the job happens to be.
 SPARK_KILLS = ("after_read", "after_ddl", "after_commit", "timer")
 
 
-def test_spark_apply_killed(database: str, tmp_path: Path) -> None:
+def test_spark_apply_killed(spark: Any, database: str, tmp_path: Path) -> None:
     iterations = max(ITERATIONS, len(SPARK_KILLS))
     with scenario("Spark apply SIGKILL", iterations):
         from tests.support import run_apply_fault
@@ -235,12 +237,13 @@ def test_spark_apply_killed(database: str, tmp_path: Path) -> None:
             assert all(kills[p] for p in SPARK_KILLS[:-1]), kills
             drain(config, role.dsn)
             found, duplicates = check_topic(all_records(config), database)
-            check_lake(config, database, warehouse)
+            check_lake(spark, config, database, warehouse)
         points = ", ".join(f"{p} {kills[p]}" for p in SPARK_KILLS)
         record(f"Spark apply SIGKILL ({points})", iterations, writer.written, found, duplicates)
 
 
-def test_broker_stopped_mid_batch(database: str, tmp_path: Path) -> None:
+@pytest.mark.disruptive
+def test_broker_stopped_mid_batch(spark: Any, database: str, tmp_path: Path) -> None:
     """Last on purpose: the embedded broker keeps topics in memory, so its restart loses every topic."""
     from walflow.embedded import _ports, broker_down, broker_up
     from tests.support import producer
@@ -254,8 +257,7 @@ def test_broker_stopped_mid_batch(database: str, tmp_path: Path) -> None:
             writer.start()
             time.sleep(1.0)
             stream(config, role.dsn)
-            result = run_apply(config, warehouse)
-            assert result is not None and result.returncode == 0, result.stderr[-2000:]
+            apply_lake(spark, config, warehouse)
             before_loss = all_records(config)  # what the broker acknowledged so far
             checkpoint = confirmed(database, config.slot_name)
             time.sleep(1.0)
@@ -280,14 +282,12 @@ def test_broker_stopped_mid_batch(database: str, tmp_path: Path) -> None:
             assert after and after[0].offset == 0
             found, duplicates = check_topic(before_loss + after, database)
             # the apply job must refuse the recreated topic instead of skipping what was lost
-            result = run_apply(config, warehouse)
-            assert result is not None and result.returncode != 0
-            output = result.stdout + result.stderr
-            assert "the topic was recreated or the broker lost its data" in output, [line for line in output.splitlines() if " INFO " not in line][-40:]
+            with pytest.raises(TopicMismatchError, match="the topic was recreated or the broker lost its data"):
+                apply_lake(spark, config, warehouse)
             # the recovery its message names: a new snapshot (setup with snapshot.mode=always) into a new namespace
             again = parse_config({**raw, "snapshot.mode": "always", "walflow.lake.namespace": f"{config.topic_prefix}_again"})
             ConnectorSetup(again, role.dsn, producer).run()
             drain(again, role.dsn)
-            check_lake(again, database, warehouse)
+            check_lake(spark, again, database, warehouse)
         record(f"broker stopped mid-batch ({type(errors[0]).__name__}); lost topics detected, re-snapshot equals the source",
                1, writer.written, found, duplicates)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
 from walflow.config import ConnectorConfig
-from walflow.lake import table_name
+from walflow.lake.naming import table_name
+from walflow.lake.settings import KAFKA_ENV, PROJECT, LakeSettings
 
-PROJECT = Path(__file__).resolve().parents[3]
 APPLICATION = PROJECT / "include" / "spark" / "apply_changes.py"
 
 
@@ -25,19 +24,16 @@ def iceberg_runtime_jar() -> str | None:
     return str(jar) if jar.exists() else None
 
 
-def warehouse(config: ConnectorConfig) -> str:
-    return config.walflow_lake_warehouse or os.environ.get("WALFLOW_WAREHOUSE", str(PROJECT / ".walflow" / "warehouse"))
-
-
 def spark_conf(config: ConnectorConfig) -> dict[str, str]:
     """Catalog settings: a Hadoop catalog on the warehouse folder unless ``walflow.lake.spark.conf`` says otherwise."""
-    catalog = config.walflow_lake_catalog
+    settings = LakeSettings.from_config(config)
+    catalog = settings.catalog
     conf = {
         "spark.ui.enabled": "false",
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         f"spark.sql.catalog.{catalog}": "org.apache.iceberg.spark.SparkCatalog",
         f"spark.sql.catalog.{catalog}.type": "hadoop",
-        f"spark.sql.catalog.{catalog}.warehouse": warehouse(config),
+        f"spark.sql.catalog.{catalog}.warehouse": settings.warehouse,
         "spark.sql.session.timeZone": "UTC",
     }
     conf.update(config.walflow_lake_spark_conf)
@@ -54,18 +50,19 @@ def lake_assets(config: ConnectorConfig) -> list[Asset]:
     entry could name ``Orders`` or ``orders``, whose lake tables differ. The namespace Asset,
     ``iceberg://<catalog>/<namespace>``, is updated by every run.
     """
-    namespace = config.walflow_lake_namespace or config.topic_prefix
+    settings = LakeSettings.from_config(config)
+    namespace, catalog = settings.namespace, settings.catalog
     assets = []
     unnamed = not config.table_include_list
     for entry in config.table_include_list:
         plain = entry.replace("\\.", ".")
         parts = plain.split(".")
         if len(parts) == 2 and all(part and re.fullmatch(r"[a-z0-9_]+", part) for part in parts) and table_name(*parts) == "__".join(parts):
-            assets.append(Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}/{table_name(*parts)}"))
+            assets.append(Asset(f"iceberg://{catalog}/{namespace}/{table_name(*parts)}"))
         else:
             unnamed = True
     if unnamed:
-        assets.append(Asset(f"iceberg://{config.walflow_lake_catalog}/{namespace}"))
+        assets.append(Asset(f"iceberg://{catalog}/{namespace}"))
     return assets
 
 
@@ -74,18 +71,8 @@ def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> Spark
     conf = spark_conf(config)
     jars = None if "spark.jars.packages" in conf else iceberg_runtime_jar()
     kafka = config.walflow_kafka_conn_id
-    args = [
-        "--topic-prefix", config.topic_prefix,
-        "--bootstrap", "{{ conn['" + kafka + "'].extra_dejson['bootstrap.servers'] }}",
-        "--catalog", config.walflow_lake_catalog,
-        "--max-records", str(config.walflow_lake_max_records),
-        "--delete-mode", config.walflow_lake_delete_mode,
-        "--placeholder", config.toasted_value_placeholder,
-    ]
-    if config.walflow_lake_namespace:
-        args += ["--namespace", config.walflow_lake_namespace]
-    if config.walflow_lake_changelog:
-        args.append("--changelog")
+    # one argument: the settings as JSON (no credentials); Kafka's settings come through the environment
+    args = ["--settings", LakeSettings.from_config(config).argument()]
     return SparkSubmitOperator(
         task_id=task_id,
         application=str(APPLICATION),
@@ -95,6 +82,6 @@ def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> Spark
         name=f"walflow-apply-{config.name}",
         application_args=args,
         # librdkafka settings (TLS, SASL) of the Kafka Connection reach the job through its environment, not argv
-        env_vars={"PYTHONPATH": str(PROJECT / "plugins"), "WALFLOW_KAFKA_CONFIG": "{{ conn['" + kafka + "'].extra }}"},
+        env_vars={"PYTHONPATH": str(PROJECT / "plugins"), KAFKA_ENV: "{{ conn['" + kafka + "'].extra }}"},
         outlets=lake_assets(config),
     )

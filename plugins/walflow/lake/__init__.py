@@ -1,0 +1,68 @@
+"""The lake: walflow's change events applied to Apache Iceberg tables by a Spark job, exactly once.
+
+The job's modules, by where they run and what they do:
+
+==================  ========================================================================================
+module              responsibility
+==================  ========================================================================================
+``settings``        :class:`LakeSettings`, built once from the connector config and handed to the job
+``columns``         every lake metadata column and table/snapshot property name
+``naming``          lake table names, SQL quoting, which topics carry table changes
+``types``           Debezium schemas to lake types, payload values to lake values, evolution rules
+``values``          what the lake stores for values Spark cannot hold (``_walflow_overflow``)
+``loose``           records without a schema part: types from JSON values
+``positions``       source positions (event order), offsets and offset slices
+``reader``          Kafka: topics, partition ends, fingerprints, the slices the executors read
+``decoder``         the one decoder: records to Arrow batches of converted events (executors)
+``frames``          Spark frames over the decoded events: statistics, ordering, TOAST carry-forward
+``sql``             the statements (MERGE, INSERT, truncate, DDL) as text
+``ddl``             creating and evolving lake tables
+``history``         offsets in the snapshot history, commits that carry them
+``keyless``         tables without a key, applied as multisets
+``apply``           :class:`~walflow.lake.apply.LakeJob`: one run over a connector's topics
+``hooks``           observing the job's steps (the fault tests kill it there)
+``job``             the spark-submit entry point
+``tables``          reading lake tables with pyiceberg (no Spark)
+==================  ========================================================================================
+
+The executors import only ``columns``, ``naming``, ``types``, ``values``, ``loose``, ``positions``, ``reader`` and
+``decoder`` (plain Python, pyarrow, orjson, confluent-kafka), so this package's root imports nothing else
+eagerly: :class:`LakeSettings` (pydantic) and :func:`read_hadoop_table` (pyiceberg) load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from walflow.errors import LakeError
+from walflow.lake.columns import (
+    COMMIT_PROPERTY,
+    DELETED,
+    FINGERPRINTS_PROPERTY,
+    OFFSETS_PROPERTY,
+    OVERFLOW,
+    POSITION,
+    TABLE_META,
+)
+from walflow.lake.naming import sql_quote, sql_string, table_name
+from walflow.lake.positions import format_offsets, parse_offsets
+from walflow.lake.reader import partition_end, record_fingerprint
+
+__all__ = [
+    "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",
+    "LakeError", "LakeSettings", "format_offsets", "parse_offsets", "partition_end", "read_hadoop_table",
+    "record_fingerprint", "sql_quote", "sql_string", "table_name",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: the two names whose modules need libraries the executors do not have
+    if name == "LakeSettings":
+        from walflow.lake.settings import LakeSettings
+
+        return LakeSettings
+    if name == "read_hadoop_table":
+        from walflow.lake.tables import read_hadoop_table
+
+        return read_hadoop_table
+    raise AttributeError(f"module 'walflow.lake' has no attribute {name!r}")

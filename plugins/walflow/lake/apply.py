@@ -1,0 +1,382 @@
+"""Applying one connector's topics to its lake tables, exactly once (driver side).
+
+Per topic (one source table): read the partitions from the offsets stored in the lake table's snapshot summary
+to their end, one Spark task per offset slice decoding on the executors (:mod:`walflow.lake.decoder`); order the
+events by source position (the order PostgreSQL committed them, whatever partition they landed in), cut at the
+last truncate, keep the last event per key, and run one MERGE INTO the Iceberg table that commits the consumed
+offsets in the same snapshot's summary. A rerun after a crash anywhere therefore applies exactly what was not
+committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from walflow.errors import LakeError, LakeSchemaError, TopicMismatchError, UnappliableRecordError
+from walflow.lake import columns as C
+from walflow.lake import frames, reader, sql
+from walflow.lake.ddl import ensure_table
+from walflow.lake.decoder import DecodePlan, split_records
+from walflow.lake.history import commit, stored_position, table_exists
+from walflow.lake.hooks import ApplyHooks
+from walflow.lake.keyless import merge_keyless
+from walflow.lake.loose import inferred_type, json_kind, loose_field, loose_schema
+from walflow.lake.naming import names_from_topic, sql_quote, table_name
+from walflow.lake.positions import format_offsets, offset_slices, source_position
+from walflow.lake.settings import LakeSettings
+from walflow.lake.types import RowShape, field_defaults
+
+log = logging.getLogger("walflow.apply")
+#: lake types whose values may have been fitted (README): key columns of these types also match on their
+#: ``_walflow_overflow`` text
+_FITTED_KEY_TYPES = ("date", "timestamp", "timestamp_ntz")
+
+
+@dataclass(frozen=True)
+class Guess:
+    """The target the decoder converts to: a value schema, the hash of the schema it came from ("" when it was
+    built for schemaless records), and the schemaless columns whose types are being inferred."""
+
+    schema: dict[str, Any]
+    hash: str
+    watch: tuple[str, ...] = ()
+
+
+class LakeJob:
+    """One run of the lake job over a connector's table topics."""
+
+    def __init__(self, spark: SparkSession, settings: LakeSettings, kafka: dict[str, Any], hooks: ApplyHooks | None = None) -> None:
+        self.spark = spark
+        self.settings = settings
+        self.kafka = kafka
+        self.hooks = hooks or ApplyHooks()
+        self.placeholders = settings.placeholders()
+        self.remaining = settings.max_records
+
+    def table_topics(self, only: list[str] | None = None) -> dict[str, list[int]]:
+        """The connector's table topics (``topic.prefix`` + ``topic.delimiter``, not the transaction topic)."""
+        topics = {t: p for t, p in reader.list_topics(self.kafka).items() if self.settings.is_table_topic(t)}
+        return {t: p for t, p in topics.items() if t in set(only)} if only else topics
+
+    def run(self, only: list[str] | None = None) -> list[dict[str, Any]]:
+        topics = self.table_topics(only)
+        results = []
+        for topic in sorted(topics):
+            result = self.apply_topic(topic, topics[topic])
+            log.info("%s → %s: %s record(s)%s", topic, result["table"], result["records"], "" if result["committed"] else " (nothing to commit)")
+            results.append(result)
+        return results
+
+    # -- one topic -------------------------------------------------------------------------------------
+    def lake_name(self, topic: str, partitions: list[int]) -> str:
+        """The lake table name of a topic: from the source names its records carry, else from the topic name.
+
+        Topic names replace every character Kafka rejects with ``_`` (as Debezium does), so they cannot name the
+        lake table: ``café`` and ``caf_`` share a topic name but not a source name.
+        """
+        for _h, _t, _p, _o, _k, _key, payload, _n, _e in split_records(reader.first_records(self.kafka, topic, partitions)):
+            source = payload.get("source") if isinstance(payload, dict) else None
+            if isinstance(source, dict) and source.get("schema") is not None and source.get("table") is not None:
+                return table_name(str(source["schema"]), str(source["table"]))
+        return table_name(*names_from_topic(topic, self.settings.topic_prefix, self.settings.topic_delimiter))
+
+    def apply_topic(self, topic: str, partitions: list[int]) -> dict[str, Any]:
+        s = self.settings
+        name = self.lake_name(topic, partitions)
+        ident = s.ident(name)
+        stored, stored_prints = stored_position(self.spark, ident, topic, (s.catalog, s.namespace, name))
+        # The topic must still be the one the lake read: a recreated topic (or a broker that lost its data and
+        # was refilled) can hold as many records as before, so offsets alone cannot tell.
+        current = reader.fingerprints(self.kafka, topic, {p: o for p, o in stored.items() if p in stored_prints})
+        for p, fingerprint in current.items():
+            if fingerprint != stored_prints[p]:
+                raise TopicMismatchError(
+                    f"topic {topic} partition {p}: the record at offset {stored[p] - 1} is not the one the lake table "
+                    f"{ident} applied there (fingerprint {fingerprint or 'missing'}, expected {stored_prints[p]}): the "
+                    "topic was recreated or the broker lost its data (the embedded broker keeps topics in memory "
+                    "only), so its offsets no longer line up with the lake's. Nothing was skipped silently; re-snapshot "
+                    "the source into a new lake namespace (walflow.lake.namespace), or drop the lake table."
+                )
+        # the changelog commits separately with its own offsets: read from the lower of the two
+        log_name = name + "__changelog"
+        log_stored = stored_position(self.spark, s.ident(log_name), topic, (s.catalog, s.namespace, log_name))[0] if s.changelog else None
+        slices = []
+        for p in partitions:
+            start = stored.get(p, 0) if log_stored is None else min(stored.get(p, 0), log_stored.get(p, 0))
+            applied = stored.get(p, 0) if log_stored is None else max(stored.get(p, 0), log_stored.get(p, 0))
+            end = reader.end_offset(self.kafka, topic, p, applied)
+            if end < applied:
+                raise TopicMismatchError(
+                    f"topic {topic} partition {p} ends at offset {end}, below the offset {applied} the lake table {ident} "
+                    "already applied: the topic was recreated or the broker lost its data (the embedded broker keeps "
+                    "topics in memory only). Nothing was skipped silently; re-snapshot the source (setup DAG with "
+                    "snapshot.mode=always, or an ad-hoc snapshot) into a new lake namespace, or drop the lake table."
+                )
+            end = min(end, start + max(self.remaining, 0))
+            if end > start:
+                slices.append((p, start, end))
+                self.remaining -= end - start
+        if not slices:
+            return {"topic": topic, "table": ident, "records": 0, "committed": False}
+        tasks = frames.task_frame(self.spark, topic, offset_slices(slices, self.spark.sparkContext.defaultParallelism))
+        cached: list[DataFrame] = []
+        try:
+            return self._apply(topic, name, tasks, stored, slices, log_stored, cached)
+        finally:
+            for frame in cached:
+                frame.unpersist()
+
+    def _apply(
+        self, topic: str, name: str, tasks: DataFrame, stored: dict[int, int], slices: list[tuple[int, int, int]],
+        log_stored: dict[int, int] | None, cached: list[DataFrame],
+    ) -> dict[str, Any]:
+        s = self.settings
+        ident = s.ident(name)
+        # Each table commits its own offsets, never below what it applied before: with the changelog behind the
+        # table, the read starts at the changelog's offsets and may end (walflow.lake.max.records) below the
+        # table's, which must then keep its own.
+        offsets = dict(stored)
+        log_offsets = dict(log_stored or {})
+        for p, _start, end in slices:
+            offsets[p] = max(end, stored.get(p, 0))
+            log_offsets[p] = max(end, log_offsets.get(p, 0))
+        phase = time.monotonic()
+        decoded, stats, value_schema, passes = self._decode(topic, ident, tasks, slices)
+        cached.append(decoded)
+        counts, key_names = stats["counts"], stats["key_names"]
+        if stats["problems"]:
+            raise self._unappliable(topic, ident, stats)
+        if not counts:
+            return {"topic": topic, "table": ident, "records": 0, "committed": False}
+        if len(stats["sources"]) > 1:
+            tables = ", ".join(sorted(f"{a}.{b}" for a, b in stats["sources"]))
+            raise LakeError(
+                f"topic {topic} carries the events of several source tables ({tables}): Kafka topic names replace every "
+                "character outside [A-Za-z0-9._-] with '_', so these tables' topic names collide and their events cannot be "
+                "told apart by topic. Rename one of the tables (or exclude it with table.exclude.list), then rebuild the lake "
+                "table from a new snapshot."
+            )
+        timings: dict[str, Any] = {"read_s": round(time.monotonic() - phase, 2), "read_passes": passes}
+        log.info("%s: read and decoded %d record(s) in %.1f s (%d pass(es))", topic, sum(counts.values()), timings["read_s"], passes)
+        if stats["overflowed"]:
+            log.info("%s: %d event(s) hold values the lake types cannot (kept as text in %s)", topic, stats["overflowed"], C.OVERFLOW)
+        self.hooks.reached("after_read", ident)
+        phase = time.monotonic()
+        target = RowShape(value_schema)
+        names, types = target.names, target.types
+        meta = C.TABLE_META + (((C.DELETED, "boolean"),) if s.soft_deletes else ())
+        properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, field_defaults(value_schema), meta)
+        self.hooks.reached("after_ddl", ident)
+        timings["table_s"] = round(time.monotonic() - phase, 2)
+        phase = time.monotonic()
+        frame = frames.events_only(decoded, names).withColumn(C.POSITION, frames.position_column())
+        # the before image of a keyless update is not an event of its own
+        before_image = (F.col(C.OP) == "u") & (F.col(C.SIGN) < 0)
+        keyed = bool(key_names)
+        if log_stored is not None:
+            self._append_changelog(topic, name, frame.filter(~before_image), log_stored, log_offsets, names, types)
+            self.hooks.reached("after_changelog", ident)
+            frame = frame.filter(frames.from_offsets(stored))
+        truncated_at = properties.get(C.TRUNCATED_AT)
+        if truncated_at:
+            # Events older than a truncate the table already applied are obsolete even when redelivered later. The
+            # truncate itself stays: a crash between recording it and its DELETE must still see it applied.
+            frame = frame.filter(F.col(C.POSITION) >= truncated_at)
+        cut = None
+        if counts.get("t"):
+            cut = frame.filter(F.col(C.OP) == "t").select(
+                F.max(F.struct(C.POS_A, C.POS_B, C.POS_C, C.POSITION, C.LSN, C.SOURCE_TS)).alias("m")
+            ).collect()[0]["m"]
+        if cut is not None:
+            # A truncate removes every row older than it; later events still apply. This commit carries no
+            # offsets: a crash after it repeats it, which changes nothing (it only touches older rows).
+            if not truncated_at or cut[C.POSITION] > truncated_at:
+                # remembered first: a redelivered event older than the truncate must not bring a truncated row back
+                self.spark.sql(sql.set_property(ident, C.TRUNCATED_AT, cut[C.POSITION]))
+            commit(self.spark, sql.truncate(ident, cut[C.POSITION], cut[C.LSN], cut[C.SOURCE_TS], s.soft_deletes), {}, "truncate")
+            self.hooks.reached("after_truncate", ident)
+            if s.soft_deletes and keyed:
+                # soft deletes keep every row the source had: the rows the truncate removed are written too,
+                # flagged (below, once the latest event per key is known)
+                frame = frame.withColumn("_walflow_truncated", ~frames.after(cut))
+            else:
+                frame = frame.filter(frames.after(cut))
+        frame = frame.filter(F.col(C.OP) != "t")
+        properties_out = {
+            C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
+            C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
+        }
+        if stats["skipped"]:
+            skipped = [f"{topic}:{p['partition']}:{p['offset']}" for p in stats["skipped"]]
+            log.warning("%s: skipped %d record(s) listed in walflow.lake.accept.records that are not change events: %s", topic, len(skipped), skipped)
+            properties_out[C.SKIPPED_PROPERTY] = orjson.dumps(skipped).decode()
+        result: dict[str, Any] = {}
+        if keyed:
+            self._merge_keyed(topic, ident, frame, names, types, key_names, stats, cut, before_image, properties_out)
+        elif counts.get("u") or counts.get("d"):
+            result["unmatched_before_images"] = merge_keyless(self.spark, ident, frame, names, types, properties_out, s.soft_deletes)
+        else:
+            # inserts only (a table without key, e.g. an append-only history): every event is a new row
+            self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(ident, view, names, s.soft_deletes), properties_out, "insert"))
+        self.hooks.reached("after_commit", ident)
+        timings["merge_s"] = round(time.monotonic() - phase, 2)
+        log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
+        records = int(sum(counts.values()))
+        return {"topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets, "timings": timings, **result}
+
+    def _merge_keyed(
+        self, topic: str, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
+        stats: dict[str, Any], cut: Any, before_image: Any, properties: dict[str, str],
+    ) -> None:
+        missing = [k for k in key_names if k not in names]
+        if missing:
+            raise LakeSchemaError(f"topic {topic}: the key field(s) {missing} are not columns of the events' rows, so the lake table {ident} cannot match rows by key")
+        if stats["keyless"]:
+            log.warning(
+                "%s: %d update(s)/delete(s) came without a key (written before the table had one, or under REPLICA IDENTITY "
+                "USING INDEX, whose old rows lack the key): they are matched by the key columns of their row, and those "
+                "whose key columns are null match nothing. Use REPLICA IDENTITY DEFAULT or FULL for tables with a key.",
+                topic,
+                stats["keyless"],
+            )
+        fitted = [k for k in key_names if types[k] in _FITTED_KEY_TYPES]
+        keys = [F.col(sql_quote(k)) for k in key_names] + [F.element_at(C.OVERFLOW, F.lit(k)) for k in fitted]
+        frame = frame.filter(~before_image)
+        if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
+            toastable = [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
+            frame = frames.resolve_toast(frame, keys, toastable)
+        frame = frames.latest_per_key(frame, keys)
+        if "_walflow_truncated" in frame.columns:
+            gone = F.col("_walflow_truncated") & (F.col(C.OP) != "d")
+            for column, value in (
+                (C.OP, F.lit("t")), (C.POSITION, F.lit(cut[C.POSITION])),
+                (C.LSN, F.lit(cut[C.LSN]).cast("bigint")), (C.SOURCE_TS, F.lit(cut[C.SOURCE_TS]).cast("bigint")),
+            ):
+                frame = frame.withColumn(column, F.when(gone, value).otherwise(F.col(column)))
+        statement = lambda view: sql.merge_keyed(ident, view, names, key_names, fitted, self.settings.soft_deletes)  # noqa: E731
+        self._with_view(frame, lambda view: commit(self.spark, statement(view), properties, "merge"))
+
+    def _with_view(self, frame: DataFrame, run: Any) -> None:
+        view = f"walflow_src_{uuid.uuid4().hex[:8]}"
+        frame.createOrReplaceTempView(view)
+        try:
+            run(view)
+        finally:
+            self.spark.catalog.dropTempView(view)
+
+    def _append_changelog(
+        self, topic: str, name: str, frame: DataFrame, log_stored: dict[int, int], offsets: dict[int, int], names: list[str], types: dict[str, str]
+    ) -> None:
+        """Append every event not yet in the changelog table (an audit trail: one row per event)."""
+        log_ident = self.settings.ident(name + "__changelog")
+        ensure_table(self.spark, log_ident, self.settings.namespace_ident(), names, types, {}, C.CHANGELOG_META)
+        properties = {C.OFFSETS_PROPERTY: format_offsets({topic: offsets})}
+        self._with_view(
+            frame.filter(frames.from_offsets(log_stored)),
+            lambda view: commit(self.spark, sql.changelog_insert(log_ident, view, names), properties, "changelog"),
+        )
+
+    # -- decoding: a guessed target, checked against what was read ------------------------------------
+    def _decode(self, topic: str, ident: str, tasks: DataFrame, slices: list[tuple[int, int, int]]) -> tuple[DataFrame, dict[str, Any], dict[str, Any], int]:
+        """Decode the slices once with the guessed target, again only when the records showed it was wrong.
+
+        Returns (the decoded frame, cached; its statistics; the target value schema; the number of passes).
+        """
+        guess = self._guess(ident, reader.last_records(self.kafka, topic, slices))
+        accept = self.settings.accepted(topic)
+        for passes in (1, 2, 3):
+            plan = DecodePlan(topic, self.kafka, guess.schema, field_defaults(guess.schema), self.placeholders, guess.watch, accept)
+            decoded = frames.decode(tasks, plan).persist()
+            stats = frames.run_stats(decoded)
+            better = self._better_guess(ident, guess, stats)
+            if better is None:
+                return decoded, stats, guess.schema, passes
+            log.info("%s: the records read do not have the columns guessed from the slices' last records; decoding again", topic)
+            decoded.unpersist()
+            guess = better
+        raise LakeError(f"topic {topic}: the schema of its records kept changing between passes; run the job again")
+
+    def _guess(self, ident: str, sample: list[Any]) -> Guess:
+        """The target from the newest of the slices' last records: its schema, or for records without a schema
+        part the lake table's columns plus those the sampled rows suggest."""
+        best: tuple[tuple[int, int, int], str, str] | None = None
+        kinds: dict[str, set[str]] = {}
+        for schema_hash, text, _p, _o, _k, _key, payload, _n, error in split_records(sample):
+            if error is not None or not isinstance(payload, dict):
+                continue
+            position = source_position(payload.get("source") or {}, payload.get("transaction"))
+            if schema_hash and text and (best is None or position > best[0]):
+                best = (position, schema_hash, text)
+            row = payload.get("after") or payload.get("before")
+            if not schema_hash and isinstance(row, dict):
+                for column, value in row.items():
+                    seen = kinds.setdefault(column, set())
+                    kind = json_kind(value)
+                    if kind is not None:
+                        seen.add(kind)
+        if best is not None:
+            return Guess(orjson.loads(best[2]), best[1])
+        return self._schemaless_guess(ident, kinds)
+
+    def _schemaless_guess(self, ident: str, kinds: dict[str, set[str]]) -> Guess:
+        """Columns the lake table already has keep its types; the others take the type their JSON values suggest
+        (:func:`walflow.lake.loose.inferred_type`) and are watched while decoding."""
+        existing: list[tuple[str, str]] = []
+        if table_exists(self.spark, ident):
+            existing = [(f.name, f.dataType.simpleString()) for f in self.spark.table(ident).schema.fields if not f.name.startswith(C.PREFIX)]
+        known = {n for n, _t in existing}
+        fields = [loose_field(n, t) for n, t in existing]
+        new = [n for n in kinds if n not in known]
+        fields += [loose_field(n, inferred_type(kinds[n])) for n in new]
+        return Guess(loose_schema(fields), "", tuple(new))
+
+    def _better_guess(self, ident: str, guess: Guess, stats: dict[str, Any]) -> Guess | None:
+        """None when ``guess`` fits what was read, else the target to decode with."""
+        newest = stats["newest"]
+        if newest is not None:
+            if newest == guess.hash:
+                return None
+            return Guess(orjson.loads(stats["schemas"][newest]), newest)
+        if "" not in stats["schemas"]:
+            return None  # nothing was read that has a row
+        current = {f["field"]: f["parameters"]["spark"] for f in RowShape(guess.schema).fields if f.get("name") == "walflow.lake.Loose"}
+        watched = set(guess.watch)
+        kinds = stats["kinds"]
+        if not guess.hash and all(n in current for n in kinds) and all(inferred_type(kinds[n]) == current[n] for n in watched & set(kinds)):
+            return None
+        return self._schemaless_guess(ident, {n: k for n, k in kinds.items() if n not in current or n in watched})
+
+    def _unappliable(self, topic: str, ident: str, stats: dict[str, Any]) -> UnappliableRecordError:
+        problems = stats["problems"]
+        described = "; ".join(
+            f"partition {p['partition']} offset {p['offset']}"
+            + (f" column {p['column']!r}" if p.get("column") else "")
+            + (f" value {p['value']}" if "value" in p else "")
+            + f" ({p['error']})"
+            for p in problems[:5]
+        )
+        first = problems[0]
+        schemaless = any(p.get("schemaless") for p in problems)
+        return UnappliableRecordError(
+            f"topic {topic}: {len(problems)} record(s) cannot be applied to lake table {ident}, e.g. {described}. Nothing "
+            "of this topic was committed. "
+            + (
+                "These records have no schema part, so walflow types their columns from the lake table or the JSON values: "
+                "set value.converter.schemas.enable: true for this connector, or rebuild the lake table. "
+                if schemaless
+                else ""
+            )
+            + f"To apply them anyway, add '{topic}:{first['partition']}:{first['offset']}' (each record named) to "
+            "walflow.lake.accept.records and run again: each value that cannot be converted is then null in its column "
+            f"with its exact text in {C.OVERFLOW}, and a record that is not a change event is skipped and listed in the "
+            f"commit's summary ({C.SKIPPED_PROPERTY}); the offsets still commit with the data, so the lake stays exactly once.",
+            problems,
+        )

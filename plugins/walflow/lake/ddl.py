@@ -1,0 +1,65 @@
+"""Creating lake tables and evolving them with the source: new columns (with their defaults), in-place widenings,
+missing metadata columns. Anything else stops the job before it commits."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import _parse_datatype_string
+
+from walflow.errors import LakeSchemaError
+from walflow.lake import columns as C
+from walflow.lake import sql
+from walflow.lake.history import commit, table_exists
+from walflow.lake.types import check_evolution, sql_literal
+
+log = logging.getLogger("walflow.apply")
+
+
+def simple_type(ddl_type: str) -> str:
+    """Spark's simple string of a DDL type (``timestamp_ntz``, ``decimal(10,2)``...), as the catalog reports it."""
+    return _parse_datatype_string(ddl_type).simpleString()
+
+
+def ensure_table(
+    spark: SparkSession, ident: str, namespace: str, names: list[str], types: dict[str, str], defaults: dict[str, Any], meta: tuple[tuple[str, str], ...]
+) -> dict[str, str]:
+    """Create the table, or bring it to the events' schema: add columns, widen types, add missing metadata
+    columns. Returns the table's properties.
+
+    A column added with a default is recorded as pending in a table property before it is added, and filled in
+    the table's existing rows afterwards, so a crash between the steps is finished by the next run.
+    """
+    if not table_exists(spark, ident):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        spark.sql(sql.create_table(ident, [*((n, types[n]) for n in names), *meta]))
+        return {}
+    existing = {f.name: f.dataType.simpleString() for f in spark.table(ident).schema.fields}
+    wanted = {n: simple_type(types[n]) for n in names}
+    add, widen, problems = check_evolution(existing, wanted)
+    if problems:
+        raise LakeSchemaError(
+            f"lake table {ident} cannot take the source's new schema: {'; '.join(problems)}. walflow adds columns and widens "
+            "int→bigint, float→double and a decimal's precision (same scale), the changes Iceberg makes in place; any other "
+            "type change (a narrowing, or e.g. int→text) needs the lake table rebuilt: drop it (or set walflow.lake.namespace "
+            "to a new namespace) and re-snapshot the source table."
+        )
+    for name, new_type in widen.items():
+        log.info("%s: widening column %s from %s to %s", ident, name, existing[name], new_type)
+        spark.sql(sql.widen_column(ident, name, new_type))
+    for name, meta_type in meta:
+        if name not in existing:
+            spark.sql(sql.add_column(ident, name, meta_type))
+    for name in add:
+        if name in defaults:
+            # PostgreSQL gave every existing row the default without a change event: so must the lake.
+            spark.sql(sql.set_property(ident, C.PENDING_DEFAULT + name, sql_literal(defaults[name], types[name])))
+        spark.sql(sql.add_column(ident, name, types[name]))
+    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
+    for key, literal in properties.items():
+        if key.startswith(C.PENDING_DEFAULT):
+            commit(spark, sql.fill_default(ident, key[len(C.PENDING_DEFAULT) :], literal), {}, "default")
+            spark.sql(sql.unset_property(ident, key))
+    return properties

@@ -1,0 +1,148 @@
+"""Spark frames of the job (driver side): the decoded events of a topic and what Spark learns about them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pyspark.rdd import PythonEvalType
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.udf import UserDefinedFunction
+
+from walflow.lake import columns as C
+from walflow.lake.decoder import EVENT_OPS, DecodePlan, Decoder
+from walflow.lake.naming import sql_quote
+from walflow.lake.reader import key_names
+
+
+def map_in_arrow(frame: DataFrame, function: Any, ddl: str) -> DataFrame:
+    """``frame.mapInArrow(function, ddl)``: Arrow batches in and out of the Python workers, no row pickling.
+
+    PySpark 3.5's public ``mapInArrow`` insists on pandas although it does not use it; without pandas the same
+    plan (a SQL_MAP_ARROW_ITER_UDF over every column) is built directly.
+    """
+    try:
+        import pandas  # noqa: F401  (only whether it is installed matters)
+    except ImportError:
+        udf = UserDefinedFunction(function, returnType=ddl, name="walflow_arrow", evalType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+        column = udf(*[frame[sql_quote(c)] for c in frame.columns])
+        return DataFrame(frame._jdf.pythonMapInArrow(column._jc.expr(), False), frame.sparkSession)
+    return frame.mapInArrow(function, ddl)
+
+
+def task_frame(spark: SparkSession, topic: str, tasks: list[tuple[int, int, int]]) -> DataFrame:
+    """One row (topic, partition, start, end) per offset slice, one Spark partition each."""
+    rows = spark.sparkContext.parallelize([(topic, *t) for t in tasks], len(tasks))
+    return spark.createDataFrame(rows, "topic string, partition int, start bigint, end bigint")
+
+
+def decode(tasks: DataFrame, plan: DecodePlan) -> DataFrame:
+    """The decoded events of the slices of ``tasks`` (every column of :meth:`DecodePlan.columns`)."""
+    return map_in_arrow(tasks, Decoder(plan), plan.ddl())
+
+
+def run_stats(frame: DataFrame) -> dict[str, Any]:
+    """What the run holds, computed by Spark over the decoded (cached) frame: op counts, schemas and the newest,
+    a key, TOAST placeholders, changes without key, source tables, problems and schemaless JSON kinds."""
+    is_event = F.col(C.OP).isNotNull() & ~((F.col(C.OP) == "u") & (F.col(C.SIGN) < 0))
+    order = F.struct(*[F.col(c) for c in C.ORDER])
+    summary = frame.agg(
+        *[F.sum(F.when(is_event & (F.col(C.OP) == op), 1).otherwise(0)).alias(f"n_{op}") for op in EVENT_OPS],
+        F.map_from_entries(F.collect_set(F.when(is_event & ~F.col(C.OP).isin(*EVENT_OPS), F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
+        F.max_by(C.HASH, F.when((F.col(C.HASH) != "") & F.col(C.OP).isNotNull(), order)).alias("newest"),
+        F.collect_set(F.when(F.col(C.SCHEMA).isNotNull(), F.struct(F.col(C.HASH).alias("h"), F.col(C.SCHEMA).alias("s")))).alias("schemas"),
+        F.first(C.KEY, ignorenulls=True).alias("key"),
+        F.sum(F.when((F.size(C.TOAST) > 0) & is_event, 1).otherwise(0)).alias("toasted"),
+        F.sum(F.when(~F.col(C.KEYED) & F.col(C.OP).isin("u", "d") & is_event, 1).otherwise(0)).alias("keyless"),
+        F.collect_set(F.when(F.col(C.SRC_TABLE).isNotNull(), F.struct(F.col(C.SRC_SCHEMA).alias("s"), F.col(C.SRC_TABLE).alias("t")))).alias("sources"),
+        F.count(C.PROBLEM).alias("problems"),
+        F.slice(F.collect_list(C.PROBLEM), 1, 1000).alias("problem_list"),
+        F.collect_list(C.KINDS).alias("kinds"),
+        F.sum(F.when(F.col(C.OVERFLOW).isNotNull(), 1).otherwise(0)).alias("overflowed"),
+    ).collect()[0]
+    kinds: dict[str, set[str]] = {}
+    for text in summary["kinds"] or []:
+        for column, seen in orjson.loads(text).items():
+            kinds.setdefault(column, set()).update(seen)
+    problems = [orjson.loads(p) for p in summary["problem_list"] or []]
+    counts = {op: int(summary[f"n_{op}"] or 0) for op in EVENT_OPS}
+    counts = {op: n for op, n in counts.items() if n}
+    for op in summary["other_ops"] or {}:  # events of another kind ("m" messages...): counted, never applied
+        counts[op] = int(frame.filter(is_event & (F.col(C.OP) == op)).count())
+    return {
+        "counts": counts,
+        "schemas": {r["h"]: r["s"] for r in summary["schemas"] or []},
+        "newest": summary["newest"] or None,
+        "key_names": key_names(summary["key"]),
+        "toasted": summary["toasted"] or 0,
+        "keyless": summary["keyless"] or 0,
+        "sources": {(r["s"], r["t"]) for r in summary["sources"] or []},
+        "problems": [p for p in problems if not p.get("accepted")],
+        "problem_count": int(summary["problems"] or 0),
+        "skipped": [p for p in problems if p.get("accepted")],
+        "kinds": kinds,
+        "overflowed": int(summary["overflowed"] or 0),
+    }
+
+
+def events_only(frame: DataFrame, names: list[str]) -> DataFrame:
+    """The decoded frame without its statistics columns and without problem rows."""
+    keep = [n for n, _t in C.FRAME_META] + names
+    return frame.filter(F.col(C.OP).isin(*EVENT_OPS)).select(*[sql_quote(n) for n in keep])
+
+
+def position_column() -> Column:
+    """``_walflow_position``: the commit and change positions as fixed-width hex, so text order is position order."""
+    return F.format_string("%016X/%016X", C.POS_A, C.POS_B)
+
+
+def after(cut: Any) -> Column:
+    """A filter keeping the events after position ``cut`` (a row with _walflow_pos_a/b/c)."""
+    a, b, c = (F.col(x) for x in (C.POS_A, C.POS_B, C.POS_C))
+    ca, cb, cc = cut[C.POS_A], cut[C.POS_B], cut[C.POS_C]
+    return (a > ca) | ((a == ca) & ((b > cb) | ((b == cb) & (c > cc))))
+
+
+def from_offsets(starts: dict[int, int]) -> Column:
+    """A filter keeping the events at or after each partition's start offset."""
+    keep = F.lit(True)
+    for partition, start in starts.items():
+        keep = keep & ((F.col(C.PARTITION) != partition) | (F.col(C.OFFSET) >= start))
+    return keep
+
+
+def latest_per_key(frame: DataFrame, keys: list[Column]) -> DataFrame:
+    """The last event (by source position, then Kafka position) of each key."""
+    latest = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in C.ORDER])
+    return frame.withColumn("_walflow_rank", F.row_number().over(latest)).filter("_walflow_rank = 1").drop("_walflow_rank")
+
+
+def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> DataFrame:
+    """An unchanged TOASTed value takes the latest value an earlier event of the same batch carried, and with it
+    that event's ``_walflow_overflow`` entry for the column.
+
+    Only when no earlier event of the key has it does the placeholder stay, and the MERGE then keeps the
+    lake's current value.
+    """
+    if not columns:
+        return frame
+    history = Window.partitionBy(*keys).orderBy(*C.ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    still_toasted = []
+    carried = []
+    for i, name in enumerate(columns):
+        toasted = F.array_contains(C.TOAST, name)
+        known = f"_walflow_known_{i}"
+        # a struct, so that a real NULL value counts as a value
+        frame = frame.withColumn(
+            known, F.last(F.when(~toasted, F.struct(F.col(sql_quote(name)).alias("v"), F.col(C.OVERFLOW)[name].alias("o"))), ignorenulls=True).over(history)
+        )
+        resolved = toasted & F.col(known).isNotNull()
+        frame = frame.withColumn(name, F.when(resolved, F.col(known).getField("v")).otherwise(F.col(sql_quote(name))))
+        carried.append(F.when(resolved & F.col(known).getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), F.col(known).getField("o").alias("v"))))
+        still_toasted.append(F.when(toasted & F.col(known).isNull(), F.lit(name)))
+    extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
+    merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
+    frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
+    frame = frame.withColumn(C.TOAST, F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
+    return frame.drop(*[f"_walflow_known_{i}" for i in range(len(columns))])

@@ -1,0 +1,90 @@
+"""The lake table's snapshot history: the offsets walflow committed with its data, and commits that carry them.
+
+Exactly once rests on two facts: every commit of the job puts the Kafka offsets it applied into the summary of
+the very snapshot that holds the data (:func:`commit`), and the next run reads them back through the current
+snapshot's ancestry (:func:`stored_position`), refusing a history it cannot trust.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from pyspark.sql import SparkSession
+
+from walflow.errors import LakeHistoryError
+from walflow.lake import columns as C
+from walflow.lake.naming import sql_quote, sql_string
+from walflow.lake.positions import parse_offsets
+
+
+def table_exists(spark: SparkSession, ident: str) -> bool:
+    return bool(spark.catalog.tableExists(ident))
+
+
+def stored_position(spark: SparkSession, ident: str, topic: str, rollback: tuple[str, str, str]) -> tuple[dict[int, int], dict[int, str]]:
+    """The offsets committed with the newest walflow snapshot that has them, and the fingerprints of the last
+    record applied from each partition (committed alongside).
+
+    The walk follows the current snapshot's ancestry (a rollback leaves the rolled-back snapshots out). Every
+    snapshot on the way must be walflow's (it carries ``walflow.commit`` or offsets) or a compaction
+    (operation ``replace``, data unchanged): a snapshot written by anyone else means the table may no longer
+    equal the source, and applying on top of it would hide that, so the job stops. ``rollback`` is (catalog,
+    namespace, table name) for the message's advice.
+    """
+    if not table_exists(spark, ident):
+        return {}, {}
+    snapshots = {r["snapshot_id"]: r for r in spark.sql(f"SELECT snapshot_id, parent_id, operation, committed_at, summary FROM {ident}.snapshots").collect()}
+    refs = spark.sql(f"SELECT snapshot_id FROM {ident}.refs WHERE name = 'main'").collect()
+    current = refs[0]["snapshot_id"] if refs else None
+    while current is not None and current in snapshots:
+        row = snapshots[current]
+        summary = row["summary"] or {}
+        text = summary.get(C.OFFSETS_PROPERTY)
+        if row["operation"] != "replace" and C.COMMIT_PROPERTY not in summary and not text:
+            catalog, namespace, name = rollback
+            raise LakeHistoryError(
+                f"lake table {ident} was changed by another writer: its snapshot {current} ({row['operation']}, "
+                f"committed at {row['committed_at']}) was not written by walflow, so the table may no longer equal the "
+                "source, and walflow will not apply changes on top of it. Undo that change with CALL "
+                f"{sql_quote(catalog)}.system.rollback_to_snapshot({sql_string(sql_quote(namespace) + '.' + sql_quote(name))}, {row['parent_id']}) "
+                "(the snapshot before it), or drop the lake table and re-snapshot the source; only compaction "
+                "(rewrite_data_files, operation 'replace') may run on walflow's tables."
+            )
+        if text:
+            prints = orjson.loads(summary.get(C.FINGERPRINTS_PROPERTY) or "{}").get(topic, {})
+            return parse_offsets(text).get(topic, {}), {int(p): v for p, v in prints.items()}
+        current = row["parent_id"]
+    if current is not None:
+        # The ancestry ends at an expired snapshot before any that carries offsets: starting again from offset
+        # 0 would apply every event twice (and duplicate the rows of keyless tables), so stop instead.
+        raise LakeHistoryError(
+            f"lake table {ident}: the snapshots since walflow last committed offsets do not reach back to one that "
+            f"has them (snapshot {current} was expired), so the job cannot tell which Kafka records it already applied. "
+            "When expiring snapshots, keep the newest one walflow committed (summary 'walflow.commit'), e.g. "
+            "expire_snapshots(retain_last => 1) only right after a walflow run; now drop the lake table and re-snapshot "
+            "the source, or apply into a new walflow.lake.namespace."
+        )
+    return {}, {}
+
+
+def commit(spark: SparkSession, statement: str, properties: dict[str, str], kind: str) -> None:
+    """Run one SQL commit with ``properties`` and walflow's mark (``walflow.commit`` = ``kind``) in its snapshot summary.
+
+    Iceberg's CommitMetadata keeps commit properties in a thread-local; PySpark pins each Python thread to
+    one JVM thread, so setting it here and running the statement on the same thread attaches them to the
+    statement's own snapshot: the data and its Kafka offsets commit together or not at all.
+    """
+    jvm: Any = spark._jvm  # type: ignore[attr-defined]
+    cls = jvm.org.apache.spark.util.Utils.classForName("org.apache.iceberg.spark.CommitMetadata", True, False)
+    field = cls.getDeclaredField("COMMIT_PROPERTIES")
+    field.setAccessible(True)
+    local = field.get(None)
+    props = jvm.java.util.HashMap()
+    for key, value in {**properties, C.COMMIT_PROPERTY: kind}.items():
+        props.put(key, value)
+    local.set(props)
+    try:
+        spark.sql(statement)
+    finally:
+        local.remove()

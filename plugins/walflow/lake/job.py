@@ -1,0 +1,94 @@
+"""The lake job's entry point: ``include/spark/apply_changes.py`` calls :func:`main` under spark-submit.
+
+    spark-submit --jars iceberg-spark-runtime-3.5_2.12-1.10.2.jar --conf spark.sql.catalog.lake=... \\
+        include/spark/apply_changes.py --settings '<LakeSettings JSON>'
+
+The Kafka client settings (``bootstrap.servers``, TLS, SASL) come from ``$WALFLOW_KAFKA_CONFIG`` (JSON), the Airflow
+task's environment, never from the command line. ``$WALFLOW_APPLY_HOOKS`` may name hooks to call at each step
+(:mod:`walflow.lake.hooks`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pyspark.sql import SparkSession
+
+import walflow
+from walflow.lake.apply import LakeJob
+from walflow.lake.hooks import load_hooks
+from walflow.lake.settings import KAFKA_ENV, LakeSettings
+
+log = logging.getLogger("walflow.apply")
+#: the modules the executors import (the decoder and what it needs): pure Python, no Spark, no pydantic
+EXECUTOR_MODULES = ("__init__.py", "errors.py", "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/loose.py",
+                    "lake/naming.py", "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py")
+
+
+def kafka_settings(bootstrap: str | None = None) -> dict[str, Any]:
+    """librdkafka settings from ``$WALFLOW_KAFKA_CONFIG`` (the Kafka Connection's extras), ``bootstrap`` over them."""
+    text = os.environ.get(KAFKA_ENV, "").strip()
+    settings = orjson.loads(text) if text else {}
+    if bootstrap:
+        settings["bootstrap.servers"] = bootstrap
+    if not settings.get("bootstrap.servers"):
+        raise SystemExit(f"no Kafka bootstrap servers: set {KAFKA_ENV} to the Kafka Connection's extras, or pass --bootstrap")
+    return settings
+
+
+def executor_archive(folder: Path) -> Path:
+    """A zip of the modules the executors import, in ``folder``."""
+    package = Path(walflow.__file__).parent
+    archive = folder / "walflow_lake.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for module in EXECUTOR_MODULES:
+            zf.write(package / module, f"walflow/{module}")
+    return archive
+
+
+def ship_walflow(spark: SparkSession) -> None:
+    """Make the decoder importable on the executors of any cluster.
+
+    On a cluster the executors do not have this repository, so the modules they import are zipped on the driver
+    and added with ``addPyFile``.
+    """
+    spark.sparkContext.addPyFile(str(executor_archive(Path(tempfile.mkdtemp(prefix="walflow-pyfiles-")))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="apply a walflow connector's change events to Iceberg")
+    parser.add_argument("--settings", required=True, help="the connector's LakeSettings as JSON")
+    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers, over those of $WALFLOW_KAFKA_CONFIG")
+    parser.add_argument("--topics", default="", help="comma-separated topics (default: every table topic of the connector)")
+    parser.add_argument("--result", default="", help="write the JSON summary to this file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = LakeSettings.from_argument(args.settings)
+    kafka = kafka_settings(args.bootstrap)
+    spark = SparkSession.builder.appName(f"walflow-apply-{settings.connector}").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.master.startswith("local"):
+        ship_walflow(spark)
+    started = time.monotonic()
+    only = [t.strip() for t in args.topics.split(",") if t.strip()] or None
+    results = LakeJob(spark, settings, kafka, load_hooks()).run(only)
+    summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}
+    text = orjson.dumps(summary, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    print(f"WALFLOW_APPLY_SUMMARY {text}")
+    if args.result:
+        Path(args.result).write_text(text)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Kafka for the lake job: topics, partition ends, record fingerprints, and the offset slices the executors read.
+
+Only plain consumer features are used (assign, poll, partition EOF), so the embedded broker and Apache Kafka
+behave alike (DESIGN.md: ListOffsets can be short on the embedded broker, so a partition's end is found by
+consuming to EOF). ``kafka`` is always a dict of librdkafka settings with ``bootstrap.servers``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from walflow.errors import LakeError
+
+#: Consumer settings of the bulk reads. librdkafka stops fetching while its local queue holds more than
+#: ``queued.max.messages.kbytes``; at the default (64 MB, the size of one large fetch) fetching and consuming
+#: take turns instead of overlapping, which cut the read of the apply benchmark's records to a quarter of the
+#: broker's pace. The Kafka Connection's extras override these.
+READ_SETTINGS: dict[str, Any] = {"fetch.max.bytes": 64 * 1024 * 1024, "queued.max.messages.kbytes": 256 * 1024}
+#: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
+#: (500 ms by default), so the end of a partition shows sooner with a short wait.
+SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
+
+Record = tuple[int, int, "bytes | None", "bytes | None"]  # partition, offset, key, value
+
+
+def consumer(kafka: dict[str, Any], **overrides: Any) -> Consumer:
+    """A consumer that commits nothing (the lake keeps its offsets in Iceberg) and reports partition EOF."""
+    settings: dict[str, Any] = {
+        "group.id": f"walflow-apply-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }
+    settings.update(overrides)
+    settings.update({k: v for k, v in kafka.items() if not k.startswith("walflow.")})
+    return Consumer(settings)
+
+
+def list_topics(kafka: dict[str, Any]) -> dict[str, list[int]]:
+    """Every topic of the cluster without error, with its partitions."""
+    client = consumer(kafka)
+    try:
+        metadata = client.list_topics(timeout=30)
+    finally:
+        client.close()
+    return {name: sorted(meta.partitions) for name, meta in metadata.topics.items() if meta.error is None}
+
+
+def partition_end(client: Consumer, topic: str, partition: int, start: int, timeout: float = 30.0) -> int:
+    """A partition's end offset, found by consuming to EOF with ``client`` (``enable.partition.eof`` set).
+
+    ListOffsets can be short by the last batch on some Kafka-compatible brokers (see DESIGN.md), so it only
+    gives where to begin reading: one record before it, or ``start`` when that is further.
+    """
+    _low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+    begin = max(0, min(high, max(start, high - 1)))
+    client.assign([TopicPartition(topic, partition, begin)])
+    end = begin
+    while True:
+        msg = client.poll(timeout)
+        if msg is None:
+            raise LakeError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                return max(end, msg.offset()) if msg.offset() >= 0 else end
+            raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+        end = msg.offset() + 1
+
+
+def end_offset(kafka: dict[str, Any], topic: str, partition: int, start: int) -> int:
+    client = consumer(kafka, **SMALL_READS)
+    try:
+        return partition_end(client, topic, partition, start)
+    finally:
+        client.close()
+
+
+def record_fingerprint(client: Consumer, topic: str, partition: int, offset: int, timeout: float = 30.0) -> str:
+    """A short hash of the record at ``offset`` (key and value), or "" when the partition has no such record.
+
+    Stored with the lake's offsets, it tells a topic that was recreated and refilled (same offsets, other
+    records) from the topic the lake read.
+    """
+    client.assign([TopicPartition(topic, partition, offset)])
+    msg = client.poll(timeout)
+    if msg is None:
+        raise LakeError(f"no answer from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+    if msg.error():
+        if msg.error().code() == KafkaError._PARTITION_EOF:
+            return ""
+        raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+    if msg.offset() != offset:
+        return ""  # the record is gone (retention, or a shorter recreated topic)
+    digest = hashlib.sha1()
+    digest.update(msg.key() or b"")
+    digest.update(b"\0")
+    digest.update(msg.value() or b"")
+    return digest.hexdigest()[:16]
+
+
+def fingerprints(kafka: dict[str, Any], topic: str, offsets: dict[int, int]) -> dict[int, str]:
+    """Fingerprints of the records just before each partition's offset (the last ones applied)."""
+    client = consumer(kafka, **SMALL_READS)
+    try:
+        return {p: record_fingerprint(client, topic, p, o - 1) for p, o in offsets.items() if o > 0}
+    finally:
+        client.close()
+
+
+def first_records(kafka: dict[str, Any], topic: str, partitions: list[int], timeout: float = 10.0) -> Iterator[Record]:
+    """The records of each partition from its beginning, until the caller stops (used to find a topic's source)."""
+    client = consumer(kafka, **SMALL_READS)
+    try:
+        for partition in partitions:
+            client.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                msg = client.poll(1.0)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        break
+                    raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+                yield partition, msg.offset(), msg.key(), msg.value()
+    finally:
+        client.close()
+
+
+def last_records(kafka: dict[str, Any], topic: str, slices: list[tuple[int, int, int]], window: int = 16) -> list[Record]:
+    """The last record with a value (not a tombstone) among the last ``window`` records of each (partition, start,
+    end) slice: what the driver samples to guess the run's newest schema."""
+    out = []
+    client = consumer(kafka, **SMALL_READS)
+    try:
+        for partition, start, end in slices:
+            last = None
+            client.assign([TopicPartition(topic, partition, max(start, end - window))])
+            while True:
+                msg = client.poll(30)
+                if msg is None or msg.error() or msg.offset() >= end:
+                    break
+                if msg.value() is not None:
+                    last = (partition, msg.offset(), msg.key(), msg.value())
+                if msg.offset() + 1 >= end:
+                    break
+            if last is not None:
+                out.append(last)
+    finally:
+        client.close()
+    return out
+
+
+def read_slice(kafka: dict[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[Record]:
+    """Yield (partition, offset, key, value) for offsets [start, end) of one partition (runs on the executors)."""
+    if end <= start:
+        return
+    client = consumer(kafka, **READ_SETTINGS)
+    try:
+        client.assign([TopicPartition(topic, partition, start)])
+        idle_since = time.monotonic()
+        while True:
+            # consume() returns when it has the batch or the timeout passed: keep the timeout short
+            messages = client.consume(5000, 0.5)
+            if not messages:
+                if time.monotonic() - idle_since > 60:
+                    raise LakeError(f"{topic}[{partition}]: nothing to read before offset {end} for 60 s")
+                continue
+            idle_since = time.monotonic()
+            for msg in messages:
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        raise LakeError(f"{topic}[{partition}] ended at {msg.offset()} before {end}: was the topic recreated?")
+                    raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+                if msg.offset() >= end:
+                    return
+                yield partition, msg.offset(), msg.key(), msg.value()
+                if msg.offset() + 1 >= end:
+                    return
+    finally:
+        client.close()
+
+
+def key_names(key: bytes | bytearray | None) -> list[str]:
+    """The field names of a record key (with or without its schema part)."""
+    if key is None:
+        return []
+    doc = orjson.loads(bytes(key))
+    if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
+        doc = doc["payload"]
+    return list(doc.keys()) if isinstance(doc, dict) else []
