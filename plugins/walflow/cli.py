@@ -19,7 +19,7 @@ import orjson
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from walflow.config import resolve
+from walflow.config import ConnectorConfig, resolve
 from walflow.errors import WalflowError
 from walflow.lake.settings import LakeSettings
 from walflow.source import HealthLimits, assess_slot_health, connect, health_limits, slot_health
@@ -105,15 +105,19 @@ def lake_status(warehouse: str, namespace: str) -> list[dict[str, Any]]:
     return tables
 
 
-def status(connector: str, dsn: str | None = None, warehouse: str | None = None) -> dict[str, Any]:
-    config = resolve(connector)
+def source_conninfo(config: ConnectorConfig, dsn: str | None) -> str:
+    """The source's libpq string: ``dsn`` (with the connector's TLS settings unless it sets them) or the Connection."""
     options = config.conninfo_options()
     if dsn:
         # the connector's TLS settings apply to --dsn too, unless the string sets them itself
         given = conninfo_to_dict(dsn)
-        conninfo = make_conninfo(dsn, **{k: v for k, v in options.items() if k not in given})
-    else:
-        conninfo = _conninfo(config.walflow_postgres_conn_id, options)
+        return make_conninfo(dsn, **{k: v for k, v in options.items() if k not in given})
+    return _conninfo(config.walflow_postgres_conn_id, options)
+
+
+def status(connector: str, dsn: str | None = None, warehouse: str | None = None) -> dict[str, Any]:
+    config = resolve(connector)
+    conninfo = source_conninfo(config, dsn)
     limits = health_limits(config)
     source = slot_status(conninfo, config.name, config.slot_name, config.state_table, limits, config.database_initial_statements)
     result: dict[str, Any] = {"connector": config.name, "source": source}
@@ -175,10 +179,29 @@ def main(argv: list[str] | None = None) -> int:
     cmd.add_argument("--dsn", default=None, help="libpq conninfo of the source (default: the connector's Airflow Connection)")
     cmd.add_argument("--warehouse", default=None, help="Hadoop-catalog warehouse folder of the lake")
     cmd.add_argument("--json", action="store_true", help="print JSON")
+    cmd = commands.add_parser(
+        "reset",
+        help="start a connector over after its topics were lost: drop its slot and state (and with --lake its lake "
+        "tables); the next setup run takes a new snapshot",
+    )
+    cmd.add_argument("connector", help="connector name (or YAML path)")
+    cmd.add_argument("--lake", action="store_true", help="also drop the connector's lake tables (Hadoop catalog on a local folder)")
+    cmd.add_argument("--dsn", default=None, help="libpq conninfo of the source (default: the connector's Airflow Connection)")
     args = parser.parse_args(argv)
     import logging
 
     logging.getLogger("pyiceberg").setLevel(logging.WARNING)
+    if args.command == "reset":
+        from walflow.reset import reset_connector
+
+        try:
+            config = resolve(args.connector)
+            report = reset_connector(config, source_conninfo(config, args.dsn), lake=args.lake)
+        except WalflowError as exc:
+            print(f"walflow reset: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(report.lines()))
+        return 0
     try:
         result = status(args.connector, args.dsn, args.warehouse)
     except WalflowError as exc:

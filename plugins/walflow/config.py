@@ -221,6 +221,7 @@ class ConnectorConfig(BaseModel):
         "column_propagate_source_type",
         "datatype_propagate_source_type",
         "snapshot_select_statement_overrides",
+        "walflow_lake_accept_records",
         mode="before",
     )
     @classmethod

@@ -67,6 +67,7 @@ def pending(dsn: str, slot: str) -> int:
         return pending_wal_bytes(conn, slot)
 
 
+@pytest.mark.disruptive  # the server's pending WAL: nothing else may write beside it
 def test_sensor_returns_once_writes_pass_the_threshold(wal_connector: dict[str, Any]) -> None:
     name, dsn, slot = wal_connector["name"], wal_connector["dsn"], wal_connector["config"].slot_name
     threshold = pending(dsn, slot) + 256 * 1024
@@ -86,6 +87,8 @@ def test_sensor_returns_once_writes_pass_the_threshold(wal_connector: dict[str, 
     assert result["reason"] == "max_wait" and time.monotonic() - started >= 1
 
 
+# pending WAL is the whole server's: another test writing beside this one would fire the trigger early
+@pytest.mark.disruptive
 def test_deferrable_sensor_defers_and_its_trigger_fires_on_threshold_and_deadline(wal_connector: dict[str, Any]) -> None:
     from airflow.sdk.exceptions import TaskDeferred
 

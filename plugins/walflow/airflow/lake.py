@@ -3,15 +3,56 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from walflow.config import ConnectorConfig
 from walflow.lake.naming import table_name
 from walflow.lake.settings import KAFKA_ENV, PROJECT, LakeSettings
 
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
 APPLICATION = PROJECT / "include" / "spark" / "apply_changes.py"
+#: Log4j settings of the job's driver: warnings and errors only, so the job's own error leads the task log
+LOG4J = PROJECT / "include" / "spark" / "log4j2.properties"
+
+
+class WalflowApplyOperator(SparkSubmitOperator):
+    """The Spark provider's SparkSubmitOperator for the lake job, which says whether a failure can pass by itself.
+
+    The job writes its outcome to a result file (client deploy mode: the driver runs beside the task). A walflow
+    error that retrying cannot fix (a topic that lost its data, a record it cannot apply, a schema change it cannot
+    make) fails the task at once, without the DAG's retries, with the job's message; any other failure (a broker or
+    cluster away for a moment) keeps Airflow's retries. On success the job's summary is the task's XCom.
+    """
+
+    def execute(self, context: Context) -> Any:
+        with tempfile.TemporaryDirectory(prefix="walflow-apply-") as folder:
+            result = Path(folder) / "result.json"
+            self.application_args = [*(self.application_args or []), "--result", str(result)]
+            try:
+                super().execute(context)
+            except AirflowException as exc:
+                outcome = _outcome(result)
+                if outcome.get("error") and not outcome.get("retryable", False):
+                    raise AirflowFailException(f"{outcome.get('type')}: {outcome['error']} [not retried: this needs a fix first]") from exc
+                raise
+            return _outcome(result) or None
+
+
+def _outcome(path: Path) -> dict[str, Any]:
+    try:
+        value = orjson.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def iceberg_runtime_jar() -> str | None:
@@ -66,14 +107,14 @@ def lake_assets(config: ConnectorConfig) -> list[Asset]:
     return assets
 
 
-def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> SparkSubmitOperator:
-    """SparkSubmitOperator running the apply job for this connector."""
+def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> WalflowApplyOperator:
+    """The task running the apply job for this connector."""
     conf = spark_conf(config)
     jars = None if "spark.jars.packages" in conf else iceberg_runtime_jar()
     kafka = config.walflow_kafka_conn_id
     # one argument: the settings as JSON (no credentials); Kafka's settings come through the environment
     args = ["--settings", LakeSettings.from_config(config).argument()]
-    return SparkSubmitOperator(
+    return WalflowApplyOperator(
         task_id=task_id,
         application=str(APPLICATION),
         conn_id=config.walflow_spark_conn_id,
@@ -82,6 +123,11 @@ def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> Spark
         name=f"walflow-apply-{config.name}",
         application_args=args,
         # librdkafka settings (TLS, SASL) of the Kafka Connection reach the job through its environment, not argv
-        env_vars={"PYTHONPATH": str(PROJECT / "plugins"), KAFKA_ENV: "{{ conn['" + kafka + "'].extra }}"},
+        env_vars={
+            "PYTHONPATH": str(PROJECT / "plugins"),
+            KAFKA_ENV: "{{ conn['" + kafka + "'].extra }}",
+            # the driver's JVM (client mode) logs warnings and errors only
+            "SPARK_SUBMIT_OPTS": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        },
         outlets=lake_assets(config),
     )

@@ -102,8 +102,9 @@ class LakeJob:
                     f"topic {topic} partition {p}: the record at offset {stored[p] - 1} is not the one the lake table "
                     f"{ident} applied there (fingerprint {fingerprint or 'missing'}, expected {stored_prints[p]}): the "
                     "topic was recreated or the broker lost its data (the embedded broker keeps topics in memory "
-                    "only), so its offsets no longer line up with the lake's. Nothing was skipped silently; re-snapshot "
-                    "the source into a new lake namespace (walflow.lake.namespace), or drop the lake table."
+                    "only), so its offsets no longer line up with the lake's. Nothing was skipped silently. To start over: "
+                    f"`walflow reset {s.connector} --lake`, then run {s.connector}__setup (a new snapshot refills the topics "
+                    "and the lake); or re-snapshot into a new lake namespace (walflow.lake.namespace)."
                 )
         # the changelog commits separately with its own offsets: read from the lower of the two
         log_name = name + "__changelog"
@@ -117,8 +118,9 @@ class LakeJob:
                 raise TopicMismatchError(
                     f"topic {topic} partition {p} ends at offset {end}, below the offset {applied} the lake table {ident} "
                     "already applied: the topic was recreated or the broker lost its data (the embedded broker keeps "
-                    "topics in memory only). Nothing was skipped silently; re-snapshot the source (setup DAG with "
-                    "snapshot.mode=always, or an ad-hoc snapshot) into a new lake namespace, or drop the lake table."
+                    "topics in memory only). Nothing was skipped silently. To start over: "
+                    f"`walflow reset {s.connector} --lake`, then run {s.connector}__setup (a new snapshot refills the topics "
+                    "and the lake); or re-snapshot into a new lake namespace (walflow.lake.namespace)."
                 )
             end = min(end, start + max(self.remaining, 0))
             if end > start:

@@ -24,11 +24,14 @@ import orjson
 from pyspark.sql import SparkSession
 
 import walflow
+from walflow.errors import WalflowError
 from walflow.lake.apply import LakeJob
 from walflow.lake.hooks import load_hooks
 from walflow.lake.settings import KAFKA_ENV, LakeSettings
 
 log = logging.getLogger("walflow.apply")
+#: the exit status of a run stopped by a walflow error (its JSON is in the --result file)
+ERROR_EXIT = 3
 #: the modules the executors import (the decoder and what it needs): pure Python, no Spark, no pydantic
 EXECUTOR_MODULES = ("__init__.py", "errors.py", "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/loose.py",
                     "lake/naming.py", "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py")
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result", default="", help="write the JSON summary to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = LakeSettings.from_argument(args.settings)
     kafka = kafka_settings(args.bootstrap)
     spark = SparkSession.builder.appName(f"walflow-apply-{settings.connector}").getOrCreate()
@@ -80,7 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         ship_walflow(spark)
     started = time.monotonic()
     only = [t.strip() for t in args.topics.split(",") if t.strip()] or None
-    results = LakeJob(spark, settings, kafka, load_hooks()).run(only)
+    try:
+        results = LakeJob(spark, settings, kafka, load_hooks()).run(only)
+    except WalflowError as exc:
+        # the cause and the fix, without a Python or JVM stack trace in front of them; the task reads the result
+        # file to know whether running again can help (a LakeError cannot: it needs a person)
+        log.error("the lake job stopped: %s", exc)
+        if args.result:
+            Path(args.result).write_text(orjson.dumps({"error": str(exc), "type": type(exc).__name__, "retryable": exc.retryable}).decode())
+        spark.stop()
+        return ERROR_EXIT
     summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}
     text = orjson.dumps(summary, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     print(f"WALFLOW_APPLY_SUMMARY {text}")

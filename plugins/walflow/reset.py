@@ -1,0 +1,103 @@
+"""Start a connector over: the recovery after its topics were lost (``walflow reset <connector> [--lake]``).
+
+When the broker loses the connector's topics (the embedded broker keeps them in memory; a real cluster can lose a
+topic to a mistaken deletion), the records before the loss are gone and the lake's stored offsets point past the
+end of the recreated topics, so the lake job refuses to go on (``TopicMismatchError``). Nothing can be replayed:
+the data has to be read again. A reset drops the connector's replication slot and its state (snapshot status,
+incremental snapshots, recorded keys, last batch; its claim on the slot and topic prefix stays), and with
+``lake=True`` its lake tables, so that the next run of ``<name>__setup`` is a first setup: a new slot with an
+exported snapshot, every table read again into the topics, and the stream and lake going on from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from psycopg import sql
+
+from walflow.config import ConnectorConfig
+from walflow.drift import OWNER_KEY
+from walflow.errors import ConfigError, SlotError
+from walflow.source import connect, slot_info, try_lock_slot
+from walflow.state import StateStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ResetReport:
+    """What a reset removed."""
+
+    connector: str
+    slot_dropped: bool = False
+    state_keys: list[str] = field(default_factory=list)
+    lake_tables: list[str] = field(default_factory=list)
+    lake_folder: str | None = None
+
+    def lines(self) -> list[str]:
+        out = [f"connector {self.connector}: reset"]
+        out.append(f"  replication slot: {'dropped' if self.slot_dropped else 'none to drop'}")
+        out.append(f"  state: {len(self.state_keys)} record(s) removed ({', '.join(self.state_keys) or 'none'})")
+        if self.lake_folder is not None:
+            out.append(f"  lake: {len(self.lake_tables)} table(s) removed from {self.lake_folder} ({', '.join(self.lake_tables) or 'none'})")
+        out.append(f"  next: run {self.connector}__setup, which takes a new snapshot, then {self.connector}__stream")
+        return out
+
+
+def lake_folder(config: ConnectorConfig) -> Path:
+    """The folder of the connector's lake tables under a Hadoop catalog on a local (or mounted) file system.
+
+    :raises ConfigError: for any other catalog or warehouse: walflow cannot drop tables there itself.
+    """
+    from walflow.lake.settings import LakeSettings
+
+    settings = LakeSettings.from_config(config)
+    kind = config.walflow_lake_spark_conf.get(f"spark.sql.catalog.{settings.catalog}.type", "hadoop")
+    location = urlparse(settings.warehouse)
+    if kind != "hadoop" or location.scheme not in ("", "file"):
+        raise ConfigError(
+            f"connector {config.name!r}: its lake is not a Hadoop catalog on a local folder (catalog type {kind!r}, "
+            f"warehouse {settings.warehouse!r}), so walflow cannot drop its tables itself. Drop the tables of namespace "
+            f"{settings.namespace!r} in the catalog (DROP TABLE {settings.catalog}.{settings.namespace}.<table> PURGE "
+            "in Spark SQL), or set a new 'walflow.lake.namespace', then reset without --lake"
+        )
+    return Path(location.path if location.scheme else settings.warehouse) / settings.namespace
+
+
+def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = False) -> ResetReport:
+    """Drop the connector's slot and state (and lake tables with ``lake``); refused while a task of it runs.
+
+    :raises ConcurrentRunError: when a stream or setup task holds the slot.
+    :raises SlotError: when another process consumes the slot.
+    :raises ConfigError: with ``lake`` on a lake walflow cannot clear itself (before anything is dropped).
+    """
+    report = ResetReport(config.name)
+    folder = lake_folder(config) if lake else None
+    with connect(conninfo, application_name=f"walflow:{config.name}:reset", initial_statements=config.database_initial_statements) as conn:
+        try_lock_slot(conn, config)
+        slot = slot_info(conn, config.slot_name)
+        if slot is not None and slot.active_pid is not None:
+            raise SlotError(f"replication slot {config.slot_name!r} is in use by process {slot.active_pid}; stop it first")
+        store = StateStore(conn, config.name, config.state_table)
+        if store.exists():
+            rows = conn.execute(
+                sql.SQL("DELETE FROM {} WHERE connector = %s AND key <> %s RETURNING key").format(sql.Identifier(*store.table)),
+                (config.name, OWNER_KEY),
+            ).fetchall()
+            report.state_keys = sorted(row[0] for row in rows)
+        if slot is not None:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
+            report.slot_dropped = True
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    if folder is not None:
+        report.lake_folder = str(folder)
+        if folder.is_dir():
+            report.lake_tables = sorted(p.name for p in folder.iterdir() if p.is_dir())
+            shutil.rmtree(folder)
+    for line in report.lines():
+        log.info("%s", line)
+    return report

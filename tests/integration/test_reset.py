@@ -1,0 +1,40 @@
+"""`walflow reset <connector>`: the recovery after lost topics starts the connector over, through its command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.privileges import as_connector
+from tests.support import read_topic, setup, unique
+from walflow.cli import main
+from walflow.config import load_config
+
+
+def test_reset_drops_slot_and_state_so_the_next_setup_snapshots_again(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t SELECT g, 'v' FROM generate_series(1, 30) g")
+    name = unique("reset")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"name: {name}\ntopic.prefix: {name}\nslot.name: {name}\npublication.name: {name}\nwalflow.lake.warehouse: {tmp_path / 'lake'}\n")
+    (tmp_path / "lake" / name / "public__t" / "metadata").mkdir(parents=True)  # a lake table's folder
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    config = load_config(path)
+    assert setup(config, database)["snapshot"]["ran"]
+    assert main(["reset", name, "--lake", "--dsn", as_connector(database)]) == 0
+    out = capsys.readouterr().out
+    assert "replication slot: dropped" in out and "snapshot" in out and "public__t" in out and f"run {name}__setup" in out
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone() == (0,)
+        keys = [k for (k,) in conn.execute("SELECT key FROM walflow_state WHERE connector = %s", (name,))]
+    assert keys == ["owner"]  # its claim on slot and prefix stays
+    assert not (tmp_path / "lake" / name).exists()
+    # the next setup is a first setup: a new slot and a full snapshot
+    report = setup(config, database)
+    assert report["slot_created"] and report["snapshot"]["ran"] and report["snapshot"]["rows"] == 30
+    assert len([r for r in read_topic(f"{name}.public.t") if r.op == "r"]) == 60
