@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -152,9 +153,13 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
         yield {"name": name, "dsn": database, "env": env, "base": base, "api": Api(base)}
     finally:
         for proc in processes:
-            os.killpg(proc.pid, 15)
+            os.killpg(proc.pid, signal.SIGTERM)
         for proc in processes:
-            proc.wait(60)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:  # a scheduler waits for its running tasks: do not wait for a sensor
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
 
 
 def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str, Any]) -> None:
@@ -201,7 +206,9 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
         page.wait_for_url(f"**/dags/{snapshot_id}/runs/**", timeout=60_000)
         browser.close()
 
-    details = api(f"/api/v2/dags/{snapshot_id}")
+    deadline = time.monotonic() + 30
+    while (details := api(f"/api/v2/dags/{snapshot_id}"))["is_paused"] and time.monotonic() < deadline:
+        time.sleep(0.5)  # the form unpauses the DAG in a request of its own
     assert details["is_paused"] is False
     assert details["next_dagrun_run_after"] is None  # unpaused, and the scheduler will never start a run of it
     (run,) = api.runs(snapshot_id)
