@@ -158,8 +158,8 @@ class TypeResolver:
         """The :class:`ColumnType` of a column of type ``oid``; a bare one when the type no longer exists.
 
         A domain is represented as its base type, found through any number of domain levels. Its length or
-        scale is the column's own domain's: the reference says a domain over another domain does not inherit
-        the inner domain's length or scale (its ``typtypmod`` is -1).
+        scale is the nearest one the chain declares: a domain over another domain (whose own ``typtypmod`` is -1)
+        has the inner domain's, as Debezium 3.6 resolves it (``price2`` over ``numeric(8,3)`` is a Decimal(8,3)).
         """
         self.load((oid,))
         row = self._rows.get(oid)
@@ -177,6 +177,8 @@ class TypeResolver:
                 if nxt is None:
                     return ColumnType(oid=oid, modifier=modifier, name=display)
                 base = nxt
+                if modifier < 0 and base.typtype == "d":
+                    modifier = base.typtypmod
             row = base
         element = None
         if row.category == "A" and row.elem:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import re
 import struct
 from base64 import b64encode
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from decimal import Decimal, localcontext
 from typing import Any
 
 import orjson
+
+from walflow.envelope import java_hash_map_order
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +100,16 @@ def _unscaled_bytes(unscaled: int) -> bytes:
     return unscaled.to_bytes(length, "big", signed=True)
 
 
+#: What Debezium emits for 'infinity' / '-infinity' dates: the JDBC driver's infinity instants
+#: (PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY milliseconds) turned into days with an int overflow.
+DATE_POS_INF_DAYS, DATE_NEG_INF_DAYS = -2147472692, -2147472691
+
+
 def _days(text: str) -> int:
     if text == "infinity":
-        return 2**31 - 1
+        return DATE_POS_INF_DAYS
     if text == "-infinity":
-        return -(2**31)
+        return DATE_NEG_INF_DAYS
     bc = text.endswith(" BC")
     if bc:
         text = text[:-3]
@@ -137,10 +145,12 @@ def _time_micros(text: str) -> int:
 
 
 # The reference's fixed values for 'infinity'/'-infinity' timestamps (PostgreSQL's JDBC driver's
-# PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY). They are the same number in every mode and
-# precision: a millisecond field carries them unscaled, never divided by 1000.
+# PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY), in microsecond fields; Debezium 3.6 divides them by
+# 1000 in millisecond fields (precision 0-3, and the connect mode).
 _TS_POS_INF = 9223372036825200000
 _TS_NEG_INF = -9223372036832400000
+_TS_POS_INF_MS = _TS_POS_INF // 1000
+_TS_NEG_INF_MS = -(-_TS_NEG_INF // 1000)
 
 
 _NAIVE_EPOCH = datetime(1970, 1, 1)
@@ -166,16 +176,16 @@ def _timestamp_micros(text: str) -> int:
 
 
 def _timestamp_millis(text: str) -> int:
-    """Milliseconds since the epoch (``Timestamp``, connect mode); infinities keep the fixed values."""
+    """Milliseconds since the epoch (``Timestamp``, connect mode); infinities are the fixed values in ms."""
     try:
         delta = datetime.fromisoformat(text) - _NAIVE_EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000 + delta.microseconds // 1_000
     except ValueError:
         pass
     if text == "infinity":
-        return _TS_POS_INF
+        return _TS_POS_INF_MS
     if text == "-infinity":
-        return _TS_NEG_INF
+        return _TS_NEG_INF_MS
     return _timestamp_micros(text) // 1000
 
 
@@ -195,7 +205,9 @@ def _split_offset(text: str) -> tuple[str, int]:
     raise ValueError(f"no UTC offset in {text!r}")
 
 
-def _format_zoned_micros(micros: int) -> str:
+def _format_zoned_micros(micros: int, width: int = 0) -> str:
+    """ISO-8601 in UTC as Java formats a ZonedDateTime for Debezium: with ``width`` > 0 exactly that many fraction
+    digits (the column's precision), otherwise only the digits needed."""
     days, rem = divmod(micros, 86_400_000_000)
     seconds, frac = divmod(rem, 1_000_000)
     hh, rest = divmod(seconds, 3600)
@@ -203,7 +215,9 @@ def _format_zoned_micros(micros: int) -> str:
     y, m, d = _days_to_civil(days)
     year = f"{y:04d}" if 0 <= y <= 9999 else f"{y:+05d}"
     text = f"{year}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
-    if frac:
+    if width > 0:
+        text += "." + (f"{frac:06d}" + "000")[:width]
+    elif frac:
         text += "." + f"{frac:06d}".rstrip("0")
     return text + "Z"
 
@@ -221,7 +235,7 @@ def _days_to_civil(days: int) -> tuple[int, int, int]:
     return y + (m <= 2), m, d
 
 
-def _zoned_timestamp(text: str) -> str:
+def _zoned_timestamp(text: str, width: int = 6) -> str:
     if text in ("infinity", "-infinity"):
         return text
     bc = text.endswith(" BC")
@@ -234,7 +248,7 @@ def _zoned_timestamp(text: str) -> str:
         micros = _days(local) * 86_400_000_000 + _time_micros(time_part)
     else:
         micros = _timestamp_micros(local)
-    return _format_zoned_micros(micros - offset * 1_000_000)
+    return _format_zoned_micros(micros - offset * 1_000_000, width)
 
 
 def _zoned_time(text: str) -> str:
@@ -384,7 +398,8 @@ def _temporal_converter(
             return _schema("int64", "io.debezium.time.Timestamp", None, 1), _timestamp_millis, "timestamp_ms"
         return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), _timestamp_micros, "timestamp_us"
     if oid == TIMESTAMPTZ:
-        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), _zoned_timestamp, "timestamptz"
+        # Debezium writes as many fraction digits as the column's precision (6 when it has none)
+        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), lambda t, _w=precision: _zoned_timestamp(t, _w), "timestamptz"
     if oid == TIMETZ:
         return _schema("string", "io.debezium.time.ZonedTime", None, 1), _zoned_time, "timetz"
     raise AssertionError(oid)
@@ -416,6 +431,9 @@ _SIMPLE: dict[int, tuple[str, str | None, Callable[[str], Any]]] = {
 _SIMPLE_BY_NAME: dict[str, tuple[str, str | None, Callable[[str], Any]]] = {
     "citext": ("string", None, str),
     "ltree": ("string", "io.debezium.data.Ltree", str),
+    # the isn extension's isbn is a string in Debezium (it names this one type; ean13, issn... stay unknown)
+    "isbn": ("string", None, str),
+    "tsvector": ("string", "io.debezium.data.Tsvector", str),
 }
 
 
@@ -448,8 +466,41 @@ def build_converter(column_type: ColumnType, settings: ConverterSettings) -> Col
         allowed = ",".join(column_type.enum_values)
         return ColumnConverter(_schema("string", "io.debezium.data.Enum", {"allowed": allowed}, 1), str, semantic="enum")
     if settings.include_unknown_datatypes:
+        if column_type.base_name in _GEOMETRIC:
+            # the JDBC driver's PGbox, PGcircle... objects print their coordinates as Java doubles ("10.0")
+            return ColumnConverter(_schema("bytes"), _java_geometric_text, semantic="bytes")
         return ColumnConverter(_schema("bytes"), lambda text: base64.b64encode(text.encode("utf-8")).decode("ascii"), semantic="bytes")
     return None
+
+
+_GEOMETRIC = frozenset({"box", "circle", "line", "lseg", "path", "polygon"})
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?Infinity|NaN")
+
+
+def java_double(value: float) -> str:
+    """``Double.toString`` of Java: decimal notation between 10^-3 and 10^7, else computerized scientific."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    digits_t = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, digits_t.digits))
+    exponent = len(digits) + int(digits_t.exponent) - 1  # of the first digit
+    if -3 <= exponent < 7:
+        if exponent >= 0:
+            whole, frac = digits[: exponent + 1].ljust(exponent + 1, "0"), digits[exponent + 1 :]
+        else:
+            whole, frac = "0", "0" * (-exponent - 1) + digits
+        return f"{sign}{whole}.{frac or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _java_geometric_text(text: str) -> str:
+    java = _NUMBER.sub(lambda m: java_double(float(m.group(0))), text)
+    return base64.b64encode(java.encode("utf-8")).decode("ascii")
 
 
 def _named(type_: str, name: str | None) -> dict[str, Any]:
@@ -466,21 +517,21 @@ _RANGES = {INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE,
 
 
 # -- bits ------------------------------------------------------------------------------------------
-def _bits_value(text: str, num_bytes: int | None) -> str:
-    """Debezium's Bits: the rightmost character is bit 0; bytes little-endian, sized for the declared length."""
-    size = num_bytes if num_bytes is not None else (len(text) + 7) // 8
+def _bits_value(text: str) -> str:
+    """Debezium's Bits: the rightmost character is bit 0, in as few little-endian bytes as the set bits need (Java's
+    ``BitSet.toByteArray()``), so an all-zero string is empty, whatever the declared length."""
     value = int(text, 2) if text else 0
-    return b64encode(value.to_bytes(size, "little")).decode("ascii")
+    return b64encode(value.to_bytes((value.bit_length() + 7) // 8, "little")).decode("ascii")
 
 
 def _bits_converter(column_type: ColumnType) -> ColumnConverter:
     varying = column_type.oid == VARBIT
     length = column_type.modifier if column_type.modifier > 0 else (2**31 - 1 if varying else 1)
-    if not varying and length == 1:
-        return ColumnConverter(_schema("boolean"), lambda t: t == "1", semantic="boolean")
-    num_bytes = None if varying else length // 8 + (0 if length % 8 == 0 else 1)
+    if length == 1:
+        # bit(1) and bit varying(1) are booleans in Debezium
+        return ColumnConverter(_schema("boolean"), lambda t: int(t or "0", 2) != 0, semantic="boolean")
     schema = _schema("bytes", "io.debezium.data.Bits", {"length": str(length)}, 1)
-    return ColumnConverter(schema, lambda t, _n=num_bytes: _bits_value(t, _n), semantic="bits")
+    return ColumnConverter(schema, _bits_value, semantic="bits")
 
 
 # -- money -----------------------------------------------------------------------------------------
@@ -637,6 +688,12 @@ def _hstore_pairs(text: str) -> dict[str, str | None]:
     return result
 
 
+def _hstore_java_order(text: str) -> dict[str, str | None]:
+    """The pairs in the order Debezium writes them: the JDBC driver parses hstore into a ``java.util.HashMap``."""
+    pairs = _hstore_pairs(text)
+    return {key: pairs[key] for key in java_hash_map_order(list(pairs))}
+
+
 def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
     if settings.hstore_handling_mode == "map":
         schema = {
@@ -645,10 +702,10 @@ def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
             "values": {"type": "string", "optional": True},
             "optional": True,
         }
-        return ColumnConverter(schema, _hstore_pairs, semantic="map")
+        return ColumnConverter(schema, _hstore_java_order, semantic="map")
     return ColumnConverter(
         _schema("string", "io.debezium.data.Json", None, 1),
-        lambda t: orjson.dumps(_hstore_pairs(t)).decode("utf-8"),
+        lambda t: orjson.dumps(_hstore_java_order(t)).decode("utf-8"),
         semantic="io.debezium.data.Json",
     )
 
@@ -768,7 +825,8 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
         return None
     item_convert = inner.convert
     depth = max(1, ndims)
-    schema: dict[str, Any] = {**inner.schema, "optional": True}
+    # Debezium's items are optional, except an enum's (its array schema takes the Enum schema as it is)
+    schema: dict[str, Any] = {**inner.schema, "optional": element.category != "E"}
     for _ in range(depth):
         schema = {"type": "array", "items": schema, "optional": True}
     warned: list[bool] = []

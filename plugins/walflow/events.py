@@ -22,14 +22,13 @@ import orjson
 from walflow.catalog import CatalogColumn, CatalogTable, TypeResolver
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
+from walflow.envelope import DEBEZIUM_VERSION, PRE_2_6, envelope_schema  # noqa: F401 - DEBEZIUM_VERSION re-exported
 from walflow.errors import ConfigError, ConversionError
 from walflow.pgoutput import UNCHANGED_TOAST, Relation
-from walflow.transforms import ColumnRules, zero_default
+from walflow.transforms import ColumnRules, null_fallback, zero_default
 
 log = logging.getLogger(__name__)
 
-#: The Debezium release whose PostgreSQL event format walflow reproduces.
-DEBEZIUM_VERSION = "2.5.4.Final"
 
 _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
 _AVRO_FIRST_INVALID = re.compile(r"[^A-Za-z_]")
@@ -55,92 +54,6 @@ def avro_name(name: str) -> str:
 
 def schema_full_name(*parts: str) -> str:
     return avro_name(".".join(parts))
-
-
-SOURCE_SCHEMA: dict[str, Any] = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "version"},
-        {"type": "string", "optional": False, "field": "connector"},
-        {"type": "string", "optional": False, "field": "name"},
-        {"type": "int64", "optional": False, "field": "ts_ms"},
-        {
-            "type": "string",
-            "optional": True,
-            "name": "io.debezium.data.Enum",
-            "version": 1,
-            "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},
-            "default": "false",
-            "field": "snapshot",
-        },
-        {"type": "string", "optional": False, "field": "db"},
-        {"type": "string", "optional": True, "field": "sequence"},
-        {"type": "string", "optional": False, "field": "schema"},
-        {"type": "string", "optional": False, "field": "table"},
-        {"type": "int64", "optional": True, "field": "txId"},
-        {"type": "int64", "optional": True, "field": "lsn"},
-        {"type": "int64", "optional": True, "field": "xmin"},
-    ],
-    "optional": False,
-    "name": "io.debezium.connector.postgresql.Source",
-    "field": "source",
-}
-
-TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "id"},
-        {"type": "int64", "optional": False, "field": "total_order"},
-        {"type": "int64", "optional": False, "field": "data_collection_order"},
-    ],
-    "optional": True,
-    "name": "event.block",
-    "version": 1,
-    "field": "transaction",
-}
-
-TX_KEY_SCHEMA = {
-    "type": "struct",
-    "fields": [{"type": "string", "optional": False, "field": "id"}],
-    "optional": False,
-    "name": "io.debezium.connector.common.TransactionMetadataKey",
-}
-TX_VALUE_SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "status"},
-        {"type": "string", "optional": False, "field": "id"},
-        {"type": "int64", "optional": True, "field": "event_count"},
-        {
-            "type": "array",
-            "items": {
-                "type": "struct",
-                "fields": [
-                    {"type": "string", "optional": False, "field": "data_collection"},
-                    {"type": "int64", "optional": False, "field": "event_count"},
-                ],
-                "optional": False,
-            },
-            "optional": True,
-            "field": "data_collections",
-        },
-        {"type": "int64", "optional": False, "field": "ts_ms"},
-    ],
-    "optional": False,
-    "name": "io.debezium.connector.common.TransactionMetadataValue",
-}
-HEARTBEAT_KEY_SCHEMA = {
-    "type": "struct",
-    "fields": [{"type": "string", "optional": False, "field": "serverName"}],
-    "optional": False,
-    "name": "io.debezium.connector.common.ServerNameKey",
-}
-HEARTBEAT_VALUE_SCHEMA = {
-    "type": "struct",
-    "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
-    "optional": False,
-    "name": "io.debezium.connector.common.Heartbeat",
-}
 
 
 class Serializer:
@@ -345,6 +258,13 @@ class TableSchema:
             converter = replace(converter, schema=_place(converter.schema, **extra, field=field_name), optional=not column.not_null)
             fields.append(FieldSpec(index, field_name, converter, _toast_value(converter.schema, placeholder)))
         self.fields = fields
+        # Debezium gives a NOT NULL column that holds no value (an old tuple of the replica identity's columns only)
+        # its default, else its type's zero value
+        self._not_null_fill = [
+            (f.name, f.converter.schema["default"] if "default" in f.converter.schema else null_fallback(f.converter, columns[f.index].type))
+            for f in fields
+            if not f.converter.optional
+        ]
         # (field name, tuple index, converter, TOAST placeholder): the shape row() iterates over.
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
         by_name = {f.name: f for f in fields}
@@ -375,20 +295,9 @@ class TableSchema:
             "optional": False,
             "name": self.key_schema_name,
         }
-        envelope = {
-            "type": "struct",
-            "fields": [
-                {**value_struct, "field": "before"},
-                {**value_struct, "field": "after"},
-                SOURCE_SCHEMA,
-                {"type": "string", "optional": False, "field": "op"},
-                {"type": "int64", "optional": True, "field": "ts_ms"},
-                TRANSACTION_BLOCK_SCHEMA,
-            ],
-            "optional": False,
-            "name": schema_full_name(config.topic_prefix, schema, table, "Envelope"),
-            "version": 1,
-        }
+        envelope = envelope_schema(
+            value_struct, schema_full_name(config.topic_prefix, schema, table, "Envelope"), config.walflow_event_format == PRE_2_6
+        )
         self.envelope_schema = envelope
         self.key_schema_json = serializer.prefix(self.key_struct_schema)
         self.value_schema_json = serializer.prefix(envelope)
@@ -469,6 +378,15 @@ class TableSchema:
             }
         except (ValueError, ArithmeticError) as exc:
             raise self._conversion_error(values, exc) from exc
+
+    def before_row(self, values: Sequence[Any]) -> dict[str, Any]:
+        """A row from an old tuple that holds only the replica identity's columns (``K``): the columns it lacks
+        are NULL there, and NOT NULL ones get their default or zero value, as Debezium gives them."""
+        row = self.row(values)
+        for name, fill in self._not_null_fill:
+            if row[name] is None:
+                row[name] = fill
+        return row
 
     def _conversion_error(self, values: Sequence[Any], exc: Exception) -> ConversionError:
         """Find which column failed (off the hot path) and say so with its value."""

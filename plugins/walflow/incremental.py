@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from psycopg import sql
 from walflow.catalog import Catalog
 from walflow.config import ConnectorConfig
 from walflow.errors import SourceError
-from walflow.events import DEBEZIUM_VERSION, Filters, Serializer, TableSchema, now_ms
+from walflow.envelope import EventFormat
+from walflow.events import Filters, Serializer, TableSchema, now_ms
 from walflow.kafka import EventProducer
 from walflow.snapshot import SnapshotTable, _columns_sql, key_types, sql_fragment
 from walflow.source import list_tables, quote_table
@@ -125,6 +127,7 @@ class IncrementalSnapshots:
         self.conn = catalog_conn
         self.producer = producer
         self.serializer = serializer
+        self.fmt = EventFormat(config)
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
         raw = store.get(STATE_KEY)
@@ -605,7 +608,9 @@ class IncrementalSnapshots:
         return rows, False, None
 
     # -- the stream side --------------------------------------------------------------------------
-    def on_watermark(self, content: bytes, lsn: int, tx_xid: int, commit_ms: int, topics: dict[str, int]) -> None:
+    def on_watermark(self, content: bytes, sequence: str, topics: dict[str, int]) -> None:
+        """A watermark read at ``sequence`` (its ``source.sequence``): a low one opens its chunk's window, a high one
+        emits the chunk's remaining rows."""
         try:
             mark = orjson.loads(content)
         except orjson.JSONDecodeError:
@@ -619,7 +624,7 @@ class IncrementalSnapshots:
             chunk.in_window = True
             self.window_tables.add(chunk.table.name)
             return
-        self._emit_chunk(chunk, lsn, tx_xid, commit_ms, topics)
+        self._emit_chunk(chunk, sequence, topics)
         del self.chunks[chunk.id]
         self.window_tables = {c.table.name for c in self.chunks.values() if c.in_window}
 
@@ -631,30 +636,24 @@ class IncrementalSnapshots:
                     if row is not None and chunk.rows.pop(orjson.dumps([row.get(f.name) for f in chunk.dedupe]), None) is not None:
                         self.rows_dropped += 1
 
-    def _emit_chunk(self, chunk: Chunk, lsn: int, xid: int, commit_ms: int, topics: dict[str, int]) -> None:
+    def _emit_chunk(self, chunk: Chunk, sequence: str, topics: dict[str, int]) -> None:
+        """The chunk's rows as Debezium emits them when its window closes: ``snapshot: incremental``, the
+        position of the high watermark in ``sequence``, no ``txId`` or ``lsn``, the time of reading in ``ts_*``."""
         progress = self.progress
         table = chunk.table.schema
         ser = self.serializer
-        source = {
-            "version": DEBEZIUM_VERSION,
-            "connector": "postgresql",
-            "name": self.config.topic_prefix,
-            "ts_ms": commit_ms,
-            "snapshot": "incremental",
-            "db": self._database,
-            "sequence": None,
-            "schema": table.schema,
-            "table": table.table,
-            "txId": xid,
-            "lsn": lsn,
-            "xmin": None,
-        }
+        fmt = self.fmt
+        headers = fmt.context_headers or None
+        source = fmt.source(
+            self.config.topic_prefix, self._database, table.schema, table.table,
+            ts_us=time.time_ns() // 1000, snapshot="incremental", sequence=sequence,
+        )  # fmt: skip
         self.producer.ensure_topic(table.topic)
         for values in chunk.rows.values():
             after = table.row(values)
             key = ser.key(table.key_schema_json, table.key(after)) if table.has_key else None
-            payload = {"before": None, "after": after, "source": source, "op": "r", "ts_ms": now_ms(), "transaction": None}
-            self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload))
+            payload = fmt.envelope(None, after, source, "r", None)
+            self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload), headers)
         count = len(chunk.rows)
         topics[table.topic] = topics.get(table.topic, 0) + count
         self.rows_emitted += count

@@ -228,3 +228,45 @@ def zero_default(converter: ColumnConverter, ctype: ColumnType) -> tuple[bool, A
     except (ValueError, ArithmeticError):
         return False, None
     return False, None
+
+
+def null_fallback(converter: ColumnConverter, ctype: ColumnType) -> Any:
+    """What Debezium puts in a NOT NULL column without a default that holds no value (an old tuple carries only
+    the replica identity's columns): its value converter's fallback, an empty or zero value of the field's type.
+
+    Text-like types (JSON, UUID, XML, network addresses, enums...) and bytes are empty, numbers and temporal counts
+    zero, a zoned timestamp or time the epoch's text, a point the origin.
+    """
+    schema = converter.schema
+    kind, name = schema.get("type"), schema.get("name")
+    if kind == "boolean":
+        return False
+    if kind in ("int8", "int16", "int32", "int64"):
+        return 0
+    if kind in ("float", "double"):
+        return 0.0
+    if name == "io.debezium.time.ZonedTimestamp":
+        return "1970-01-01T00:00:00Z"
+    if name == "io.debezium.time.ZonedTime":
+        return "00:00:00Z"
+    if name == "io.debezium.time.Interval":
+        return "P0Y0M0DT0H0M0S"
+    if name == "io.debezium.data.geometry.Point":
+        return converter.convert("(0,0)")
+    if kind == "string" and converter.semantic == "string" and ctype.base_name in ("numeric", "money"):
+        # decimal.handling.mode=string: a zero with the column's scale
+        scale = 2 if ctype.base_name == "money" else _numeric_scale(ctype)
+        return "0." + "0" * scale if scale > 0 else "0"
+    if name in ("org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal"):
+        return converter.convert("0")
+    if ctype.base_name == "hstore":
+        return {} if kind == "map" else "{}"
+    if kind in ("string", "bytes"):
+        return ""
+    if kind == "array":
+        return []
+    return None
+
+
+def _numeric_scale(ctype: ColumnType) -> int:
+    return (ctype.modifier - 4) & 0xFFFF if ctype.modifier >= 4 else 0
