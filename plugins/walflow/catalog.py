@@ -166,6 +166,7 @@ class TypeResolver:
         if row is None:
             return ColumnType(oid=oid, modifier=modifier, name=name or "")
         display = name or self._format(oid, modifier, row)
+        own_name = row.typname
         if row.typtype == "d":
             modifier = row.typtypmod
             base = row
@@ -193,6 +194,7 @@ class TypeResolver:
             enum_values=row.enum_values,
             element=element,
             ndims=max(1, ndims),
+            type_name=own_name,
         )
 
     def type_name(self, oid: int, modifier: int = -1) -> str | None:

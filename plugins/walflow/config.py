@@ -55,7 +55,8 @@ _CONNECTOR_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
 _DYNAMIC_KEY_PATTERNS = (
     re.compile(r"^column\.truncate\.to\.(\d+)\.chars$"),
     re.compile(r"^column\.mask\.with\.(\d+)\.chars$"),
-    re.compile(r"^column\.mask\.hash\.([^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
+    # column.mask.hash[.v2].<algorithm>.with.salt.<salt>: the algorithm group keeps the "v2." prefix
+    re.compile(r"^column\.mask\.hash\.((?:v2\.)?[^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
     re.compile(r"^snapshot\.select\.statement\.overrides\.(.+)$"),
 )
 
@@ -144,7 +145,10 @@ class ConnectorConfig(BaseModel):
     hstore_handling_mode: Literal["json", "map"] = Field("json", alias="hstore.handling.mode")
     include_unknown_datatypes: bool = Field(False, alias="include.unknown.datatypes")
     toasted_value_placeholder: str = Field("__debezium_unavailable_value", alias="toasted.value.placeholder")
+    # Debezium 1.x's switch, which 3.x no longer reads (field.name.adjustment.mode replaced it): accepted, no effect
     sanitize_field_names: bool = Field(False, alias="sanitize.field.names")
+    schema_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="schema.name.adjustment.mode")
+    field_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="field.name.adjustment.mode")
     column_propagate_source_type: list[str] = Field(default_factory=list, alias="column.propagate.source.type")
     datatype_propagate_source_type: list[str] = Field(default_factory=list, alias="datatype.propagate.source.type")
 

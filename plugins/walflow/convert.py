@@ -62,6 +62,8 @@ class ColumnType:
     element: ColumnType | None = None  # element type of an array
     #: declared dimensions of an array column (pg_attribute.attndims; 0 or 1 for one dimension)
     ndims: int = 1
+    #: pg_type.typname of the column's own type (the domain's, the array's ``_int4``), as Debezium names it
+    type_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,25 @@ def _civil_to_days(year: int, month: int, day: int) -> int:
     doy = (153 * mp + 2) // 5 + day - 1
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
     return era * 146097 + doe - 719468
+
+
+#: What Debezium's snapshots (a JDBC query) emit for 'infinity' / '-infinity' dates: the driver's infinity
+#: instants as java.sql.Date labels (292278994-08-16 and, era lost, 292269055-12-02) in days, cut to an int.
+JDBC_DATE_POS_INF_DAYS, JDBC_DATE_NEG_INF_DAYS = -622191234, -625821272
+
+
+def _jdbc_days(text: str) -> int:
+    """A date as Debezium's snapshots see it through the JDBC driver's ``java.sql.Date``: the same as streamed for
+    dates of the common era, the year of a BC date without its era (44 BC is read as 44 AD), fixed numbers for the
+    infinities."""
+    if text == "infinity":
+        return JDBC_DATE_POS_INF_DAYS
+    if text == "-infinity":
+        return JDBC_DATE_NEG_INF_DAYS
+    if text.endswith(" BC"):
+        year_s, month_s, day_s = text[:-3].rsplit("-", 2)
+        return _civil_to_days(int(year_s), int(month_s), int(day_s))
+    return _days(text)
 
 
 def _time_micros(text: str) -> int:
@@ -288,6 +309,8 @@ class ConverterSettings:
     interval_handling_mode: str = "numeric"
     hstore_handling_mode: str = "json"
     include_unknown_datatypes: bool = False
+    #: values read by a snapshot's query, where Debezium goes through the JDBC driver's Java types (dates differ)
+    snapshot: bool = False
 
     @classmethod
     def from_config(cls, config: Any) -> ConverterSettings:
@@ -345,9 +368,11 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
     def variable(text: str) -> dict[str, Any] | None:
         if text in _SPECIAL_DECIMAL_NAMES:
             return None
-        # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale. Working
-        # on the text keeps every digit (Decimal arithmetic would round at its context precision).
+        # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale, without
+        # trailing zeros (Debezium strips them: 3.0 has scale 0, 100 stays 100 with scale 0). Working on the text
+        # keeps every digit (Decimal arithmetic would round at its context precision).
         head, _, frac = text.partition(".")
+        frac = frac.rstrip("0")
         unscaled = int(head + frac) if head not in ("-", "") else int(head + (frac or "0"))
         return {"scale": len(frac), "value": b64encode(_unscaled_bytes(unscaled)).decode("ascii")}
 
@@ -382,9 +407,10 @@ def _temporal_converter(
     mode = settings.time_precision_mode
     precision = _datetime_precision(modifier)
     if oid == DATE:
+        days = _jdbc_days if settings.snapshot else _days
         if mode == "connect":
-            return _schema("int32", "org.apache.kafka.connect.data.Date", None, 1), _days, "date"
-        return _schema("int32", "io.debezium.time.Date", None, 1), _days, "date"
+            return _schema("int32", "org.apache.kafka.connect.data.Date", None, 1), days, "date"
+        return _schema("int32", "io.debezium.time.Date", None, 1), days, "date"
     if oid == TIME:
         if mode == "connect":
             return _schema("int32", "org.apache.kafka.connect.data.Time", None, 1), lambda t: _time_micros(t) // 1000, "time_ms"

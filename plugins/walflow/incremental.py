@@ -651,7 +651,7 @@ class IncrementalSnapshots:
         self.producer.ensure_topic(table.topic)
         for values in chunk.rows.values():
             after = table.row(values)
-            key = ser.key(table.key_schema_json, table.key(after)) if table.has_key else None
+            key = ser.key(table.key_schema_json, table.key(after, values)) if table.has_key else None
             payload = fmt.envelope(None, after, source, "r", None)
             self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload), headers)
         count = len(chunk.rows)

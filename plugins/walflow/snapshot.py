@@ -141,7 +141,7 @@ class SnapshotEmitter:
     ``first_in_data_collection`` for each table's last and first rows, ``true`` otherwise. Holding one event per
     table back until the end lets the very last one become ``last`` whichever table it is from.
 
-    :param first_table: the data collection read first (``None`` when several threads read tables at once).
+    :param table_order: the data collections in the order of the snapshot (Debezium's order).
     """
 
     def __init__(
@@ -152,7 +152,7 @@ class SnapshotEmitter:
         position_lsn: int | None,
         xid: int | None,
         marker_kind: str = "initial",
-        first_table: str | None = None,
+        table_order: list[str] | None = None,
     ) -> None:
         self.config = config
         self.producer = producer
@@ -162,7 +162,8 @@ class SnapshotEmitter:
         self.fmt = EventFormat(config)
         self.started_us = time.time_ns() // 1000
         self.kind = marker_kind  # "initial" or "incremental"
-        self.first_table = first_table
+        self.table_order = table_order or []
+        self.first_table = self.table_order[0] if self.table_order else None
         self._ser = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
         #: held last rows: (topic, key, table, after, whether it is also the first row of the first table)
         self._held: list[tuple[str, bytes | None, TableSchema, dict[str, Any], bool]] = []
@@ -193,6 +194,7 @@ class SnapshotEmitter:
         key_prefix = table.key_schema_json
         has_key = table.has_key
         key_names = [f.name for f in table.key_fields]
+        key_only = bool(table.key_only)
         dumps = orjson.dumps
         join = b"".join
         head = b'{"before":null,"after":'
@@ -214,7 +216,10 @@ class SnapshotEmitter:
         count = 0
         for values in rows:
             after = table.row(values)
-            key = ser.key(key_prefix, {k: after[k] for k in key_names}) if has_key else None
+            if has_key:
+                key = ser.key(key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values))
+            else:
+                key = None
             if pending_after is not None:
                 send(topic, pending_key, pending_value, headers)
             count += 1
@@ -236,6 +241,9 @@ class SnapshotEmitter:
         """Send the held last events: the final one is the snapshot's ``last``."""
         ser = self._ser
         headers = self.fmt.context_headers or None
+        # in the tables' order, whichever thread finished first: the last table's last row is the snapshot's last
+        order = {name: i for i, name in enumerate(self.table_order)}
+        self._held.sort(key=lambda held: order.get(held[2].data_collection, len(order)))
         for i, (topic, key, table, after, only_row_of_first_table) in enumerate(self._held):
             if i == len(self._held) - 1:
                 marker = "last"
@@ -407,9 +415,9 @@ class InitialSnapshot:
             database = leader.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             _lock_tables(leader, tables, config.snapshot_lock_timeout_ms)
             summary.position_lsn = _lsn_str(self.position_lsn)
-            # Debezium marks the first table's first row "first" only when one thread reads the tables in order
-            first_table = tables[0].name if tables and threads == 1 else None
-            emitter = SnapshotEmitter(config, self.producer, database, self.position_lsn, xid, first_table=first_table)
+            # Debezium marks the first table's first row "first" and the last one's last row "last", in the order
+            # of the tables (with several threads too: its threads coordinate to emit them so)
+            emitter = SnapshotEmitter(config, self.producer, database, self.position_lsn, xid, table_order=[t.name for t in tables])
             self._progress(
                 f"snapshot of {len(tables)} table(s) at LSN {summary.position_lsn} with {threads} reader(s): "
                 + ", ".join(t.name for t in tables)

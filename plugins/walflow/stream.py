@@ -110,7 +110,10 @@ class _Tx:
     each data event its own change's LSN, END the end of the commit record.
     """
 
-    __slots__ = ("xid", "commit_us", "commit_ms", "final_lsn", "begin_lsn", "total", "per_collection", "sources", "origin", "origin_lsn")
+    __slots__ = (
+        "xid", "commit_us", "commit_ms", "final_lsn", "begin_lsn", "total", "per_collection", "sources", "origin",
+        "origin_lsn", "begun",
+    )  # fmt: skip
 
     def __init__(self, begin: Begin, begin_lsn: int) -> None:
         self.xid = begin.xid
@@ -125,6 +128,8 @@ class _Tx:
         # the replication origin the transaction was replayed from (pgoutput's Origin message), if any
         self.origin: str | None = None
         self.origin_lsn: int | None = None
+        #: whether its BEGIN record was sent: it waits for the message after the Begin, which may be an Origin
+        self.begun = False
 
 
 class StreamBatch:
@@ -166,7 +171,8 @@ class StreamBatch:
         content = build_converter(ColumnType(oid=BYTEA), ConverterSettings.from_config(config))
         assert content is not None
         self._content: Callable[[bytes], Any] = lambda data, _convert=content.convert: _convert("\\x" + data.hex())
-        self._message_topic = topic_name(config.topic_prefix, "message", delimiter=config.topic_delimiter)
+        # <prefix>.message: Debezium names it with a dot whatever topic.delimiter says
+        self._message_topic = topic_name(config.topic_prefix, "message")
         self._message_include = [re.compile(p, re.IGNORECASE) for p in config.message_prefix_include_list]
         self._message_exclude = [re.compile(p, re.IGNORECASE) for p in config.message_prefix_exclude_list]
         #: commit time of the last transaction read, for the source block of a non-transactional message
@@ -425,7 +431,6 @@ class StreamBatch:
                         elif cls is Begin:
                             tx = _Tx(msg, lsn_value)  # type: ignore[arg-type]
                             self._fault("before_produce")
-                            self._tx_begin(tx)
                         elif cls is Commit:
                             assert tx is not None
                             self._tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
@@ -463,6 +468,9 @@ class StreamBatch:
                                 self._message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
                         elif cls is Origin and tx is not None:
                             tx.origin, tx.origin_lsn = msg.name, msg.lsn  # type: ignore[attr-defined]
+                            # pgoutput sends the Begin of a replayed transaction together with its Origin, and the
+                            # streaming protocol then reports no LSN for the Begin: Debezium's BEGIN id has LSN 0
+                            tx.begin_lsn = 0
                     else:
                         now = time.monotonic()
                         if now >= next_progress:
@@ -569,6 +577,7 @@ class StreamBatch:
 
     def _tx_begin(self, tx: _Tx) -> None:
         """BEGIN, as Debezium sends it for every transaction it reads, even one whose changes are all filtered."""
+        tx.begun = True
         if not self.config.provide_transaction_metadata:
             return
         self.producer.ensure_topic(self.config.transaction_topic)
@@ -576,6 +585,8 @@ class StreamBatch:
         self._tx_record({"status": "BEGIN", "id": begin_id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms})
 
     def _tx_end(self, tx: _Tx, end_lsn: int) -> None:
+        if not tx.begun:
+            self._tx_begin(tx)
         if not self.config.provide_transaction_metadata:
             return
         counts = tx.per_collection
@@ -585,6 +596,8 @@ class StreamBatch:
         self._tx_record({"status": "END", "id": end_id, "event_count": tx.total, "data_collections": collections, "ts_ms": tx.commit_ms})
 
     def _tx_block(self, tx: _Tx, collection: str, lsn: int) -> dict[str, Any] | None:
+        if not tx.begun:
+            self._tx_begin(tx)
         tx.total += 1
         order = tx.per_collection[collection] = tx.per_collection.get(collection, 0) + 1
         if not self.config.provide_transaction_metadata:
@@ -679,7 +692,7 @@ class StreamBatch:
                 summary.filtered += 1
                 return
             after = table.row(msg.new)
-            self._emit(table, "c", None, after, table.key(after) if table.has_key else None, tx, lsn, summary, per_topic)
+            self._emit(table, "c", None, after, table.key(after, msg.new) if table.has_key else None, tx, lsn, summary, per_topic)
         elif type(msg) is Update:
             if self._skip_u:
                 summary.filtered += 1
@@ -690,9 +703,8 @@ class StreamBatch:
                 new = [o if n is UNCHANGED_TOAST else n for n, o in zip(new, msg.old)]
             after = table.row(new)
             before = None if msg.old is None else (table.before_row(msg.old) if msg.old_is_key else table.row(msg.old))
-            new_key = table.key(after) if table.has_key else None
-            # old_key tolerates a before image that lacks key columns (an identity index other than the key)
-            old_key = table.old_key(before, new_key) if (table.has_key and before is not None and new_key is not None) else None
+            new_key = table.key(after, new) if table.has_key else None
+            old_key = table.key(before, msg.old) if (table.has_key and before is not None) else None
             if old_key is not None and new_key is not None and old_key != new_key:
                 self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic)
             else:
@@ -702,7 +714,7 @@ class StreamBatch:
                 summary.filtered += 1
                 return
             before = table.before_row(msg.old) if msg.old_is_key else table.row(msg.old)
-            key = table.key(before) if table.has_key else None
+            key = table.key(before, msg.old) if table.has_key else None
             self._emit(table, "d", before, None, key, tx, lsn, summary, per_topic)
             if self.config.tombstones_on_delete:
                 self._tombstone(table, key)

@@ -14,6 +14,7 @@ in one group: their Debezium connectors run at the same time in one JVM.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 import uuid
@@ -32,6 +33,8 @@ from walflow.config import ConnectorConfig
 
 #: Prefix of the logical decoding message that ends every workload.
 SENTINEL = "walflow.compat.end"
+#: Prefix of the (non-transactional) message after each statement of a live scenario's workload.
+STEP = "walflow.compat.step"
 
 
 @dataclass
@@ -75,6 +78,10 @@ class Scenario:
     walflow_batches: int = 1
     #: ``schema.table.column`` of columns holding arrays of more than one dimension (a deliberate difference)
     multidim: set[str] = field(default_factory=set)
+    #: Debezium reads each workload statement before the next runs, as a connector streaming in real time does
+    #: (its schema lookups then see the catalog of that moment: a primary key dropped later, say); walflow reads
+    #: the whole workload afterwards in one batch
+    live: bool = False
 
 
 @dataclass
@@ -91,6 +98,8 @@ class Outcome:
     #: bookkeeping transactions from before it
     walflow_start_lsn: int | None = None
     multidim: set[str] = field(default_factory=set)
+    #: why Debezium's run failed (the pair then fails its test)
+    error: str | None = None
 
 
 @dataclass
@@ -142,9 +151,10 @@ def _dbz_properties(run: _Run) -> dict[str, Any]:
         "slot.name": run.dbz_slot,
         "publication.name": run.dbz_slot,
         "snapshot.mode": "initial" if run.scenario.snapshot else "no_data",
-        # walflow runs beside it in the same database: its watermarks are not part of the workload
-        "message.prefix.exclude.list": r"walflow\.watermark",
     }
+    if "message.prefix.include.list" not in variant.props:
+        # walflow runs beside it in the same database: its watermarks are not part of the workload
+        props["message.prefix.exclude.list"] = r"walflow\.watermark"
     props.update(variant.props)
     if "signal.data.collection" in variant.props:
         props["signal.data.collection"] = _signal_tables(run)[1]
@@ -204,6 +214,11 @@ def _sentinel_seen(records: list[Rec]) -> bool:
     return any(r.topic.endswith(".message") and r.key is not None and SENTINEL.encode() in r.key for r in records)
 
 
+def _message_seen(records: list[Rec], prefix: str, content: bytes) -> bool:
+    marker = b'"content":"' + base64.b64encode(content) + b'"'
+    return any(r.topic.endswith(".message") and r.value is not None and prefix.encode() in r.value and marker in r.value for r in records)
+
+
 def _snapshot_rows(records: list[Rec]) -> int:
     count = 0
     for r in records:
@@ -217,6 +232,25 @@ def _create_debezium_slot(run: _Run) -> None:
     with psycopg.connect(run.database, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(run.dbz_slot)))
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (run.dbz_slot,))
+
+
+def _start(engines: list[Engine], run: _Run) -> Engine:
+    engine = Engine(run.prefix, _dbz_properties(run))
+    engines.append(engine)
+    return engine.start()
+
+
+def _drop_database(name: str) -> None:
+    """Drop a scenario's database and its slots, ending whatever still uses them (an engine that did not stop)."""
+    with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            active = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s AND active", (name,)).fetchone()
+            if not active or not active[0]:
+                break
+            time.sleep(0.1)
+    support.drop_database(name)
 
 
 def _wait_for_slot(dsn: str, slot: str, timeout: float = 60.0) -> None:
@@ -243,7 +277,8 @@ def read_prefix(prefix: str, timeout: float = 10.0) -> list[Rec]:
     )
     try:
         metadata = consumer.list_topics(timeout=timeout)
-        topics = sorted(t for t in metadata.topics if t.startswith(prefix + ".") or t == f"__debezium-heartbeat.{prefix}")
+        # any topic.delimiter: the prefixes are unique to one connector pair
+        topics = sorted(t for t in metadata.topics if t.startswith(prefix) or t.startswith("__debezium-heartbeat") and t.endswith(prefix))
         # every partition at once: assigning them one by one costs a round trip each with the embedded broker
         partitions = [TopicPartition(t, p, 0) for t in topics for p in sorted(metadata.topics[t].partitions)]
         consumer.assign(partitions)
@@ -278,6 +313,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
     results: dict[tuple[str, str], Outcome | str] = {}
     runs: list[_Run] = []
     databases: list[str] = []
+    engines: list[Engine] = []
     try:
         for scenario in scenarios:
             missing = [e for e in scenario.extensions if e not in available]
@@ -308,12 +344,23 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                     _create_debezium_slot(run)
                 for run in scenario_runs:
                     support.setup(run.config, dsn)  # type: ignore[arg-type]
-            _execute(dsn, scenario.workload, scenario_runs)
+            if scenario.live:
+                for run in scenario_runs:
+                    run.engine = _start(engines, run)
+                for number, statement in enumerate(scenario.workload):
+                    _execute(dsn, [statement], scenario_runs)
+                    step = f"{scenario.name}:{number}"
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (STEP, step))
+                    for run in scenario_runs:
+                        run.engine.wait(lambda records, s=step.encode(): _message_seen(records, STEP, s), timeout=60)  # type: ignore[union-attr]
+            else:
+                _execute(dsn, scenario.workload, scenario_runs)
             if scenario.snapshot:
                 # Debezium's slot first, so that it also reads what walflow's setup writes to its state table
                 # once its own slot exists (as in the streaming scenarios)
                 for run in scenario_runs:
-                    run.engine = Engine(run.prefix, _dbz_properties(run)).start()
+                    run.engine = _start(engines, run)
                 for run in scenario_runs:
                     _wait_for_slot(dsn, run.dbz_slot)
                 for run in scenario_runs:
@@ -329,7 +376,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 run.start_lsn = row[0] if row else None
         for run in runs:
             if run.engine is None:
-                run.engine = Engine(run.prefix, _dbz_properties(run)).start()
+                run.engine = _start(engines, run)
         log(f"workloads written at {time.monotonic() - started:.1f} s")
         for run in runs:
             for _ in range(run.scenario.walflow_batches):
@@ -342,7 +389,13 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             def done(records: list[Rec], expect: int | None = expect) -> bool:
                 return _sentinel_seen(records) and (expect is None or _snapshot_rows(records) >= expect)
 
-            debezium = run.engine.wait(done, timeout=float(os.environ.get("WALFLOW_COMPAT_TIMEOUT", "180")))
+            try:
+                debezium = run.engine.wait(done, timeout=float(os.environ.get("WALFLOW_COMPAT_TIMEOUT", "180")))
+            except (RuntimeError, TimeoutError) as exc:
+                results[(run.scenario.name, run.variant.name)] = Outcome(
+                    run.scenario.name, run.variant.name, run.prefix, [], list(run.engine.records), set(), error=str(exc)
+                )
+                continue
             log(f"Debezium {run.prefix} done at {time.monotonic() - started:.1f} s")
             walflow = read_prefix(run.prefix)
             internal = {run.config.walflow_state_table, *_signal_tables(run)}  # type: ignore[union-attr]
@@ -352,14 +405,13 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 multidim=run.scenario.multidim,
             )
     finally:
-        for run in runs:
-            if run.engine is not None:
-                try:
-                    run.engine.close()
-                except Exception as exc:  # noqa: BLE001 - closing is best effort; the outcome is already taken
-                    log(f"closing Debezium engine {run.prefix}: {exc}")
+        for engine in engines:
+            try:
+                engine.close()
+            except Exception as exc:  # noqa: BLE001 - closing is best effort; the outcome is already taken
+                log(f"closing Debezium engine {engine.name}: {exc}")
         for dbname in databases:
-            support.drop_database(dbname)
+            _drop_database(dbname)
             privileges.drop_database_role(dbname)
     log(f"compat group of {len(runs)} connector pair(s) ran in {time.monotonic() - started:.1f} s")
     return results

@@ -190,12 +190,26 @@ MODES = [
     Variant("hstore_map", {"hstore.handling.mode": "map"}),
     Variant("unknown_types", {"include.unknown.datatypes": True}),
     Variant("no_schemas", {"key.converter.schemas.enable": False, "value.converter.schemas.enable": False}),
+    # every column's source type, length and scale (and what a truncation or a mask means for each type)
+    Variant("propagate_all", {"datatype.propagate.source.type": ".+"}),
 ]
 
 #: the golden columns holding arrays of more than one dimension (declared so, or a 2-D value in an int[] column)
 MULTIDIM = {f"public.{t}.{c}" for t in ("golden", "golden_nn") for c in ("int_array_2d", "text_array_2d", "int_array_2d_in_1d")}
 
 TYPES_STREAM = Scenario("types_stream", setup=TYPE_SETUP, workload=TYPE_ROWS, variants=MODES, multidim=MULTIDIM)
+
+# the same rows read by each connector's initial snapshot (the before images above need streaming: no deletes here)
+SNAPSHOT_ROWS = [r for r in TYPE_ROWS if not r.startswith(("DELETE", "UPDATE"))]
+TYPES_SNAPSHOT = Scenario(
+    "types_snapshot",
+    setup=TYPE_SETUP,
+    workload=SNAPSHOT_ROWS,
+    snapshot=True,
+    after_snapshot=["UPDATE numeric_table SET si = 3", "DELETE FROM golden WHERE pk = 2"],
+    variants=[m for m in MODES if m.name in ("defaults", "decimal_string", "time_connect", "binary_hex", "hstore_map", "unknown_types")],
+    multidim=MULTIDIM,
+)
 
 BASIC = Scenario(
     "basic",
@@ -243,4 +257,249 @@ INCREMENTAL = Scenario(
     variants=[Variant("chunk2", {"signal.data.collection": "x", "incremental.snapshot.chunk.size": 2}, expect_snapshot_rows=6)],
 )
 
-GROUPS = [[BASIC, SNAPSHOT, INCREMENTAL], [TYPES_STREAM]]
+# -- replica identities, keys, key changes, deletes and tombstones (Debezium's RecordsStreamProducerIT steps) ------
+IDENTITIES = Scenario(
+    "identities",
+    setup=[
+        "CREATE TABLE id_default (id int PRIMARY KEY, a text NOT NULL DEFAULT 'dflt', b int, c varchar(5) NOT NULL,"
+        " d numeric(6,2) NOT NULL DEFAULT 1.5, e timestamptz NOT NULL DEFAULT now())",
+        "CREATE TABLE id_full (id int PRIMARY KEY, a text, b int)",
+        "ALTER TABLE id_full REPLICA IDENTITY FULL",
+        "CREATE TABLE id_index (id int PRIMARY KEY, code text NOT NULL, v int)",
+        "CREATE UNIQUE INDEX id_index_code ON id_index (code)",
+        "ALTER TABLE id_index REPLICA IDENTITY USING INDEX id_index_code",
+        "CREATE TABLE id_nothing (id int PRIMARY KEY, v int)",
+        "ALTER TABLE id_nothing REPLICA IDENTITY NOTHING",
+        "CREATE TABLE uniq_only (a int NOT NULL, b text, v int)",
+        "CREATE UNIQUE INDEX uniq_only_a ON uniq_only (a)",
+        "ALTER TABLE uniq_only REPLICA IDENTITY FULL",
+        "CREATE TABLE composite (a int, b text, v int, PRIMARY KEY (b, a))",
+        "CREATE TABLE keyless_full (v int, w text)",
+        "ALTER TABLE keyless_full REPLICA IDENTITY FULL",
+        "CREATE TABLE keyless_default (v int, w text)",
+    ],
+    workload=[
+        "INSERT INTO id_default (id, b, c) VALUES (1, 10, 'x'), (2, 20, 'y')",
+        "UPDATE id_default SET b = 11 WHERE id = 1",
+        "UPDATE id_default SET id = 3 WHERE id = 2",
+        "DELETE FROM id_default WHERE id = 1",
+        "INSERT INTO id_full VALUES (1, 'a', 1), (2, 'b', 2)",
+        "UPDATE id_full SET a = 'aa' WHERE id = 1",
+        "UPDATE id_full SET id = 20 WHERE id = 2",
+        "DELETE FROM id_full WHERE id = 1",
+        "INSERT INTO id_index VALUES (1, 'one', 1), (2, 'two', 2)",
+        "UPDATE id_index SET v = 11 WHERE id = 1",
+        "UPDATE id_index SET code = 'uno' WHERE id = 1",
+        "UPDATE id_index SET id = 22 WHERE id = 2",
+        "DELETE FROM id_index WHERE id = 22",
+        "INSERT INTO id_nothing VALUES (1, 1)",
+        "INSERT INTO uniq_only VALUES (1, 'a', 1), (2, NULL, 2)",
+        "UPDATE uniq_only SET v = 10 WHERE a = 1",
+        "UPDATE uniq_only SET a = 5 WHERE a = 2",
+        "DELETE FROM uniq_only WHERE a = 1",
+        "INSERT INTO composite VALUES (1, 'x', 1), (1, 'y', 2)",
+        "UPDATE composite SET b = 'z' WHERE a = 1 AND b = 'x'",
+        "DELETE FROM composite WHERE b = 'y'",
+        "INSERT INTO keyless_full VALUES (1, 'a'), (1, 'a'), (2, NULL)",
+        "UPDATE keyless_full SET w = 'b' WHERE v = 2",
+        "DELETE FROM keyless_full WHERE v = 1",
+        "INSERT INTO keyless_default VALUES (1, 'a')",
+        "BEGIN; INSERT INTO id_default (id, c) VALUES (10, 'p'); UPDATE id_default SET id = 11 WHERE id = 10;"
+        " DELETE FROM id_default WHERE id = 11; COMMIT",
+    ],
+    variants=[
+        Variant("defaults"),
+        Variant("no_tombstones", {"tombstones.on.delete": False}),
+        Variant("txmeta", {"provide.transaction.metadata": True}),
+        Variant("key_columns", {"message.key.columns": "public.keyless_full:v;public.id_full:a,b;public.uniq_only:b"}),
+    ],
+)
+
+# -- unchanged TOASTed values (text, arrays, bytea, hstore, jsonb, a masked column) -------------------------------------
+BIG = "(SELECT string_agg(md5(i::text || 'salt'), '') FROM generate_series(1, 300) i)"
+TOAST = Scenario(
+    "toast",
+    setup=[
+        "CREATE EXTENSION IF NOT EXISTS hstore",
+        "CREATE TABLE toast (id int PRIMARY KEY, n int, doc text, tags text[], blob bytea, hs hstore, js jsonb, secret text,"
+        " nums int[], dn text NOT NULL)",
+        "CREATE TABLE toast_full (id int PRIMARY KEY, n int, doc text, hs hstore)",
+        "ALTER TABLE toast_full REPLICA IDENTITY FULL",
+        "CREATE TABLE toast_arrays (id int PRIMARY KEY, n int, dates date[], bigs int8[], uuids uuid[], blobs bytea[],"
+        " nums numeric[], addrs inet[], jsons jsonb[], flags bool[], stamps timestamp[], vcs varchar(20)[], x xml,"
+        " ts tsvector, big numeric, secret text)",
+    ],
+    workload=[
+        f"INSERT INTO toast VALUES (1, 0, {BIG}, ARRAY[{BIG}, 'x'], convert_to({BIG}, 'UTF8'),"
+        f" hstore('k', {BIG}), jsonb_build_object('k', {BIG}), {BIG}, (SELECT array_agg(i) FROM generate_series(1, 3000) i), {BIG})",
+        "UPDATE toast SET n = 1",
+        "UPDATE toast SET n = 2, doc = 'small'",
+        "DELETE FROM toast",
+        f"INSERT INTO toast_full VALUES (1, 0, {BIG}, hstore('k', {BIG}))",
+        "UPDATE toast_full SET n = 1",
+        "INSERT INTO toast_arrays SELECT 1, 0, array_agg(date '2020-01-01' + i), array_agg(i::int8 * 1000003),"
+        " array_agg(md5(i::text)::uuid), array_agg(decode(md5(i::text), 'hex')), array_agg(i * 1.5), array_agg(('10.0.' ||"
+        " (i % 250) || '.' || (i % 200))::inet), array_agg(jsonb_build_object('i', i)), array_agg(i % 2 = 0),"
+        " array_agg(timestamp '2020-01-01' + i * interval '1 hour'), array_agg(left('v' || md5(i::text), 20)),"
+        " xmlelement(name x, string_agg(md5(i::text), '')), to_tsvector(string_agg(md5(i::text), ' ')),"
+        " (repeat('9', 3000) || '.5')::numeric, NULL FROM generate_series(1, 1500) i",
+        "UPDATE toast_arrays SET n = 1",
+        "UPDATE toast_arrays SET n = 2, secret = 'visible'",
+    ],
+    variants=[
+        Variant("defaults"),
+        Variant("hstore_map_hex", {"hstore.handling.mode": "map", "binary.handling.mode": "hex"}),
+        Variant("masked", {"column.mask.with.6.chars": r"public\.toast.*\.secret", "unavailable.value.placeholder": "hex:00ff",
+                            "binary.handling.mode": "base64"}),
+    ],
+)
+
+# -- schema changes while streaming; a primary key dropped later in the same batch (Debezium reads live) ---------
+DDL = Scenario(
+    "ddl",
+    setup=[
+        "CREATE TABLE s (id int PRIMARY KEY, a int, b text)",
+        "CREATE TABLE pkdrop (id int PRIMARY KEY, v int)",
+        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
+        "CREATE TABLE m (id int PRIMARY KEY, e mood NOT NULL, n int NOT NULL)",
+    ],
+    workload=[
+        "INSERT INTO s VALUES (1, 10, 'one')",
+        "INSERT INTO pkdrop VALUES (1, 1), (2, 2)",
+        "UPDATE pkdrop SET v = 10 WHERE id = 1",
+        "DELETE FROM pkdrop WHERE id = 2",
+        "INSERT INTO m VALUES (1, 'happy', 10)",
+        "ALTER TABLE s ADD COLUMN c numeric(4,1) DEFAULT 2.5",
+        "INSERT INTO s VALUES (2, 20, 'two', 1.5)",
+        "ALTER TABLE s DROP COLUMN b",
+        "INSERT INTO s VALUES (3, 30, 3.5)",
+        "ALTER TABLE s RENAME COLUMN a TO alpha",
+        "INSERT INTO s VALUES (4, 40, 4.5)",
+        "ALTER TABLE s ALTER COLUMN alpha TYPE text USING alpha::text || '!'",
+        "INSERT INTO s VALUES (5, 'fifty', 5.5)",
+        "UPDATE s SET c = 9.5 WHERE id = 1",
+        "ALTER TABLE pkdrop DROP CONSTRAINT pkdrop_pkey",
+        "INSERT INTO pkdrop VALUES (3, 3)",
+        "ALTER TABLE m RENAME COLUMN e TO e2",
+        "INSERT INTO m VALUES (2, 'sad', 20)",
+        "ALTER TABLE m ALTER COLUMN e2 TYPE text",
+        "INSERT INTO m VALUES (3, 'free', 30)",
+        "CREATE TABLE late (id int PRIMARY KEY, v text)",
+        "INSERT INTO late VALUES (1, 'new table')",
+    ],
+    variants=[Variant("defaults"), Variant("txmeta", {"provide.transaction.metadata": True})],
+    live=True,
+)
+
+# -- filters, message.key.columns, skipped operations, column settings -------------------------------------------------
+FILTERS = Scenario(
+    "filters",
+    setup=[
+        "CREATE SCHEMA other",
+        "CREATE TABLE a (id int PRIMARY KEY, name text, secret text, email varchar(20), price numeric(6,2), note text,"
+        ' "2bad-name" text, pin int, short char(6))',
+        "CREATE TABLE b (id int PRIMARY KEY, v int)",
+        "CREATE TABLE other.c (id int PRIMARY KEY, v int)",
+        "CREATE TABLE nokey (x int, y text)",
+        "ALTER TABLE nokey REPLICA IDENTITY FULL",
+        'CREATE TABLE "my-table" (id int PRIMARY KEY, "1st col" text, "caf\u00e9" int)',
+    ],
+    workload=[
+        'INSERT INTO "my-table" VALUES (1, \'one\', 2)',
+        "INSERT INTO a VALUES (1, 'anne', 'hunter2', 'anne@example.org', 12.5, 'a long note here', 'odd', 1234, 'ab')",
+        "INSERT INTO b VALUES (1, 1)",
+        "INSERT INTO other.c VALUES (1, 1)",
+        "INSERT INTO nokey VALUES (1, 'one')",
+        "BEGIN; UPDATE a SET name = 'ann'; UPDATE b SET v = 2; UPDATE other.c SET v = 2; COMMIT",
+        "BEGIN; UPDATE other.c SET v = 3; COMMIT",
+        "DELETE FROM b",
+        "DELETE FROM nokey",
+        "TRUNCATE b",
+    ],
+    variants=[
+        Variant("table_include", {"table.include.list": r"public\.a,public\.nokey", "provide.transaction.metadata": True}),
+        Variant("schema_include", {"schema.include.list": "other", "provide.transaction.metadata": True}),
+        Variant("table_exclude", {"table.exclude.list": r"public\.b", "skipped.operations": "u,d"}),
+        Variant("columns_exclude", {"column.exclude.list": r"public\.a\.secret,public\.a\.pin", "skipped.operations": "c"}),
+        Variant("columns_include", {"column.include.list": r"public\.a\.(id|name),public\.b\..*,other\.c\.v,public\.nokey\.y",
+                                    "skipped.operations": "none"}),
+        Variant("key_columns", {"message.key.columns": r"public\.a:name,email;public\.nokey:x;(.*)\.c:v"}),
+        Variant(
+            "column_rules",
+            {
+                "column.truncate.to.5.chars": r"public\.a\.note,public\.a\.pin",
+                "column.mask.with.4.chars": r"public\.a\.secret,public\.a\.short",
+                "column.mask.hash.SHA-256.with.salt.pepper": r"public\.a\.email",
+                "column.propagate.source.type": r"public\.a\.price,public\.a\.email,public\.a\.id",
+                "datatype.propagate.source.type": "INT4",
+            },
+        ),
+        Variant("sanitize", {"sanitize.field.names": True, "topic.delimiter": "_", "provide.transaction.metadata": True,
+                             "heartbeat.interval.ms": 300}),
+        Variant("avro_names", {"field.name.adjustment.mode": "avro", "schema.name.adjustment.mode": "avro"}),
+        Variant("avro_unicode_names", {"field.name.adjustment.mode": "avro_unicode", "schema.name.adjustment.mode": "avro_unicode"}),
+    ],
+)
+
+# -- transaction metadata across tables (the END's HashMap order), filtered transactions, origins --------------------------
+TRANSACTIONS = Scenario(
+    "transactions",
+    setup=[
+        *(f"CREATE TABLE t{i} (id int PRIMARY KEY, v int)" for i in range(1, 16)),
+        "CREATE TABLE skipped (id int PRIMARY KEY)",
+    ],
+    workload=[
+        "BEGIN; " + " ".join(f"INSERT INTO t{i} VALUES (1, {i});" for i in range(1, 16)) + " COMMIT",
+        "BEGIN; INSERT INTO t3 VALUES (2, 2); INSERT INTO t1 VALUES (2, 2); INSERT INTO t3 VALUES (3, 3);"
+        " SELECT pg_logical_emit_message(true, 'in-tx', 'a'); SELECT pg_logical_emit_message(true, 'in-tx', 'b'); COMMIT",
+        "INSERT INTO skipped VALUES (1)",
+        # a transaction replayed from a replication origin (origins are the cluster's: one per test database)
+        "SELECT pg_replication_origin_create('compat_' || current_database())",
+        "BEGIN; SELECT pg_replication_origin_session_setup('compat_' || current_database());"
+        " SELECT pg_replication_origin_xact_setup('0/ABCDEF', now()); INSERT INTO t2 VALUES (5, 5); COMMIT",
+        "SELECT pg_replication_origin_session_reset()",
+        "SELECT pg_replication_origin_drop('compat_' || current_database())",
+    ],
+    variants=[
+        Variant("txmeta", {"provide.transaction.metadata": True, "table.exclude.list": r"public\.skipped"}),
+        Variant("custom_topic", {"provide.transaction.metadata": True, "topic.transaction": "tx-meta",
+                                 "message.prefix.include.list": "in-.*,walflow.compat.*"}),
+    ],
+)
+
+# -- initial snapshots: table order, markers, several threads, empty tables, keyless tables, overrides ------------------
+SNAPSHOT_MODES = Scenario(
+    "snapshot_modes",
+    setup=[
+        "CREATE TABLE z_first (id int PRIMARY KEY, v text)",
+        "CREATE TABLE a_empty (id int PRIMARY KEY)",
+        "CREATE TABLE m_one (id int PRIMARY KEY, v text NOT NULL)",
+        "CREATE TABLE k_less (v int, w text)",
+        "ALTER TABLE k_less REPLICA IDENTITY FULL",
+        "CREATE TABLE \"Mixed Case\" (id int PRIMARY KEY, \"Value\" text)",
+    ],
+    workload=[
+        "INSERT INTO z_first SELECT g, 'z' || g FROM generate_series(1, 5) g",
+        "INSERT INTO m_one VALUES (1, 'only')",
+        "INSERT INTO k_less VALUES (1, 'a'), (2, 'b')",
+        "INSERT INTO \"Mixed Case\" VALUES (1, 'x')",
+    ],
+    snapshot=True,
+    after_snapshot=["INSERT INTO m_one VALUES (2, 'streamed')", "DELETE FROM k_less WHERE v = 1"],
+    variants=[
+        Variant("defaults"),
+        Variant("include_order", {"table.include.list": r"public\.z_first,public\.m_one,public\.a_empty"}),
+        Variant("threads", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}),
+        Variant("one_row_first", {"table.include.list": r"public\.m_one,public\.z_first"}),
+        Variant("override", {"snapshot.select.statement.overrides": "public.z_first",
+                             "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2"}),
+        Variant("include_collection", {"snapshot.include.collection.list": r"public\.z_first", "tombstones.on.delete": False}),
+    ],
+)
+
+GROUPS = [
+    [BASIC, SNAPSHOT, INCREMENTAL, IDENTITIES, TOAST, TRANSACTIONS],
+    [TYPES_STREAM, DDL],
+    [TYPES_SNAPSHOT, FILTERS],
+    [SNAPSHOT_MODES],
+]

@@ -21,5 +21,6 @@ def test_identical_to_debezium(comparisons: dict[tuple[str, str], Comparison | s
     comparison = comparisons[(scenario, variant)]
     if isinstance(comparison, str):
         pytest.skip(comparison)
+    assert comparison.error is None, comparison.error
     assert comparison.debezium_records > 0, f"Debezium emitted nothing for {scenario}/{variant}: the scenario tests nothing"
     assert not comparison.differences, report(f"{scenario}/{variant}", comparison)
