@@ -101,7 +101,7 @@ SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typbasetype, t.typtypmod, t
        CASE WHEN t.typtype = 'e'
             THEN ARRAY(SELECT e.enumlabel FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
        END,
-       pg_catalog.format_type(t.oid, NULL)
+       pg_catalog.format_type(t.oid, NULL), t.typdelim
 FROM pg_catalog.pg_type t
 WHERE t.oid = ANY(%s)
 """
@@ -118,6 +118,7 @@ class _TypeRow:
     elem: int
     enum_values: tuple[str, ...]
     display: str
+    delimiter: str = ","
 
 
 class TypeResolver:
@@ -147,9 +148,9 @@ class TypeResolver:
             for oid in wanted:
                 self._rows[oid] = None
             refer: set[int] = set()
-            for oid, typname, typtype, category, basetype, typtypmod, elem, enum_values, display in found:
+            for oid, typname, typtype, category, basetype, typtypmod, elem, enum_values, display, delimiter in found:
                 self._rows[oid] = _TypeRow(
-                    oid, typname, typtype, category, basetype, typtypmod, elem, tuple(enum_values or ()), display
+                    oid, typname, typtype, category, basetype, typtypmod, elem, tuple(enum_values or ()), display, delimiter or ","
                 )
                 refer.update(o for o in (basetype, elem) if o)
             wanted = {o for o in refer if o not in self._rows}
@@ -195,6 +196,7 @@ class TypeResolver:
             element=element,
             ndims=max(1, ndims),
             type_name=own_name,
+            delimiter=row.delimiter,
         )
 
     def type_name(self, oid: int, modifier: int = -1) -> str | None:

@@ -64,6 +64,8 @@ class ColumnType:
     ndims: int = 1
     #: pg_type.typname of the column's own type (the domain's, the array's ``_int4``), as Debezium names it
     type_name: str = ""
+    #: pg_type.typdelim: what separates this type's values in an array literal (``:`` for PostGIS geometry)
+    delimiter: str = ","
 
 
 @dataclass(frozen=True)
@@ -680,15 +682,11 @@ def _geometry_schema(name: str, doc: str) -> dict[str, Any]:
 
 
 def _ewkb(text: str) -> dict[str, Any]:
-    """PostGIS hex EWKB to Debezium's {wkb, srid}: the SRID moves out of the WKB into its own field."""
+    """PostGIS hex EWKB to Debezium's {wkb, srid}: the EWKB as it is (SRID included), and the SRID beside it."""
     raw = bytes.fromhex(text)
     order = "<" if raw[0] == 1 else ">"
     (geom_type,) = struct.unpack_from(order + "I", raw, 1)
-    srid = None
-    if geom_type & 0x20000000:
-        (srid,) = struct.unpack_from(order + "I", raw, 5)
-        geom_type &= ~0x20000000
-        raw = raw[:1] + struct.pack(order + "I", geom_type) + raw[9:]
+    srid = struct.unpack_from(order + "I", raw, 5)[0] if geom_type & 0x20000000 else None
     return {"wkb": b64encode(raw).decode("ascii"), "srid": srid}
 
 
@@ -737,7 +735,7 @@ def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
 
 
 # -- arrays ----------------------------------------------------------------------------------------
-def parse_array(text: str) -> list[Any]:
+def parse_array(text: str, delimiter: str = ",") -> list[Any]:
     """Split a PostgreSQL array literal (``{1,NULL,"a b"}``) into element texts (``None`` for NULL).
 
     A multi-dimensional literal (``{{1,2},{3,4}}``) gives nested lists, one level per dimension.
@@ -752,11 +750,11 @@ def parse_array(text: str) -> list[Any]:
     try:
         if body.startswith("{"):
             # an unquoted element never starts with a brace: this is a sub-array, so the array has 2+ dimensions
-            nested, end = _parse_nested(text, 0)
+            nested, end = _parse_nested(text, 0, delimiter)
             if end != len(text):
                 raise ValueError(f"not an array literal: {text[:50]!r}")
             return nested
-        return _parse_flat(body)
+        return _parse_flat(body, delimiter)
     except IndexError:
         raise ValueError(f"unterminated array literal: {text[:50]!r}") from None
 
@@ -774,7 +772,7 @@ def _read_quoted(text: str, pos: int) -> tuple[str, int]:
     return "".join(out), pos + 1
 
 
-def _parse_flat(body: str) -> list[Any]:
+def _parse_flat(body: str, delimiter: str = ",") -> list[Any]:
     """The elements of a one-dimensional array literal's body (between its braces)."""
     items: list[Any] = []
     i, n = 0, len(body)
@@ -784,7 +782,7 @@ def _parse_flat(body: str) -> list[Any]:
             items.append(value)
             i += 1  # the comma
         else:
-            end = body.find(",", i)
+            end = body.find(delimiter, i)
             if end < 0:
                 end = n
             token = body[i:end]
@@ -793,7 +791,7 @@ def _parse_flat(body: str) -> list[Any]:
     return items
 
 
-def _parse_nested(text: str, pos: int) -> tuple[list[Any], int]:
+def _parse_nested(text: str, pos: int, delimiter: str = ",") -> tuple[list[Any], int]:
     """Parse the sub-array starting at ``text[pos] == '{'``; return it and the position after its ``}``."""
     items: list[Any] = []
     pos += 1
@@ -802,20 +800,20 @@ def _parse_nested(text: str, pos: int) -> tuple[list[Any], int]:
     while True:
         ch = text[pos]
         if ch == "{":
-            sub, pos = _parse_nested(text, pos)
+            sub, pos = _parse_nested(text, pos, delimiter)
             items.append(sub)
         elif ch == '"':
             value, pos = _read_quoted(text, pos)
             items.append(value)
         else:
-            comma, close = text.find(",", pos), text.find("}", pos)
+            comma, close = text.find(delimiter, pos), text.find("}", pos)
             end = close if comma < 0 or close < comma else comma
             if end < 0:
                 raise ValueError(f"unterminated array literal: {text[:50]!r}")
             token = text[pos:end]
             items.append(None if token == "NULL" else token)
             pos = end
-        if text[pos] == ",":
+        if text[pos] == delimiter:
             pos += 1
         elif text[pos] == "}":
             return items, pos + 1
@@ -850,6 +848,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
     if inner is None:
         return None
     item_convert = inner.convert
+    delimiter = element.delimiter
     depth = max(1, ndims)
     # Debezium's items are optional, except an enum's (its array schema takes the Enum schema as it is)
     schema: dict[str, Any] = {**inner.schema, "optional": element.category != "E"}
@@ -886,7 +885,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
     if depth == 1:
 
         def convert(text: str) -> list[Any]:
-            items = parse_array(text)
+            items = parse_array(text, delimiter)
             if items and items[0].__class__ is list:
                 return reshape(items)
             return [None if item is None else item_convert(item) for item in items]
@@ -894,7 +893,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
     else:
 
         def convert(text: str) -> list[Any]:
-            return reshape(parse_array(text))
+            return reshape(parse_array(text, delimiter))
 
     return ColumnConverter(schema, convert, semantic="array")
 

@@ -124,8 +124,10 @@ class Filters:
             self._internal.add(config.signal_table)
 
     def table_included(self, schema: str, table: str) -> bool:
-        if schema in ("pg_catalog", "information_schema") or schema.startswith("pg_toast"):
+        if schema in ("pg_catalog", "information_schema") or schema.startswith(("pg_toast", "pg_temp")):
             return False
+        if table.lower() == "spatial_ref_sys":
+            return False  # PostGIS's catalog table, in the user's schema: a system table to Debezium
         if (schema, table) in self._internal:
             return False
         if self._schema_inc and not _matches_any(self._schema_inc, schema):
@@ -275,6 +277,8 @@ class TableSchema:
                 extra["default"] = default
             field_name = rules.field_name(name)
             key_schema = _place(converter.schema, **{k: v for k, v in extra.items() if k != "parameters"}, field=field_name)
+            if converter.semantic == "geometry":
+                extra["optional"] = True  # Debezium's geometry and geography fields are optional even for NOT NULL
             converter = replace(converter, schema=_place(converter.schema, **extra, field=field_name), optional=not column.not_null)
             toast = _toast_value(converter, ctype, placeholder, settings.binary_handling_mode)
             if mapped is not None:

@@ -309,6 +309,8 @@ def null_fallback(converter: ColumnConverter, ctype: ColumnType) -> Any:
         return "P0Y0M0DT0H0M0S"
     if name == "io.debezium.data.geometry.Point":
         return converter.convert("(0,0)")
+    if name in ("io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Geography"):
+        return {"wkb": "AQcAAAAAAAAA", "srid": None}  # an empty GEOMETRYCOLLECTION
     if kind == "string" and converter.semantic == "string" and ctype.base_name in ("numeric", "money"):
         # decimal.handling.mode=string: a zero with the column's scale
         scale = 2 if ctype.base_name == "money" else _numeric_scale(ctype)

@@ -26,6 +26,10 @@ def compat_outcomes() -> Iterator[dict[tuple[str, str], Outcome | str]]:
     reason = env_ready()
     if reason:
         pytest.skip(f"the differential suite cannot run: {reason}")
+    from tests.integration.test_types import _postgis_available
+
+    # the PostGIS scenarios need the server's PostGIS package: installed from Debian's packages when missing
+    _postgis_available()
     started = time.monotonic()
     outcomes: dict[tuple[str, str], Outcome | str] = {}
     for group in GROUPS:

@@ -158,7 +158,8 @@ def _dbz_properties(run: _Run) -> dict[str, Any]:
     props.update(variant.props)
     if "signal.data.collection" in variant.props:
         props["signal.data.collection"] = _signal_tables(run)[1]
-    _exclude_schema(props, WALFLOW_SCHEMA)
+    # both bookkeeping schemas: the other variants' signal tables too (Debezium still reads its own signal table)
+    _exclude_schema(props, f"{WALFLOW_SCHEMA},{DEBEZIUM_SCHEMA}")
     props.update(variant.debezium)
     return props
 
@@ -168,7 +169,7 @@ def _walflow_config(run: _Run) -> ConnectorConfig:
     if "signal.data.collection" in raw:
         raw["signal.data.collection"] = _signal_tables(run)[0]
     raw.update(run.variant.walflow)
-    _exclude_schema(raw, DEBEZIUM_SCHEMA)
+    _exclude_schema(raw, f"{WALFLOW_SCHEMA},{DEBEZIUM_SCHEMA}")
     raw.setdefault("walflow.state.table", f"{WALFLOW_SCHEMA}.walflow_state")
     raw.setdefault("snapshot.mode", "initial" if run.scenario.snapshot else "no_data")
     raw.setdefault("walflow.batch.max.seconds", 120)
@@ -253,6 +254,16 @@ def _drop_database(name: str) -> None:
     support.drop_database(name)
 
 
+def _drop_leftovers() -> None:
+    """Databases (and their slots) of an earlier run of the suite that was killed: the slots count against the
+    cluster's limit. Only this suite's databases, named ``cmp_*``."""
+    with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'cmp\\_%'").fetchall()]
+    for name in names:
+        _drop_database(name)
+        privileges.drop_database_role(name)
+
+
 def _wait_for_slot(dsn: str, slot: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -309,6 +320,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
     """Run every scenario's variants through both connectors; return the outcomes by (scenario, variant), or
     the reason a scenario could not run (a missing extension)."""
     started = time.monotonic()
+    _drop_leftovers()
     available = _available_extensions()
     results: dict[tuple[str, str], Outcome | str] = {}
     runs: list[_Run] = []
