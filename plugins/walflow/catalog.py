@@ -48,8 +48,9 @@ class CatalogTable:
     columns: dict[str, CatalogColumn]
     primary_key: tuple[str, ...]
     replica_identity: str
-    #: the event key: the primary key, else the replica identity index (USING INDEX), else the first unique
-    #: index (by name) whose columns are plain columns; empty when the table has none of them (null key)
+    #: the event key: the primary key, else the first unique index in the JDBC driver's order (a clustered one
+    #: first, then by name; partial ones too) whose columns are plain columns, as Debezium picks it (not the
+    #: replica identity index); empty when the table has none of them (null key)
     key_columns: tuple[str, ...] = ()
     #: every attribute in attnum order as (attnum, name), ``None`` as the name of a dropped one; generated
     #: columns are left out (pgoutput never sends them). Used to recognise renamed columns mid-stream.
@@ -88,9 +89,8 @@ SELECT n.nspname, c.relname, c.relreplident,
        (SELECT {_INDEX_COLUMNS} FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
        (SELECT {_INDEX_COLUMNS}
         FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND NOT i.indisprimary
-          AND i.indpred IS NULL AND i.indexprs IS NULL
-        ORDER BY ic.relname
+        WHERE i.indrelid = c.oid AND i.indisunique AND NOT i.indisprimary AND i.indexprs IS NULL
+        ORDER BY NOT i.indisclustered, ic.relname
         LIMIT 1)
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = %s
@@ -270,8 +270,6 @@ class Catalog:
             columns[attname] = column
         if pk:
             key: tuple[str, ...] = tuple(pk)
-        elif replident == "i" and identity_index:
-            key = tuple(identity_index)
         else:
             key = tuple(unique_index or ())
         table = CatalogTable(

@@ -494,10 +494,12 @@ def build_converter(column_type: ColumnType, settings: ConverterSettings) -> Col
         allowed = ",".join(column_type.enum_values)
         return ColumnConverter(_schema("string", "io.debezium.data.Enum", {"allowed": allowed}, 1), str, semantic="enum")
     if settings.include_unknown_datatypes:
+        # the bytes of the value's text, represented as binary.handling.mode says (as a bytea column)
+        schema, binary = _binary_converter(settings)
         if column_type.base_name in _GEOMETRIC:
             # the JDBC driver's PGbox, PGcircle... objects print their coordinates as Java doubles ("10.0")
-            return ColumnConverter(_schema("bytes"), _java_geometric_text, semantic="bytes")
-        return ColumnConverter(_schema("bytes"), lambda text: base64.b64encode(text.encode("utf-8")).decode("ascii"), semantic="bytes")
+            return ColumnConverter(schema, lambda text: binary("\\x" + _java_geometric_text(text).hex()), semantic="bytes")
+        return ColumnConverter(schema, lambda text: binary("\\x" + text.encode("utf-8").hex()), semantic="bytes")
     return None
 
 
@@ -526,9 +528,8 @@ def java_double(value: float) -> str:
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
 
 
-def _java_geometric_text(text: str) -> str:
-    java = _NUMBER.sub(lambda m: java_double(float(m.group(0))), text)
-    return base64.b64encode(java.encode("utf-8")).decode("ascii")
+def _java_geometric_text(text: str) -> bytes:
+    return _NUMBER.sub(lambda m: java_double(float(m.group(0))), text).encode("utf-8")
 
 
 def _named(type_: str, name: str | None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ of the session. The tests then only read the outcomes. The session's summary lis
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +34,7 @@ def compat_outcomes() -> Iterator[dict[tuple[str, str], Outcome | str]]:
     started = time.monotonic()
     outcomes: dict[tuple[str, str], Outcome | str] = {}
     for group in GROUPS:
-        outcomes.update(run_group(group, log=lambda line: None))
+        outcomes.update(run_group(group, log=print if os.environ.get("WALFLOW_COMPAT_DEBUG") else lambda line: None))
     _TIMING["seconds"] = time.monotonic() - started
     yield outcomes
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -277,6 +278,11 @@ def _wait_for_slot(dsn: str, slot: str, timeout: float = 60.0) -> None:
 def read_prefix(prefix: str, timeout: float = 10.0) -> list[Rec]:
     """Every record walflow wrote to the topics of ``prefix`` (its tables, transaction and message topics and its
     heartbeat topic), per topic in offset order."""
+    return read_prefixes([prefix], timeout)[prefix]
+
+
+def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[Rec]]:
+    """:func:`read_prefix` for several connectors with one consumer (each assignment round trip counts)."""
     consumer = Consumer(
         {
             "bootstrap.servers": support.bootstrap(),
@@ -288,8 +294,17 @@ def read_prefix(prefix: str, timeout: float = 10.0) -> list[Rec]:
     )
     try:
         metadata = consumer.list_topics(timeout=timeout)
-        # any topic.delimiter: the prefixes are unique to one connector pair
-        topics = sorted(t for t in metadata.topics if t.startswith(prefix) or t.startswith("__debezium-heartbeat") and t.endswith(prefix))
+
+        def owner(topic: str) -> str | None:
+            # any topic.delimiter: the prefixes are unique to one connector pair
+            for prefix in prefixes:
+                if topic.startswith(prefix) or topic.startswith("__debezium-heartbeat") and topic.endswith(prefix):
+                    return prefix
+            return None
+
+        topics = sorted(t for t in metadata.topics if owner(t) is not None)
+        if not topics:
+            return {prefix: [] for prefix in prefixes}
         # every partition at once: assigning them one by one costs a round trip each with the embedded broker
         partitions = [TopicPartition(t, p, 0) for t in topics for p in sorted(metadata.topics[t].partitions)]
         consumer.assign(partitions)
@@ -305,10 +320,17 @@ def read_prefix(prefix: str, timeout: float = 10.0) -> list[Rec]:
                     continue
                 raise RuntimeError(msg.error().str())
             per_topic[msg.topic()].append(Rec(msg.topic(), msg.key(), msg.value(), [(k, v) for k, v in (msg.headers() or [])]))
-        out = [rec for t in topics for rec in per_topic[t]]
+        out: dict[str, list[Rec]] = {prefix: [] for prefix in prefixes}
+        for t in topics:
+            out[owner(t)].extend(per_topic[t])  # type: ignore[index]
         return out
     finally:
         consumer.close()
+
+
+def _stream(run: _Run) -> None:
+    for _ in range(run.scenario.walflow_batches):
+        support.stream(run.config, run.database)  # type: ignore[arg-type]
 
 
 def _available_extensions() -> set[str]:
@@ -354,11 +376,15 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             if not scenario.snapshot:
                 for run in scenario_runs:
                     _create_debezium_slot(run)
+                    if not scenario.live and not any(isinstance(step, Signal) for step in scenario.workload):
+                        # started now, it reads the workload as it is written (its start-up overlaps the rest);
+                        # not with signals: an incremental snapshot then would run while the workload still writes
+                        run.engine = _start(engines, run)
                 for run in scenario_runs:
                     support.setup(run.config, dsn)  # type: ignore[arg-type]
             if scenario.live:
                 for run in scenario_runs:
-                    run.engine = _start(engines, run)
+                    run.engine = run.engine or _start(engines, run)
                 for number, statement in enumerate(scenario.workload):
                     _execute(dsn, [statement], scenario_runs)
                     step = f"{scenario.name}:{number}"
@@ -390,10 +416,11 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             if run.engine is None:
                 run.engine = _start(engines, run)
         log(f"workloads written at {time.monotonic() - started:.1f} s")
-        for run in runs:
-            for _ in range(run.scenario.walflow_batches):
-                support.stream(run.config, run.database)  # type: ignore[arg-type]
+        with ThreadPoolExecutor(max_workers=4) as pool:  # a batch mostly waits on PostgreSQL and the broker
+            for future in [pool.submit(_stream, run) for run in runs]:
+                future.result()
         log(f"walflow batches done at {time.monotonic() - started:.1f} s")
+        walflow_records = read_prefixes([run.prefix for run in runs])
         for run in runs:
             assert run.engine is not None
             expect = run.variant.expect_snapshot_rows
@@ -409,7 +436,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 )
                 continue
             log(f"Debezium {run.prefix} done at {time.monotonic() - started:.1f} s")
-            walflow = read_prefix(run.prefix)
+            walflow = walflow_records[run.prefix]
             internal = {run.config.walflow_state_table, *_signal_tables(run)}  # type: ignore[union-attr]
             internal |= {f"public.{t.split('.')[1]}" for t in internal}
             results[(run.scenario.name, run.variant.name)] = Outcome(
