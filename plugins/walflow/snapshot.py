@@ -30,7 +30,7 @@ from walflow.catalog import Catalog, CatalogTable
 from walflow.config import ConnectorConfig
 from walflow.errors import SourceError
 from walflow.envelope import EventFormat
-from walflow.events import Filters, Serializer, TableSchema, now_ms
+from walflow.events import Filters, Serializer, TableSchema
 from walflow.kafka import EventProducer
 from walflow.source import connect, list_tables, quote_table
 from walflow.transforms import ColumnRules

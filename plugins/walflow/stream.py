@@ -566,8 +566,10 @@ class StreamBatch:
                 ts_us=tx.commit_us, tx_id=tx.xid, origin=tx.origin, origin_lsn=tx.origin_lsn,
             )  # fmt: skip
         prev = self._previous_commit_lsn
-        sequence = f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
-        return {**base, "sequence": sequence, "lsn": lsn}
+        # in place: the event is serialised before the next one changes it (one dict per table and transaction)
+        base["sequence"] = f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
+        base["lsn"] = lsn
+        return base
 
     def _tx_record(self, payload: dict[str, Any]) -> None:
         ser = self.serializer

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.compat.compare import Comparison, compare
+from tests.compat.compare import HARNESS_RULES, Comparison, compare
 from tests.compat.harness import Outcome, env_ready, run_group
 from tests.compat.scenarios import GROUPS
 
@@ -56,11 +56,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _COUNTS:
         return
     terminalreporter.section("walflow vs Debezium 3.6.3: records per scenario")
-    header = ("scenario", "variant", "walflow", "Debezium", "identical")
-    rows = [header] + [
-        (s, v, str(c.walflow_records), str(c.debezium_records), "yes" if not c.differences else f"no ({len(c.differences)})")
-        for s, v, c in sorted(_COUNTS, key=lambda item: (item[0], item[1]))
-    ]
+    header = ("scenario", "variant", "walflow", "Debezium", "identical", "set aside (deliberate differences)")
+    rows = [header]
+    for s, v, c in sorted(_COUNTS, key=lambda item: (item[0], item[1])):
+        aside = ", ".join(f"{rule} {n}" for rule, n in sorted(c.rules.items()) if n and rule not in HARNESS_RULES)
+        rows.append((s, v, str(c.walflow_records), str(c.debezium_records), "yes" if not c.differences and not c.error else "NO", aside))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for n, row in enumerate(rows):
         terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))
@@ -68,5 +68,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line("  ".join("-" * w for w in widths))
     total_w = sum(c.walflow_records for _, _, c in _COUNTS)
     total_d = sum(c.debezium_records for _, _, c in _COUNTS)
-    terminalreporter.write_line(f"total: walflow {total_w}, Debezium {total_d} record(s) in {len(_COUNTS)} connector pair(s)"
-                                + (f", {_TIMING['seconds']:.0f} s" if "seconds" in _TIMING else ""))
+    terminalreporter.write_line(
+        f"total: walflow {total_w}, Debezium {total_d} record(s) in {len(_COUNTS)} connector pair(s)"
+        + (f", {_TIMING['seconds']:.0f} s" if "seconds" in _TIMING else "")
+    )

@@ -525,3 +525,24 @@ def test_unique_key_is_the_key_without_a_primary_key(database: str) -> None:
     assert full[1].payload["before"] == {"n": 1, "ref": "r1", "v": "x"}
     nokey = read_topic(f"{config.topic_prefix}.public.nokey")
     assert [(r.op, r.key) for r in nokey] == [("c", None), ("d", None), (None, None)]
+
+
+def test_pre_2_6_event_format(database: str) -> None:
+    """walflow.event.format: pre-2.6 keeps the envelope walflow wrote before Debezium 3.6 conformance, for consumers
+    pinned to it: no ts_us/ts_ns, transaction after op, no schema versions on source and transaction records, no
+    context headers, source.version 2.5.4.Final."""
+    run_sql(database, CUSTOMERS)
+    config = setup(database, **{"walflow.event.format": "pre-2.6", "provide.transaction.metadata": True})
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')", "DELETE FROM customers WHERE id = 1")
+    stream(config, database)
+    create, delete, tombstone = read_topic(f"{config.topic_prefix}.public.customers")
+    assert list(create.payload) == ["before", "after", "source", "op", "ts_ms", "transaction"]
+    envelope = create.value["schema"]
+    assert envelope["version"] == 1 and [f["field"] for f in envelope["fields"]][3:] == ["op", "ts_ms", "transaction"]
+    source = create.payload["source"]
+    assert source["version"] == "2.5.4.Final" and "ts_us" not in source and "origin" not in source
+    assert "version" not in envelope["fields"][2]
+    assert create.headers == {} and tombstone.headers == {} and delete.headers == {}
+    begin, end = read_topic(f"{config.topic_prefix}.transaction")[:2]
+    assert "version" not in begin.value["schema"] and "version" not in begin.key["schema"]
+    assert "name" not in end.value["schema"]["fields"][3]["items"]
