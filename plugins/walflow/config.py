@@ -57,7 +57,8 @@ _IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)
 _DYNAMIC_KEY_PATTERNS = (
     re.compile(r"^column\.truncate\.to\.(\d+)\.chars$"),
     re.compile(r"^column\.mask\.with\.(\d+)\.chars$"),
-    re.compile(r"^column\.mask\.hash\.([^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
+    # column.mask.hash[.v2].<algorithm>.with.salt.<salt>: the algorithm group keeps the "v2." prefix
+    re.compile(r"^column\.mask\.hash\.((?:v2\.)?[^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
     re.compile(r"^snapshot\.select\.statement\.overrides\.(.+)$"),
 )
 
@@ -124,6 +125,8 @@ class ConnectorConfig(BaseModel):
     column_exclude_list: list[str] = Field(default_factory=list, alias="column.exclude.list")
     message_key_columns: str | None = Field(None, alias="message.key.columns")
     skipped_operations: list[str] = Field(default_factory=lambda: ["t"], alias="skipped.operations")
+    message_prefix_include_list: list[str] = Field(default_factory=list, alias="message.prefix.include.list")
+    message_prefix_exclude_list: list[str] = Field(default_factory=list, alias="message.prefix.exclude.list")
 
     # -- event shape ---------------------------------------------------------------------------
     tombstones_on_delete: bool = Field(True, alias="tombstones.on.delete")
@@ -144,7 +147,10 @@ class ConnectorConfig(BaseModel):
     hstore_handling_mode: Literal["json", "map"] = Field("json", alias="hstore.handling.mode")
     include_unknown_datatypes: bool = Field(False, alias="include.unknown.datatypes")
     toasted_value_placeholder: str = Field("__debezium_unavailable_value", alias="toasted.value.placeholder")
+    # Debezium 1.x's switch, which 3.x no longer reads (field.name.adjustment.mode replaced it): accepted, no effect
     sanitize_field_names: bool = Field(False, alias="sanitize.field.names")
+    schema_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="schema.name.adjustment.mode")
+    field_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="field.name.adjustment.mode")
     column_propagate_source_type: list[str] = Field(default_factory=list, alias="column.propagate.source.type")
     datatype_propagate_source_type: list[str] = Field(default_factory=list, alias="datatype.propagate.source.type")
 
@@ -188,6 +194,8 @@ class ConnectorConfig(BaseModel):
     walflow_stream_trigger_max_wait_seconds: float = Field(300.0, gt=0, alias="walflow.stream.trigger.max.wait.seconds")
     walflow_stream_trigger_poke_seconds: float = Field(5.0, gt=0, alias="walflow.stream.trigger.poke.seconds")
     walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
+    # the record format: Debezium 3.6.3's, or the pre-2.6 envelope for consumers pinned to it (walflow.envelope)
+    walflow_event_format: Literal["3.6", "pre-2.6"] = Field("3.6", alias="walflow.event.format")
     walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
     walflow_lake_catalog: str = Field("lake", alias="walflow.lake.catalog")
     walflow_lake_namespace: str | None = Field(None, alias="walflow.lake.namespace")
@@ -217,6 +225,8 @@ class ConnectorConfig(BaseModel):
         "table_exclude_list",
         "column_include_list",
         "column_exclude_list",
+        "message_prefix_include_list",
+        "message_prefix_exclude_list",
         "snapshot_include_collection_list",
         "column_propagate_source_type",
         "datatype_propagate_source_type",
@@ -246,6 +256,8 @@ class ConnectorConfig(BaseModel):
         "table_exclude_list",
         "column_include_list",
         "column_exclude_list",
+        "message_prefix_include_list",
+        "message_prefix_exclude_list",
         "snapshot_include_collection_list",
         "column_propagate_source_type",
         "datatype_propagate_source_type",
@@ -300,6 +312,7 @@ class ConnectorConfig(BaseModel):
             ("schema.include.list", "schema.exclude.list"),
             ("table.include.list", "table.exclude.list"),
             ("column.include.list", "column.exclude.list"),
+            ("message.prefix.include.list", "message.prefix.exclude.list"),
         ):
             if self.get(include) and self.get(exclude):
                 raise ValueError(f"'{include}' and '{exclude}' cannot both be set; Debezium allows only one of them")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import re
 import struct
 from base64 import b64encode
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from decimal import Decimal, localcontext
 from typing import Any
 
 import orjson
+
+from walflow.envelope import java_hash_map_order
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,10 @@ class ColumnType:
     element: ColumnType | None = None  # element type of an array
     #: declared dimensions of an array column (pg_attribute.attndims; 0 or 1 for one dimension)
     ndims: int = 1
+    #: pg_type.typname of the column's own type (the domain's, the array's ``_int4``), as Debezium names it
+    type_name: str = ""
+    #: pg_type.typdelim: what separates this type's values in an array literal (``:`` for PostGIS geometry)
+    delimiter: str = ","
 
 
 @dataclass(frozen=True)
@@ -97,11 +104,16 @@ def _unscaled_bytes(unscaled: int) -> bytes:
     return unscaled.to_bytes(length, "big", signed=True)
 
 
+#: What Debezium emits for 'infinity' / '-infinity' dates: the JDBC driver's infinity instants
+#: (PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY milliseconds) turned into days with an int overflow.
+DATE_POS_INF_DAYS, DATE_NEG_INF_DAYS = -2147472692, -2147472691
+
+
 def _days(text: str) -> int:
     if text == "infinity":
-        return 2**31 - 1
+        return DATE_POS_INF_DAYS
     if text == "-infinity":
-        return -(2**31)
+        return DATE_NEG_INF_DAYS
     bc = text.endswith(" BC")
     if bc:
         text = text[:-3]
@@ -126,6 +138,25 @@ def _civil_to_days(year: int, month: int, day: int) -> int:
     return era * 146097 + doe - 719468
 
 
+#: What Debezium's snapshots (a JDBC query) emit for 'infinity' / '-infinity' dates: the driver's infinity
+#: instants as java.sql.Date labels (292278994-08-16 and, era lost, 292269055-12-02) in days, cut to an int.
+JDBC_DATE_POS_INF_DAYS, JDBC_DATE_NEG_INF_DAYS = -622191234, -625821272
+
+
+def _jdbc_days(text: str) -> int:
+    """A date as Debezium's snapshots see it through the JDBC driver's ``java.sql.Date``: the same as streamed for
+    dates of the common era, the year of a BC date without its era (44 BC is read as 44 AD), fixed numbers for the
+    infinities."""
+    if text == "infinity":
+        return JDBC_DATE_POS_INF_DAYS
+    if text == "-infinity":
+        return JDBC_DATE_NEG_INF_DAYS
+    if text.endswith(" BC"):
+        year_s, month_s, day_s = text[:-3].rsplit("-", 2)
+        return _civil_to_days(int(year_s), int(month_s), int(day_s))
+    return _days(text)
+
+
 def _time_micros(text: str) -> int:
     hh, mm, rest = text.split(":", 2)
     if "." in rest:
@@ -137,10 +168,12 @@ def _time_micros(text: str) -> int:
 
 
 # The reference's fixed values for 'infinity'/'-infinity' timestamps (PostgreSQL's JDBC driver's
-# PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY). They are the same number in every mode and
-# precision: a millisecond field carries them unscaled, never divided by 1000.
+# PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY), in microsecond fields; Debezium 3.6 divides them by
+# 1000 in millisecond fields (precision 0-3, and the connect mode).
 _TS_POS_INF = 9223372036825200000
 _TS_NEG_INF = -9223372036832400000
+_TS_POS_INF_MS = _TS_POS_INF // 1000
+_TS_NEG_INF_MS = -(-_TS_NEG_INF // 1000)
 
 
 _NAIVE_EPOCH = datetime(1970, 1, 1)
@@ -166,16 +199,16 @@ def _timestamp_micros(text: str) -> int:
 
 
 def _timestamp_millis(text: str) -> int:
-    """Milliseconds since the epoch (``Timestamp``, connect mode); infinities keep the fixed values."""
+    """Milliseconds since the epoch (``Timestamp``, connect mode); infinities are the fixed values in ms."""
     try:
         delta = datetime.fromisoformat(text) - _NAIVE_EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000 + delta.microseconds // 1_000
     except ValueError:
         pass
     if text == "infinity":
-        return _TS_POS_INF
+        return _TS_POS_INF_MS
     if text == "-infinity":
-        return _TS_NEG_INF
+        return _TS_NEG_INF_MS
     return _timestamp_micros(text) // 1000
 
 
@@ -195,7 +228,9 @@ def _split_offset(text: str) -> tuple[str, int]:
     raise ValueError(f"no UTC offset in {text!r}")
 
 
-def _format_zoned_micros(micros: int) -> str:
+def _format_zoned_micros(micros: int, width: int = 0) -> str:
+    """ISO-8601 in UTC as Java formats a ZonedDateTime for Debezium: with ``width`` > 0 exactly that many fraction
+    digits (the column's precision), otherwise only the digits needed."""
     days, rem = divmod(micros, 86_400_000_000)
     seconds, frac = divmod(rem, 1_000_000)
     hh, rest = divmod(seconds, 3600)
@@ -203,7 +238,9 @@ def _format_zoned_micros(micros: int) -> str:
     y, m, d = _days_to_civil(days)
     year = f"{y:04d}" if 0 <= y <= 9999 else f"{y:+05d}"
     text = f"{year}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
-    if frac:
+    if width > 0:
+        text += "." + (f"{frac:06d}" + "000")[:width]
+    elif frac:
         text += "." + f"{frac:06d}".rstrip("0")
     return text + "Z"
 
@@ -221,7 +258,7 @@ def _days_to_civil(days: int) -> tuple[int, int, int]:
     return y + (m <= 2), m, d
 
 
-def _zoned_timestamp(text: str) -> str:
+def _zoned_timestamp(text: str, width: int = 6) -> str:
     if text in ("infinity", "-infinity"):
         return text
     bc = text.endswith(" BC")
@@ -234,7 +271,7 @@ def _zoned_timestamp(text: str) -> str:
         micros = _days(local) * 86_400_000_000 + _time_micros(time_part)
     else:
         micros = _timestamp_micros(local)
-    return _format_zoned_micros(micros - offset * 1_000_000)
+    return _format_zoned_micros(micros - offset * 1_000_000, width)
 
 
 def _zoned_time(text: str) -> str:
@@ -274,6 +311,8 @@ class ConverterSettings:
     interval_handling_mode: str = "numeric"
     hstore_handling_mode: str = "json"
     include_unknown_datatypes: bool = False
+    #: values read by a snapshot's query, where Debezium goes through the JDBC driver's Java types (dates differ)
+    snapshot: bool = False
 
     @classmethod
     def from_config(cls, config: Any) -> ConverterSettings:
@@ -331,9 +370,11 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
     def variable(text: str) -> dict[str, Any] | None:
         if text in _SPECIAL_DECIMAL_NAMES:
             return None
-        # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale. Working
-        # on the text keeps every digit (Decimal arithmetic would round at its context precision).
+        # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale, without
+        # trailing zeros (Debezium strips them: 3.0 has scale 0, 100 stays 100 with scale 0). Working on the text
+        # keeps every digit (Decimal arithmetic would round at its context precision).
         head, _, frac = text.partition(".")
+        frac = frac.rstrip("0")
         unscaled = int(head + frac) if head not in ("-", "") else int(head + (frac or "0"))
         return {"scale": len(frac), "value": b64encode(_unscaled_bytes(unscaled)).decode("ascii")}
 
@@ -368,9 +409,10 @@ def _temporal_converter(
     mode = settings.time_precision_mode
     precision = _datetime_precision(modifier)
     if oid == DATE:
+        days = _jdbc_days if settings.snapshot else _days
         if mode == "connect":
-            return _schema("int32", "org.apache.kafka.connect.data.Date", None, 1), _days, "date"
-        return _schema("int32", "io.debezium.time.Date", None, 1), _days, "date"
+            return _schema("int32", "org.apache.kafka.connect.data.Date", None, 1), days, "date"
+        return _schema("int32", "io.debezium.time.Date", None, 1), days, "date"
     if oid == TIME:
         if mode == "connect":
             return _schema("int32", "org.apache.kafka.connect.data.Time", None, 1), lambda t: _time_micros(t) // 1000, "time_ms"
@@ -384,7 +426,8 @@ def _temporal_converter(
             return _schema("int64", "io.debezium.time.Timestamp", None, 1), _timestamp_millis, "timestamp_ms"
         return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), _timestamp_micros, "timestamp_us"
     if oid == TIMESTAMPTZ:
-        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), _zoned_timestamp, "timestamptz"
+        # Debezium writes as many fraction digits as the column's precision (6 when it has none)
+        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), lambda t, _w=precision: _zoned_timestamp(t, _w), "timestamptz"
     if oid == TIMETZ:
         return _schema("string", "io.debezium.time.ZonedTime", None, 1), _zoned_time, "timetz"
     raise AssertionError(oid)
@@ -416,6 +459,9 @@ _SIMPLE: dict[int, tuple[str, str | None, Callable[[str], Any]]] = {
 _SIMPLE_BY_NAME: dict[str, tuple[str, str | None, Callable[[str], Any]]] = {
     "citext": ("string", None, str),
     "ltree": ("string", "io.debezium.data.Ltree", str),
+    # the isn extension's isbn is a string in Debezium (it names this one type; ean13, issn... stay unknown)
+    "isbn": ("string", None, str),
+    "tsvector": ("string", "io.debezium.data.Tsvector", str),
 }
 
 
@@ -448,8 +494,42 @@ def build_converter(column_type: ColumnType, settings: ConverterSettings) -> Col
         allowed = ",".join(column_type.enum_values)
         return ColumnConverter(_schema("string", "io.debezium.data.Enum", {"allowed": allowed}, 1), str, semantic="enum")
     if settings.include_unknown_datatypes:
-        return ColumnConverter(_schema("bytes"), lambda text: base64.b64encode(text.encode("utf-8")).decode("ascii"), semantic="bytes")
+        # the bytes of the value's text, represented as binary.handling.mode says (as a bytea column)
+        schema, binary = _binary_converter(settings)
+        if column_type.base_name in _GEOMETRIC:
+            # the JDBC driver's PGbox, PGcircle... objects print their coordinates as Java doubles ("10.0")
+            return ColumnConverter(schema, lambda text: binary("\\x" + _java_geometric_text(text).hex()), semantic="bytes")
+        return ColumnConverter(schema, lambda text: binary("\\x" + text.encode("utf-8").hex()), semantic="bytes")
     return None
+
+
+_GEOMETRIC = frozenset({"box", "circle", "line", "lseg", "path", "polygon"})
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|-?Infinity|NaN")
+
+
+def java_double(value: float) -> str:
+    """``Double.toString`` of Java: decimal notation between 10^-3 and 10^7, else computerized scientific."""
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign = "-" if value < 0 else ""
+    digits_t = Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, digits_t.digits))
+    exponent = len(digits) + int(digits_t.exponent) - 1  # of the first digit
+    if -3 <= exponent < 7:
+        if exponent >= 0:
+            whole, frac = digits[: exponent + 1].ljust(exponent + 1, "0"), digits[exponent + 1 :]
+        else:
+            whole, frac = "0", "0" * (-exponent - 1) + digits
+        return f"{sign}{whole}.{frac or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def _java_geometric_text(text: str) -> bytes:
+    return _NUMBER.sub(lambda m: java_double(float(m.group(0))), text).encode("utf-8")
 
 
 def _named(type_: str, name: str | None) -> dict[str, Any]:
@@ -466,21 +546,21 @@ _RANGES = {INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE,
 
 
 # -- bits ------------------------------------------------------------------------------------------
-def _bits_value(text: str, num_bytes: int | None) -> str:
-    """Debezium's Bits: the rightmost character is bit 0; bytes little-endian, sized for the declared length."""
-    size = num_bytes if num_bytes is not None else (len(text) + 7) // 8
+def _bits_value(text: str) -> str:
+    """Debezium's Bits: the rightmost character is bit 0, in as few little-endian bytes as the set bits need (Java's
+    ``BitSet.toByteArray()``), so an all-zero string is empty, whatever the declared length."""
     value = int(text, 2) if text else 0
-    return b64encode(value.to_bytes(size, "little")).decode("ascii")
+    return b64encode(value.to_bytes((value.bit_length() + 7) // 8, "little")).decode("ascii")
 
 
 def _bits_converter(column_type: ColumnType) -> ColumnConverter:
     varying = column_type.oid == VARBIT
     length = column_type.modifier if column_type.modifier > 0 else (2**31 - 1 if varying else 1)
-    if not varying and length == 1:
-        return ColumnConverter(_schema("boolean"), lambda t: t == "1", semantic="boolean")
-    num_bytes = None if varying else length // 8 + (0 if length % 8 == 0 else 1)
+    if length == 1:
+        # bit(1) and bit varying(1) are booleans in Debezium
+        return ColumnConverter(_schema("boolean"), lambda t: int(t or "0", 2) != 0, semantic="boolean")
     schema = _schema("bytes", "io.debezium.data.Bits", {"length": str(length)}, 1)
-    return ColumnConverter(schema, lambda t, _n=num_bytes: _bits_value(t, _n), semantic="bits")
+    return ColumnConverter(schema, _bits_value, semantic="bits")
 
 
 # -- money -----------------------------------------------------------------------------------------
@@ -603,15 +683,11 @@ def _geometry_schema(name: str, doc: str) -> dict[str, Any]:
 
 
 def _ewkb(text: str) -> dict[str, Any]:
-    """PostGIS hex EWKB to Debezium's {wkb, srid}: the SRID moves out of the WKB into its own field."""
+    """PostGIS hex EWKB to Debezium's {wkb, srid}: the EWKB as it is (SRID included), and the SRID beside it."""
     raw = bytes.fromhex(text)
     order = "<" if raw[0] == 1 else ">"
     (geom_type,) = struct.unpack_from(order + "I", raw, 1)
-    srid = None
-    if geom_type & 0x20000000:
-        (srid,) = struct.unpack_from(order + "I", raw, 5)
-        geom_type &= ~0x20000000
-        raw = raw[:1] + struct.pack(order + "I", geom_type) + raw[9:]
+    srid = struct.unpack_from(order + "I", raw, 5)[0] if geom_type & 0x20000000 else None
     return {"wkb": b64encode(raw).decode("ascii"), "srid": srid}
 
 
@@ -637,6 +713,12 @@ def _hstore_pairs(text: str) -> dict[str, str | None]:
     return result
 
 
+def _hstore_java_order(text: str) -> dict[str, str | None]:
+    """The pairs in the order Debezium writes them: the JDBC driver parses hstore into a ``java.util.HashMap``."""
+    pairs = _hstore_pairs(text)
+    return {key: pairs[key] for key in java_hash_map_order(list(pairs))}
+
+
 def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
     if settings.hstore_handling_mode == "map":
         schema = {
@@ -645,16 +727,16 @@ def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
             "values": {"type": "string", "optional": True},
             "optional": True,
         }
-        return ColumnConverter(schema, _hstore_pairs, semantic="map")
+        return ColumnConverter(schema, _hstore_java_order, semantic="map")
     return ColumnConverter(
         _schema("string", "io.debezium.data.Json", None, 1),
-        lambda t: orjson.dumps(_hstore_pairs(t)).decode("utf-8"),
+        lambda t: orjson.dumps(_hstore_java_order(t)).decode("utf-8"),
         semantic="io.debezium.data.Json",
     )
 
 
 # -- arrays ----------------------------------------------------------------------------------------
-def parse_array(text: str) -> list[Any]:
+def parse_array(text: str, delimiter: str = ",") -> list[Any]:
     """Split a PostgreSQL array literal (``{1,NULL,"a b"}``) into element texts (``None`` for NULL).
 
     A multi-dimensional literal (``{{1,2},{3,4}}``) gives nested lists, one level per dimension.
@@ -669,11 +751,11 @@ def parse_array(text: str) -> list[Any]:
     try:
         if body.startswith("{"):
             # an unquoted element never starts with a brace: this is a sub-array, so the array has 2+ dimensions
-            nested, end = _parse_nested(text, 0)
+            nested, end = _parse_nested(text, 0, delimiter)
             if end != len(text):
                 raise ValueError(f"not an array literal: {text[:50]!r}")
             return nested
-        return _parse_flat(body)
+        return _parse_flat(body, delimiter)
     except IndexError:
         raise ValueError(f"unterminated array literal: {text[:50]!r}") from None
 
@@ -691,7 +773,7 @@ def _read_quoted(text: str, pos: int) -> tuple[str, int]:
     return "".join(out), pos + 1
 
 
-def _parse_flat(body: str) -> list[Any]:
+def _parse_flat(body: str, delimiter: str = ",") -> list[Any]:
     """The elements of a one-dimensional array literal's body (between its braces)."""
     items: list[Any] = []
     i, n = 0, len(body)
@@ -701,7 +783,7 @@ def _parse_flat(body: str) -> list[Any]:
             items.append(value)
             i += 1  # the comma
         else:
-            end = body.find(",", i)
+            end = body.find(delimiter, i)
             if end < 0:
                 end = n
             token = body[i:end]
@@ -710,7 +792,7 @@ def _parse_flat(body: str) -> list[Any]:
     return items
 
 
-def _parse_nested(text: str, pos: int) -> tuple[list[Any], int]:
+def _parse_nested(text: str, pos: int, delimiter: str = ",") -> tuple[list[Any], int]:
     """Parse the sub-array starting at ``text[pos] == '{'``; return it and the position after its ``}``."""
     items: list[Any] = []
     pos += 1
@@ -719,20 +801,20 @@ def _parse_nested(text: str, pos: int) -> tuple[list[Any], int]:
     while True:
         ch = text[pos]
         if ch == "{":
-            sub, pos = _parse_nested(text, pos)
+            sub, pos = _parse_nested(text, pos, delimiter)
             items.append(sub)
         elif ch == '"':
             value, pos = _read_quoted(text, pos)
             items.append(value)
         else:
-            comma, close = text.find(",", pos), text.find("}", pos)
+            comma, close = text.find(delimiter, pos), text.find("}", pos)
             end = close if comma < 0 or close < comma else comma
             if end < 0:
                 raise ValueError(f"unterminated array literal: {text[:50]!r}")
             token = text[pos:end]
             items.append(None if token == "NULL" else token)
             pos = end
-        if text[pos] == ",":
+        if text[pos] == delimiter:
             pos += 1
         elif text[pos] == "}":
             return items, pos + 1
@@ -767,8 +849,10 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
     if inner is None:
         return None
     item_convert = inner.convert
+    delimiter = element.delimiter
     depth = max(1, ndims)
-    schema: dict[str, Any] = {**inner.schema, "optional": True}
+    # Debezium's items are optional, except an enum's (its array schema takes the Enum schema as it is)
+    schema: dict[str, Any] = {**inner.schema, "optional": element.category != "E"}
     for _ in range(depth):
         schema = {"type": "array", "items": schema, "optional": True}
     warned: list[bool] = []
@@ -802,7 +886,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
     if depth == 1:
 
         def convert(text: str) -> list[Any]:
-            items = parse_array(text)
+            items = parse_array(text, delimiter)
             if items and items[0].__class__ is list:
                 return reshape(items)
             return [None if item is None else item_convert(item) for item in items]
@@ -810,7 +894,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
     else:
 
         def convert(text: str) -> list[Any]:
-            return reshape(parse_array(text))
+            return reshape(parse_array(text, delimiter))
 
     return ColumnConverter(schema, convert, semantic="array")
 

@@ -71,6 +71,25 @@ def pg_bindir() -> Path:
     return pg_bindir()
 
 
+def ensure_java(compiler: bool = False) -> str | None:
+    """Java 17 for Debezium's embedded engine (the differential tests and ``make bench-vs-debezium``): Debian's
+    ``openjdk-17-jre-headless`` (``-jdk-headless`` with ``compiler``, for ``javac``) is installed when missing, as
+    the PostgreSQL server is. Returns why it is missing when it cannot be installed (not root, no apt-get)."""
+    tool = "javac" if compiler else "java"
+    if shutil.which(tool):
+        return None
+    package = "openjdk-17-jdk-headless" if compiler else "openjdk-17-jre-headless"
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"no {tool} on PATH and {package} cannot be installed here (needs root and apt-get)"
+    _log(f"no {tool} found: installing Debian's {package}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=False, env=env, stdout=subprocess.DEVNULL)
+    result = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package], env=env, stdout=subprocess.DEVNULL)
+    if result.returncode != 0 or not shutil.which(tool):
+        return f"installing {package} failed (apt-get exit code {result.returncode})"
+    return None
+
+
 def _as_pg_user(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     if os.geteuid() == 0:
         cmd = ["runuser", "-u", PG_USER, "--", *cmd]
@@ -279,6 +298,9 @@ def up() -> None:
     write_env(env)
     WAREHOUSE.mkdir(parents=True, exist_ok=True)
     airflow_up(env)
+    missing = ensure_java()
+    if missing:
+        _log(f"warning: {missing}; the differential tests against Debezium (tests/compat) will be skipped")
     _log(f"up: PostgreSQL 127.0.0.1:{ports['postgres']}, Kafka {env['WALFLOW_KAFKA_BOOTSTRAP']}; source {ENV_FILE}")
 
 

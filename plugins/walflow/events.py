@@ -10,9 +10,12 @@ for key and value (or the payload alone when ``key/value.converter.schemas.enabl
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import re
 import time
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,15 +25,14 @@ import orjson
 from walflow.catalog import CatalogColumn, CatalogTable, TypeResolver
 from walflow.config import ConnectorConfig
 from walflow.convert import ColumnConverter, ColumnType, ConverterSettings, build_converter
+from walflow.envelope import PRE_2_6, envelope_schema
 from walflow.errors import ConfigError, ConversionError
 from walflow.patterns import Pattern, compile_patterns, matches_any
 from walflow.pgoutput import Relation
-from walflow.transforms import ColumnRules, zero_default
+from walflow.transforms import ColumnRules, adjust_name, null_fallback, zero_default
 
 log = logging.getLogger(__name__)
 
-#: The Debezium release whose PostgreSQL event format walflow reproduces.
-DEBEZIUM_VERSION = "2.5.4.Final"
 
 _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
 _AVRO_FIRST_INVALID = re.compile(r"[^A-Za-z_]")
@@ -58,90 +60,11 @@ def schema_full_name(*parts: str) -> str:
     return avro_name(".".join(parts))
 
 
-SOURCE_SCHEMA: dict[str, Any] = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "version"},
-        {"type": "string", "optional": False, "field": "connector"},
-        {"type": "string", "optional": False, "field": "name"},
-        {"type": "int64", "optional": False, "field": "ts_ms"},
-        {
-            "type": "string",
-            "optional": True,
-            "name": "io.debezium.data.Enum",
-            "version": 1,
-            "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"},
-            "default": "false",
-            "field": "snapshot",
-        },
-        {"type": "string", "optional": False, "field": "db"},
-        {"type": "string", "optional": True, "field": "sequence"},
-        {"type": "string", "optional": False, "field": "schema"},
-        {"type": "string", "optional": False, "field": "table"},
-        {"type": "int64", "optional": True, "field": "txId"},
-        {"type": "int64", "optional": True, "field": "lsn"},
-        {"type": "int64", "optional": True, "field": "xmin"},
-    ],
-    "optional": False,
-    "name": "io.debezium.connector.postgresql.Source",
-    "field": "source",
-}
-
-TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "id"},
-        {"type": "int64", "optional": False, "field": "total_order"},
-        {"type": "int64", "optional": False, "field": "data_collection_order"},
-    ],
-    "optional": True,
-    "name": "event.block",
-    "version": 1,
-    "field": "transaction",
-}
-
-TX_KEY_SCHEMA = {
-    "type": "struct",
-    "fields": [{"type": "string", "optional": False, "field": "id"}],
-    "optional": False,
-    "name": "io.debezium.connector.common.TransactionMetadataKey",
-}
-TX_VALUE_SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"type": "string", "optional": False, "field": "status"},
-        {"type": "string", "optional": False, "field": "id"},
-        {"type": "int64", "optional": True, "field": "event_count"},
-        {
-            "type": "array",
-            "items": {
-                "type": "struct",
-                "fields": [
-                    {"type": "string", "optional": False, "field": "data_collection"},
-                    {"type": "int64", "optional": False, "field": "event_count"},
-                ],
-                "optional": False,
-            },
-            "optional": True,
-            "field": "data_collections",
-        },
-        {"type": "int64", "optional": False, "field": "ts_ms"},
-    ],
-    "optional": False,
-    "name": "io.debezium.connector.common.TransactionMetadataValue",
-}
-HEARTBEAT_KEY_SCHEMA = {
-    "type": "struct",
-    "fields": [{"type": "string", "optional": False, "field": "serverName"}],
-    "optional": False,
-    "name": "io.debezium.connector.common.ServerNameKey",
-}
-HEARTBEAT_VALUE_SCHEMA = {
-    "type": "struct",
-    "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
-    "optional": False,
-    "name": "io.debezium.connector.common.Heartbeat",
-}
+def record_schema_name(topic: str, suffix: str, mode: str = "none") -> str:
+    """A record schema's name as Debezium 3.x makes it: the data topic's name (sanitised for Kafka, with the
+    connector's ``topic.delimiter``), a dot and ``Key``/``Value``/``Envelope``, adjusted per
+    ``schema.name.adjustment.mode`` (none by default)."""
+    return adjust_name(f"{topic}.{suffix}", mode, allow_dots=True)
 
 
 class Serializer:
@@ -195,8 +118,10 @@ class Filters:
             self._internal.add(config.signal_table)
 
     def table_included(self, schema: str, table: str) -> bool:
-        if schema in ("pg_catalog", "information_schema") or schema.startswith("pg_toast"):
+        if schema in ("pg_catalog", "information_schema") or schema.startswith(("pg_toast", "pg_temp")):
             return False
+        if table.lower() == "spatial_ref_sys":
+            return False  # PostGIS's catalog table, in the user's schema: a system table to Debezium
         if (schema, table) in self._internal:
             return False
         if self._schema_inc and not matches_any(self._schema_inc, schema):
@@ -282,12 +207,15 @@ class TableSchema:
         key_columns: Sequence[str],
         rules: ColumnRules | None = None,
         old_tuple_columns: Collection[str] | None = None,
+        snapshot: bool = False,
     ) -> None:
         """Build the per-column converters and the serialised key and envelope schemas, once per definition.
 
         :param key_columns: the event key's columns (primary key, or unique key; empty for a null key).
         :param old_tuple_columns: the columns PostgreSQL writes into old tuples (the replica identity's),
             or ``None`` when every column is there (REPLICA IDENTITY FULL) or there are no old tuples (snapshots).
+        :param snapshot: the rows come from a snapshot's query (Debezium reads them through JDBC, which shows in
+            a few values: see :class:`~walflow.convert.ConverterSettings`).
         """
         self.schema = schema
         self.table = table
@@ -296,6 +224,8 @@ class TableSchema:
         self.column_names = [c.name for c in columns]
         rules = rules or ColumnRules(config)
         settings = ConverterSettings.from_config(config)
+        if snapshot:
+            settings = replace(settings, snapshot=True)
         placeholder = config.toasted_value_placeholder
         key_override = filters.message_key_columns(schema, table)
         key_names = list(key_override) if key_override else list(key_columns)
@@ -306,10 +236,16 @@ class TableSchema:
                 f"(its columns: {self.column_names})"
             )
         fields: list[FieldSpec] = []
+        #: (field, mask) of masked character columns: Debezium shows the mask for NULL as well
+        masks: list[tuple[str, str]] = []
+        #: key fields' schemas: without the parameters column mappers add (Debezium keeps them out of keys)
+        key_schemas: dict[str, dict[str, Any]] = {}
+        key_only: list[FieldSpec] = []
         for index, column in enumerate(columns):
             name, ctype = column.name, column.type
             is_key = name in key_names
-            if not is_key and not filters.column_included(schema, table, name):
+            included = filters.column_included(schema, table, name)
+            if not is_key and not included:
                 continue
             converter = build_converter(ctype, settings)
             if converter is None:
@@ -320,38 +256,62 @@ class TableSchema:
                     )
                 _warn_unknown_once(self.data_collection, name, ctype)
                 continue
-            transform, masked = rules.value_transform(f"{schema}.{table}.{name}", ctype)
-            if transform is not None:
-                converter = replace(converter, convert=_chain(converter.convert, transform))
+            mapping = rules.mapping(schema, table, name, ctype)
+            mapped = mapping.convert if mapping is not None else None
+            if mapped is not None:
+                converter = replace(converter, convert=_chain(converter.convert, mapped))
             extra: dict[str, Any] = {"optional": not column.not_null}
-            params = rules.source_type_parameters(schema, table, name, ctype) or {}
-            if masked:
-                params["masked"] = "true"
-            if params:
-                extra["parameters"] = params
+            if mapping is not None and mapping.parameters:
+                extra["parameters"] = dict(mapping.parameters)
             has_default, default = _default_value(column, converter, ctype)
             if has_default:
                 extra["default"] = default
             field_name = rules.field_name(name)
+            key_schema = _place(converter.schema, **{k: v for k, v in extra.items() if k != "parameters"}, field=field_name)
+            if converter.semantic == "geometry":
+                extra["optional"] = True  # Debezium's geometry and geography fields are optional even for NOT NULL
             converter = replace(converter, schema=_place(converter.schema, **extra, field=field_name), optional=not column.not_null)
-            fields.append(FieldSpec(index, field_name, converter, _toast_value(converter.schema, placeholder)))
+            toast = _toast_value(converter, ctype, placeholder, settings.binary_handling_mode)
+            if mapped is not None:
+                # the mapper acts on whatever the field holds: a TOAST placeholder is truncated or masked too
+                toast = mapped(toast) if toast is not None else toast
+                if mapping is not None and mapping.masked and mapped(None) is not None:
+                    masks.append((field_name, mapped(None)))  # a character mask replaces NULL as well
+            if not included:
+                # a key column the column filters leave out: Debezium keeps it in the key, where (its catalog lookup
+                # filtered too) it is optional, and out of the value
+                key_schemas[field_name] = {**key_schema, "optional": True}
+                key_only.append(FieldSpec(index, field_name, converter, toast))
+                continue
+            key_schemas[field_name] = key_schema
+            fields.append(FieldSpec(index, field_name, converter, toast))
         self.fields = fields
+        self._masks = masks
+        # Debezium gives a NOT NULL column that holds no value (an old tuple of the replica identity's columns only)
+        # its default, else its type's zero value
+        self._not_null_fill = [
+            (f.name, f.converter.schema["default"] if "default" in f.converter.schema else null_fallback(f.converter, columns[f.index].type))
+            for f in fields
+            if not f.converter.optional
+        ]
         # (field name, tuple index, converter, TOAST placeholder): the shape row() iterates over.
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
-        by_name = {f.name: f for f in fields}
+        by_name = {f.name: f for f in (*fields, *key_only)}
         self.key_fields = [by_name[rules.field_name(k)] for k in key_names]
+        #: key fields that are not in the value (their column filtered out): key() converts them from the tuple
+        self.key_only = key_only
         self.has_key = bool(self.key_fields)
         self._key_names = [f.name for f in self.key_fields]
-        not_null = {c.name for c in columns if c.not_null}
-        # Key columns that are not part of the replica identity are absent (NULL) from old tuples: under
-        # REPLICA IDENTITY USING INDEX on an index without the primary key, or with message.key.columns.
+        # Key columns outside the replica identity are absent (NULL) from old tuples: under REPLICA IDENTITY USING
+        # INDEX on an index without the primary key, or with message.key.columns. Debezium keys such a before image
+        # as it is (NOT NULL columns hold their default or zero value, see before_row): an update of the index
+        # columns then changes the key, and a delete is keyed by those values. walflow does the same.
         absent = [] if old_tuple_columns is None else [k for k in key_names if k not in old_tuple_columns]
         #: key fields an old tuple does not carry
         self.key_fields_not_in_old = [rules.field_name(k) for k in absent]
-        # ... of which NOT NULL ones: there a null can only mean "not in this tuple", never a real value
-        self._key_absent_if_null = [rules.field_name(k) for k in absent if k in not_null]
-        self.value_schema_name = schema_full_name(config.topic_prefix, schema, table, "Value")
-        self.key_schema_name = schema_full_name(config.topic_prefix, schema, table, "Key")
+        naming = config.schema_name_adjustment_mode
+        self.value_schema_name = record_schema_name(self.topic, "Value", naming)
+        self.key_schema_name = record_schema_name(self.topic, "Key", naming)
         value_struct = {
             "type": "struct",
             "fields": [f.converter.schema for f in fields],
@@ -362,24 +322,13 @@ class TableSchema:
         self.key_struct_schema = {
             "type": "struct",
             # a key field is optional only when its column is nullable (a unique key or message.key.columns)
-            "fields": [f.converter.schema for f in self.key_fields],
+            "fields": [key_schemas[f.name] for f in self.key_fields],
             "optional": False,
             "name": self.key_schema_name,
         }
-        envelope = {
-            "type": "struct",
-            "fields": [
-                {**value_struct, "field": "before"},
-                {**value_struct, "field": "after"},
-                SOURCE_SCHEMA,
-                {"type": "string", "optional": False, "field": "op"},
-                {"type": "int64", "optional": True, "field": "ts_ms"},
-                TRANSACTION_BLOCK_SCHEMA,
-            ],
-            "optional": False,
-            "name": schema_full_name(config.topic_prefix, schema, table, "Envelope"),
-            "version": 1,
-        }
+        envelope = envelope_schema(
+            value_struct, record_schema_name(self.topic, "Envelope", naming), config.walflow_event_format == PRE_2_6
+        )
         self.envelope_schema = envelope
         self.key_schema_json = serializer.prefix(self.key_struct_schema)
         self.value_schema_json = serializer.prefix(envelope)
@@ -420,13 +369,24 @@ class TableSchema:
             )
             specs.append(ColumnSpec(column.name, ctype, not_null))
         keys: list[str] = []
-        if catalog_table is not None:
+        flagged = [c.name for c in relation.columns if c.is_key]
+        if relation.replica_identity == "d" and flagged:
+            # Under REPLICA IDENTITY DEFAULT the Relation message flags the primary key the table had when the change
+            # was written, which a connector reading in real time (Debezium) finds in the catalog; the catalog of
+            # now may have another one, or none, after a later DDL in the same batch. The key's order is the
+            # primary key's, which the catalog has when it is still the same key.
+            keys = flagged
+            if catalog_table is not None:
+                current = {info.name: column.name for column, info in zip(relation.columns, matched) if info is not None}
+                if sorted(current.get(k, "") for k in catalog_table.key_columns) == sorted(flagged):
+                    keys = [current[k] for k in catalog_table.key_columns]
+        elif catalog_table is not None:
             current = {info.name: column.name for column, info in zip(relation.columns, matched) if info is not None}
             if catalog_table.key_columns and all(k in current for k in catalog_table.key_columns):
                 keys = [current[k] for k in catalog_table.key_columns]
         elif relation.replica_identity in ("d", "i"):
             # no catalog (table dropped since): the replica identity is the primary key or the identity index
-            keys = [c.name for c in relation.columns if c.is_key]
+            keys = flagged
         if relation.replica_identity == "f":
             old_columns: list[str] | None = None
         else:
@@ -448,18 +408,32 @@ class TableSchema:
         specs = [
             ColumnSpec(c.name, c.type, c.not_null, c.default_text, c.default_is_function) for c in table.columns.values()
         ]
-        return cls(config, filters, serializer, table.schema, table.name, specs, list(table.key_columns), rules)
+        return cls(config, filters, serializer, table.schema, table.name, specs, list(table.key_columns), rules, snapshot=True)
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:
         try:
-            return {
+            row = {
                 name: convert(value) if value.__class__ is str else (None if value is None else toast)
                 for name, index, convert, toast in self._plan
                 for value in (values[index],)
             }
         except (ValueError, ArithmeticError) as exc:
             raise self._conversion_error(values, exc) from exc
+        if self._masks:
+            for name, mask in self._masks:
+                if row[name] is None:
+                    row[name] = mask
+        return row
+
+    def before_row(self, values: Sequence[Any]) -> dict[str, Any]:
+        """A row from an old tuple that holds only the replica identity's columns (``K``): the columns it lacks
+        are NULL there, and NOT NULL ones get their default or zero value, as Debezium gives them."""
+        row = self.row(values)
+        for name, fill in self._not_null_fill:
+            if row[name] is None:
+                row[name] = fill
+        return row
 
     def _conversion_error(self, values: Sequence[Any], exc: Exception) -> ConversionError:
         """Find which column failed (off the hot path) and say so with its value."""
@@ -475,30 +449,13 @@ class TableSchema:
                     )
         return ConversionError(f"table {self.data_collection}: cannot convert a row ({exc})")
 
-    def key(self, row: dict[str, Any]) -> dict[str, Any] | None:
-        """The event key of a row; ``None`` for a row from an old tuple that lacks a NOT NULL key column.
-
-        An old tuple (``before`` of an update or delete) holds only the replica identity's columns; when the
-        key has a NOT NULL column outside it, that row cannot say which key it had. ``None`` then keeps such
-        a row from passing for a key change (a false delete + tombstone + create) or a tombstone with nulls.
-        """
-        key = {name: row[name] for name in self._key_names}
-        if self._key_absent_if_null:
-            for name in self._key_absent_if_null:
-                if key[name] is None:
-                    return None
-        return key
-
-    def old_key(self, before: dict[str, Any], new_key: dict[str, Any]) -> dict[str, Any]:
-        """The key an update's old tuple identifies, for comparing with the new key.
-
-        Key values the old tuple does not carry (columns outside the replica identity) count as unchanged:
-        they are taken from ``new_key``, so only a change PostgreSQL actually reports becomes a key change.
-        """
-        if not self.key_fields_not_in_old:
-            return {name: before[name] for name in self._key_names}
-        absent = self.key_fields_not_in_old
-        return {name: (new_key[name] if name in absent else before[name]) for name in self._key_names}
+    def key(self, row: dict[str, Any], values: Sequence[Any] | None = None) -> dict[str, Any]:
+        """The event key of a row (its key fields' values, as they are in that row); ``values``, the tuple the row was
+        converted from, gives the key fields the value leaves out."""
+        if self.key_only and values is not None:
+            extra = {f.name: None if not isinstance(values[f.index], str) else f.converter.convert(values[f.index]) for f in self.key_only}
+            return {name: row[name] if name in row else extra[name] for name in self._key_names}
+        return {name: row[name] for name in self._key_names}
 
 
 def match_columns(relation: Relation, table: CatalogTable) -> list[CatalogColumn | None]:
@@ -574,24 +531,43 @@ def _default_value(column: ColumnSpec, converter: ColumnConverter, ctype: Column
         return False, None
 
 
-def _toast_value(schema: dict[str, Any], placeholder: str) -> Any:
-    """What an unchanged, unsent TOASTed value becomes: Debezium's placeholder in the column's own type."""
-    import base64
+#: Array element types whose unchanged TOASTed value Debezium fills with the placeholder's text, its bytes, or its
+#: bytes as numbers; other arrays get null.
+_TOAST_TEXT_ELEMENTS = frozenset({"text", "varchar", "bpchar", "json", "jsonb"})
+_TOAST_NUMBER_ELEMENTS = frozenset({"int4", "date", "int8"})
 
+
+def _toast_value(converter: ColumnConverter, ctype: ColumnType, placeholder: str, binary_mode: str) -> Any:
+    """What an unchanged, unsent TOASTed value becomes: Debezium's placeholder (``toasted.value.placeholder``) in the
+    form it gives each type: the text for text-like values, its bytes for binary ones, a one-entry map for hstore,
+    and for arrays one element of text, bytes or a UUID derived from it, or the bytes as numbers."""
     if placeholder.startswith("hex:"):
         raw = bytes.fromhex(placeholder[4:])
         text = raw.decode("utf-8", errors="replace")
     else:
         raw = placeholder.encode("utf-8")
         text = placeholder
+    schema = converter.schema
+    if ctype.category == "A" and ctype.element is not None:
+        element = ctype.element.base_name
+        if element in _TOAST_TEXT_ELEMENTS:
+            return [text]
+        if element in _TOAST_NUMBER_ELEMENTS:
+            return [b - 256 if b > 127 else b for b in raw]
+        if element == "uuid":
+            # java.util.UUID.nameUUIDFromBytes: an MD5 name-based (version 3) UUID of the bytes
+            return [str(uuid.UUID(bytes=hashlib.md5(raw).digest(), version=3))]
+        if element == "bytea" and binary_mode == "bytes":
+            return [base64.b64encode(raw).decode("ascii")]
+        return None
+    if ctype.base_name == "hstore":
+        return {text: text} if schema["type"] == "map" else orjson.dumps({text: text}).decode("utf-8")
+    if ctype.base_name == "bytea" and binary_mode in ("base64", "base64-url-safe"):
+        return None  # Debezium's base64 converters do not take the placeholder's text
     if schema["type"] == "string":
         return text
     if schema["type"] == "bytes":
         return base64.b64encode(raw).decode("ascii")
-    if schema["type"] == "array":
-        # an unchanged TOASTed array keeps the placeholder as its only element, in the element's type
-        item = _toast_value(schema["items"], placeholder)
-        return [item] if item is not None else None
     return None
 
 

@@ -28,6 +28,7 @@ signal, never the stream: it is tried when the signal arrives and again per tabl
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,8 +41,9 @@ from psycopg import sql
 
 from walflow.catalog import Catalog
 from walflow.config import ConnectorConfig
+from walflow.envelope import EventFormat
 from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
-from walflow.events import DEBEZIUM_VERSION, Filters, Serializer, TableSchema, now_ms
+from walflow.events import Filters, Serializer, TableSchema, now_ms
 from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
 from walflow.patterns import Pattern, compile_patterns, matches_any
@@ -128,6 +130,7 @@ class IncrementalSnapshots:
         self.conn = catalog_conn
         self.producer = producer
         self.serializer = serializer
+        self.fmt = EventFormat(config)
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
         raw = store.get(STATE_KEY)
@@ -650,7 +653,9 @@ class IncrementalSnapshots:
         return rows, False, None
 
     # -- the stream side --------------------------------------------------------------------------
-    def on_watermark(self, content: bytes, lsn: int, tx_xid: int, commit_ms: int, topics: dict[str, int]) -> None:
+    def on_watermark(self, content: bytes, sequence: str, topics: dict[str, int]) -> None:
+        """A watermark read at ``sequence`` (its ``source.sequence``): a low one opens its chunk's window, a high one
+        emits the chunk's remaining rows."""
         try:
             mark = orjson.loads(content)
         except orjson.JSONDecodeError:
@@ -665,7 +670,7 @@ class IncrementalSnapshots:
             self.window_tables.add(chunk.table.name)
             return
         try:
-            self._emit_chunk(chunk, lsn, tx_xid, commit_ms, topics)
+            self._emit_chunk(chunk, sequence, topics)
         except RecordTooLargeError as exc:
             # one row Kafka cannot take fails its snapshot (recorded with the fix), never the stream
             assert self.progress is not None
@@ -682,36 +687,31 @@ class IncrementalSnapshots:
                     if row is not None and chunk.rows.pop(orjson.dumps([row.get(f.name) for f in chunk.dedupe]), None) is not None:
                         self.rows_dropped += 1
 
-    def _emit_chunk(self, chunk: Chunk, lsn: int, xid: int, commit_ms: int, topics: dict[str, int]) -> None:
+    def _emit_chunk(self, chunk: Chunk, sequence: str, topics: dict[str, int]) -> None:
+        """The chunk's rows as Debezium emits them when its window closes: ``snapshot: incremental``, the
+        position of the high watermark in ``sequence``, no ``txId`` or ``lsn``, the time of reading in ``ts_*``."""
         progress = self.progress
         table = chunk.table.schema
         ser = self.serializer
-        source = {
-            "version": DEBEZIUM_VERSION,
-            "connector": "postgresql",
-            "name": self.config.topic_prefix,
-            "ts_ms": commit_ms,
-            "snapshot": "incremental",
-            "db": self._database,
-            "sequence": None,
-            "schema": table.schema,
-            "table": table.table,
-            "txId": xid,
-            "lsn": lsn,
-            "xmin": None,
-        }
+        fmt = self.fmt
+        headers = fmt.context_headers or None
+        source = fmt.source(
+            self.config.topic_prefix, self._database, table.schema, table.table,
+            ts_us=time.time_ns() // 1000, snapshot="incremental", sequence=sequence,
+        )  # fmt: skip
         self.producer.ensure_topic(table.topic)
         for values in chunk.rows.values():
             after = table.row(values)
-            key_fields = table.key(after) if table.has_key else None
+            key_fields = table.key(after, values) if table.has_key else None
             key = ser.key(table.key_schema_json, key_fields) if key_fields is not None else None
-            payload = {"before": None, "after": after, "source": source, "op": "r", "ts_ms": now_ms(), "transaction": None}
+            payload = fmt.envelope(None, after, source, "r", None)
             try:
-                self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload))
+                self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload), headers)
             except RecordTooLargeError as exc:
                 raise too_large(
-                    exc, table=table.data_collection, key=key_fields, lsn=lsn, row=after,
-                    what="Its incremental snapshot failed (streaming goes on); send the signal again after the fix",
+                    exc, table=table.data_collection, key=key_fields, lsn=None, row=after,
+                    what=f"Its incremental snapshot failed at the chunk closed by the watermark at {sequence} "
+                    "(streaming goes on); send the signal again after the fix",
                 ) from None
         count = len(chunk.rows)
         topics[table.topic] = topics.get(table.topic, 0) + count

@@ -27,8 +27,9 @@ from psycopg import sql
 
 from walflow.catalog import Catalog, CatalogTable
 from walflow.config import ConnectorConfig
+from walflow.envelope import EventFormat
 from walflow.errors import RecordTooLargeError, SourceError
-from walflow.events import DEBEZIUM_VERSION, Filters, Serializer, TableSchema, now_ms
+from walflow.events import Filters, Serializer, TableSchema
 from walflow.kafka import EventProducer, too_large
 from walflow.patterns import compile_patterns
 from walflow.source import connect, list_tables, quote_table
@@ -96,7 +97,7 @@ def plan_tables(
     patterns = compile_patterns(only or [], "'snapshot.include.collection.list'")
     overrides = set(config.snapshot_select_statement_overrides)
     planned = []
-    for schema, table, oid, _replident, _has_pk in list_tables(conn, filters):
+    for schema, table, oid in debezium_table_order(list_tables(conn, filters), config.table_include_list):
         name = f"{schema}.{table}"
         if patterns and not any(p.fullmatch(name) for p in patterns):
             continue
@@ -117,58 +118,65 @@ def plan_tables(
     return planned
 
 
-class _Markers:
-    """Debezium's ``source.snapshot`` values: first, first_in_data_collection, true, last_in_data_collection, last."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._first_done = False
-
-    def first(self) -> str:
-        with self._lock:
-            if not self._first_done:
-                self._first_done = True
-                return "first"
-        return "first_in_data_collection"
+def debezium_table_order(tables: list[tuple[str, str, int, str, bool]], include: list[str]) -> list[tuple[str, str, int]]:
+    """The order in which Debezium snapshots tables: for each ``table.include.list`` entry in turn (all tables when
+    there is none), the tables it matches that are not listed yet, sorted by ``schema.table``."""
+    patterns = compile_patterns(include or [".*"], "'table.include.list'")
+    ordered: list[tuple[str, str, int]] = []
+    seen: set[int] = set()
+    by_name = sorted(tables, key=lambda t: f"{t[0]}.{t[1]}")
+    for pattern in patterns:
+        for schema, table, oid, *_ in by_name:
+            if oid not in seen and pattern.fullmatch(f"{schema}.{table}"):
+                seen.add(oid)
+                ordered.append((schema, table, oid))
+    return ordered
 
 
 class SnapshotEmitter:
     """Turns snapshot rows into ``r`` events and sends them; holds each table's last event back.
 
-    Holding one event per table lets the very last event of the whole snapshot carry ``snapshot: last``
-    and the last of each other table ``last_in_data_collection``.
+    ``source.snapshot`` follows Debezium: ``last`` for the snapshot's very last row, ``first`` for the first row of
+    the first table (only when one thread reads the tables in order), then ``last_in_data_collection`` and
+    ``first_in_data_collection`` for each table's last and first rows, ``true`` otherwise. Holding one event per
+    table back until the end lets the very last one become ``last`` whichever table it is from.
+
+    :param table_order: the data collections in the order of the snapshot (Debezium's order).
     """
 
-    def __init__(self, config: ConnectorConfig, producer: EventProducer, database: str, position_lsn: int | None, xid: int | None, marker_kind: str = "initial") -> None:
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        producer: EventProducer,
+        database: str,
+        position_lsn: int | None,
+        xid: int | None,
+        marker_kind: str = "initial",
+        table_order: list[str] | None = None,
+    ) -> None:
         self.config = config
         self.producer = producer
         self.database = database
         self.position_lsn = position_lsn
         self.xid = xid
-        self.started_ms = now_ms()
+        self.fmt = EventFormat(config)
+        self.started_us = time.time_ns() // 1000
         self.kind = marker_kind  # "initial" or "incremental"
-        self._markers = _Markers()
+        self.table_order = table_order or []
+        self.first_table = self.table_order[0] if self.table_order else None
         self._ser = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
-        self._held: list[tuple[str, bytes | None, TableSchema, dict[str, Any]]] = []
+        #: held last rows: (topic, key, table, after, whether it is also the first row of the first table)
+        self._held: list[tuple[str, bytes | None, TableSchema, dict[str, Any], bool]] = []
         self._held_lock = threading.Lock()
         self.rows = 0
         self._count_lock = threading.Lock()
 
     def source(self, table: TableSchema, marker: str) -> dict[str, Any]:
-        return {
-            "version": DEBEZIUM_VERSION,
-            "connector": "postgresql",
-            "name": self.config.topic_prefix,
-            "ts_ms": self.started_ms,
-            "snapshot": marker,
-            "db": self.database,
-            "sequence": None,
-            "schema": table.schema,
-            "table": table.table,
-            "txId": self.xid,
-            "lsn": self.position_lsn,
-            "xmin": None,
-        }
+        lsn = self.position_lsn
+        return self.fmt.source(
+            self.config.topic_prefix, self.database, table.schema, table.table, ts_us=self.started_us, snapshot=marker,
+            sequence=f'[null,"{lsn}"]' if lsn is not None else None, tx_id=self.xid, lsn=lsn,
+        )  # fmt: skip
 
     def table_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> int:
         """Emit every row of one table; return how many.
@@ -178,25 +186,30 @@ class SnapshotEmitter:
         table's last row can be held back for its ``last``/``last_in_data_collection`` marker.
         """
         ser = self._ser
+        fmt = self.fmt
         incremental = self.kind == "incremental"
         send = self.producer.send
+        headers = fmt.context_headers or None
         topic = table.topic
         key_prefix = table.key_schema_json
         has_key = table.has_key
         key_names = [f.name for f in table.key_fields]
+        key_only = bool(table.key_only)
         dumps = orjson.dumps
         join = b"".join
+        head = b'{"before":null,"after":'
+        tail = fmt.processing_tail()
         if ser.value_schemas:
-            head, tail = table.value_schema_json + b'{"before":null,"after":', b',"transaction":null}}'
-        else:
-            head, tail = b'{"before":null,"after":', b',"transaction":null}'
+            head, tail = table.value_schema_json + head, tail + b"}"
+        source_key, after_source = fmt.envelope_parts("r")
 
         def middle(marker: str) -> bytes:
-            return b',"source":' + dumps(self.source(table, marker)) + b',"op":"r","ts_ms":'
+            return source_key + dumps(self.source(table, marker)) + after_source
 
         regular = middle("incremental" if incremental else "true")
-        first = regular if incremental else None
-        ts = str(now_ms()).encode()
+        is_first_table = not incremental and table.data_collection == self.first_table
+        first = regular if incremental else middle("first" if is_first_table else "first_in_data_collection")
+        ts = fmt.processing_time()
         pending_key: bytes | None = None
         pending_value = b""
         pending_after: dict[str, Any] | None = None
@@ -204,26 +217,25 @@ class SnapshotEmitter:
         try:
             for values in rows:
                 after = table.row(values)
-                key = ser.key(key_prefix, {k: after[k] for k in key_names}) if has_key else None
-                if pending_after is not None:
-                    send(topic, pending_key, pending_value)
-                if first is None:
-                    first = middle(self._markers.first())
-                    source = first
+                if has_key:
+                    key = ser.key(key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values))
                 else:
-                    source = regular
+                    key = None
+                if pending_after is not None:
+                    send(topic, pending_key, pending_value, headers)
                 count += 1
                 if count & 0x1FFF == 0:
-                    ts = str(now_ms()).encode()
+                    ts = fmt.processing_time()
                 pending_key, pending_after = key, after
-                pending_value = join((head, dumps(after), source, ts, tail))
-            if pending_after is not None and incremental:
-                send(topic, pending_key, pending_value)
+                pending_value = join((head, dumps(after), first if count == 1 else regular, ts, tail))
+            if pending_after is not None:
+                if incremental:
+                    send(topic, pending_key, pending_value, headers)
+                else:
+                    with self._held_lock:
+                        self._held.append((topic, pending_key, table, pending_after, is_first_table and count == 1))
         except RecordTooLargeError as exc:
             raise self._too_large(exc, table, pending_after) from None
-        if pending_after is not None and not incremental:
-            with self._held_lock:
-                self._held.append((topic, pending_key, table, pending_after))
         with self._count_lock:
             self.rows += count
         return count
@@ -231,11 +243,18 @@ class SnapshotEmitter:
     def finish(self) -> None:
         """Send the held last events: the final one is the snapshot's ``last``."""
         ser = self._ser
-        for i, (topic, key, table, after) in enumerate(self._held):
-            marker = "last" if i == len(self._held) - 1 else "last_in_data_collection"
-            payload = {"before": None, "after": after, "source": self.source(table, marker), "op": "r", "ts_ms": now_ms(), "transaction": None}
+        headers = self.fmt.context_headers or None
+        # in the tables' order, whichever thread finished first: the last table's last row is the snapshot's last
+        order = {name: i for i, name in enumerate(self.table_order)}
+        self._held.sort(key=lambda held: order.get(held[2].data_collection, len(order)))
+        for i, (topic, key, table, after, only_row_of_first_table) in enumerate(self._held):
+            if i == len(self._held) - 1:
+                marker = "last"
+            else:
+                marker = "first" if only_row_of_first_table else "last_in_data_collection"
+            payload = self.fmt.envelope(None, after, self.source(table, marker), "r", None)
             try:
-                self.producer.send(topic, key, ser.value(table.value_schema_json, payload))
+                self.producer.send(topic, key, ser.value(table.value_schema_json, payload), headers)
             except RecordTooLargeError as exc:
                 raise self._too_large(exc, table, after) from None
         self._held.clear()
@@ -416,11 +435,14 @@ class InitialSnapshot:
                 # No slot export: this transaction's snapshot is the one every reader shares.
                 snapshot_name = leader.execute("SELECT pg_export_snapshot()").fetchone()[0]  # type: ignore[index]
                 self.position_lsn = _lsn(leader.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
-            xid = leader.execute("SELECT txid_current_if_assigned()").fetchone()[0]  # type: ignore[index]
+            # Debezium names the snapshot transaction in source.txId; reading it assigns the transaction an id
+            xid = leader.execute("SELECT txid_current()").fetchone()[0]  # type: ignore[index]
             database = leader.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             _lock_tables(leader, tables, config.snapshot_lock_timeout_ms)
             summary.position_lsn = _lsn_str(self.position_lsn)
-            emitter = SnapshotEmitter(config, self.producer, database, self.position_lsn, xid)
+            # Debezium marks the first table's first row "first" and the last one's last row "last", in the order
+            # of the tables (with several threads too: its threads coordinate to emit them so)
+            emitter = SnapshotEmitter(config, self.producer, database, self.position_lsn, xid, table_order=[t.name for t in tables])
             self._progress(
                 f"snapshot of {len(tables)} table(s) at LSN {summary.position_lsn} with {threads} reader(s): "
                 + ", ".join(t.name for t in tables)

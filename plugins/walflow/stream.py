@@ -11,6 +11,8 @@ delivery, as with Debezium.
 from __future__ import annotations
 
 import logging
+import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,34 +23,27 @@ import psycopg
 
 from walflow.catalog import Catalog
 from walflow.config import ConnectorConfig
+from walflow.convert import BYTEA, ColumnType, ConverterSettings, build_converter
 from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
+from walflow.envelope import EventFormat, java_hash_map_order
 from walflow.errors import DriftError, RecordTooLargeError, SlotError
-from walflow.events import (
-    DEBEZIUM_VERSION,
-    HEARTBEAT_KEY_SCHEMA,
-    HEARTBEAT_VALUE_SCHEMA,
-    TX_KEY_SCHEMA,
-    TX_VALUE_SCHEMA,
-    Filters,
-    Serializer,
-    TableSchema,
-    now_ms,
-)
+from walflow.events import Filters, Serializer, TableSchema, now_ms, topic_name
 from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
 from walflow.incremental import WATERMARK_PREFIX, IncrementalSnapshots
 from walflow.kafka import EventProducer, too_large
 from walflow.pgoutput import (
+    PG_EPOCH_MICROS_FROM_UNIX,
     UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
     Insert,
     Message,
+    Origin,
     PgOutputDecoder,
     Relation,
     Truncate,
     Update,
-    commit_time_ms,
     lsn_to_str,
     str_to_lsn,
 )
@@ -113,26 +108,33 @@ class BatchSummary:
 
 
 class _Tx:
-    """The transaction being streamed: its identity and counters for the metadata records."""
+    """The transaction being streamed: its identity and counters for the metadata records.
 
-    __slots__ = ("xid", "commit_ms", "final_lsn", "begin_lsn", "id", "total", "per_collection", "begun", "sources")
+    Debezium 3.6 names every transaction record and event ``<txId>:<LSN>`` with the LSN of the record itself:
+    BEGIN the LSN the slot reports for the BEGIN (on PostgreSQL 15+ that of the transaction's first change),
+    each data event its own change's LSN, END the end of the commit record.
+    """
+
+    __slots__ = (
+        "xid", "commit_us", "commit_ms", "final_lsn", "begin_lsn", "total", "per_collection", "sources", "origin",
+        "origin_lsn", "begun",
+    )  # fmt: skip
 
     def __init__(self, begin: Begin, begin_lsn: int) -> None:
         self.xid = begin.xid
-        self.commit_ms = commit_time_ms(begin.commit_ts)
+        self.commit_us = begin.commit_ts + PG_EPOCH_MICROS_FROM_UNIX
+        self.commit_ms = self.commit_us // 1000
         self.final_lsn = begin.final_lsn
-        # Debezium's newer format "txID:LSN", where the LSN is that of the record the event stands for: BEGIN
-        # carries the LSN the slot reports for the BEGIN (pgoutput on PostgreSQL 15+ sends it with the
-        # transaction's first change, so it is that change's LSN), END and the data events the commit LSN (the
-        # reference's example: BEGIN 571:53195829, END and data 571:53195832). The xid joins them; the LSN keeps
-        # ids unique across xid wrap-around.
         self.begin_lsn = begin_lsn
-        self.id = f"{begin.xid}:{begin.final_lsn}"
         self.total = 0
-        self.per_collection: Counter[str] = Counter()
-        self.begun = False
+        self.per_collection: dict[str, int] = {}
         # The part of each table's source block that is the same for every event of this transaction.
         self.sources: dict[int, dict[str, Any]] = {}
+        # the replication origin the transaction was replayed from (pgoutput's Origin message), if any
+        self.origin: str | None = None
+        self.origin_lsn: int | None = None
+        #: whether its BEGIN record was sent: it waits for the message after the Begin, which may be an Origin
+        self.begun = False
 
 
 class StreamBatch:
@@ -162,6 +164,24 @@ class StreamBatch:
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
         self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
+        self.fmt = EventFormat(config)
+        ser = self.serializer
+        self._tx_key_json = ser.prefix(self.fmt.tx_key_schema)
+        self._tx_value_json = ser.prefix(self.fmt.tx_value_schema)
+        self._msg_key_json = ser.prefix(self.fmt.message_key_schema)
+        self._msg_value_json = ser.prefix(self.fmt.message_value_schema)
+        #: the context headers every data change event carries (none in the pre-2.6 form)
+        self._headers = self.fmt.context_headers or None
+        # a message's content is represented as a bytea column's value is (binary.handling.mode)
+        content = build_converter(ColumnType(oid=BYTEA), ConverterSettings.from_config(config))
+        assert content is not None
+        self._content: Callable[[bytes], Any] = lambda data, _convert=content.convert: _convert("\\x" + data.hex())
+        # <prefix>.message: Debezium names it with a dot whatever topic.delimiter says
+        self._message_topic = topic_name(config.topic_prefix, "message")
+        self._message_include = [re.compile(p, re.IGNORECASE) for p in config.message_prefix_include_list]
+        self._message_exclude = [re.compile(p, re.IGNORECASE) for p in config.message_prefix_exclude_list]
+        #: commit time of the last transaction read, for the source block of a non-transactional message
+        self._last_commit_us: int | None = None
         self._fault = fault_hook or (lambda stage: None)
         self._chunk_hook = chunk_hook
         self._schemas: dict[int, TableSchema | None] = {}
@@ -216,8 +236,11 @@ class StreamBatch:
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
             summary.start_lsn = slot.confirmed_flush_lsn
-            if slot.confirmed_flush_lsn:
-                self._previous_commit_lsn = str_to_lsn(slot.confirmed_flush_lsn)
+            # Debezium's source.sequence starts with the end of the last commit it processed: none in a connector's
+            # first run (its offsets hold none yet), otherwise what the previous batch read last
+            previous_batch = (store.get("last_batch") or {}) if store.exists() else {}
+            self._previous_commit_lsn = previous_batch.get("last_commit_lsn")
+            self._last_commit_us = previous_batch.get("last_commit_us")
             inc = self._inc
             # One round = select incremental-snapshot chunks (if any), stream up to the current WAL position,
             # flush, advance the slot, save progress. Without a running incremental snapshot there is one round.
@@ -303,6 +326,9 @@ class StreamBatch:
                         # when the confirmed position last moved, for walflow.slot.max.seconds.since.confirmed
                         "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
                         "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
+                        # where the next batch's source.sequence starts (see run())
+                        "last_commit_lsn": self._previous_commit_lsn,
+                        "last_commit_us": self._last_commit_us,
                     },
                 )
             self._check_retained_wal(conn, summary, store)
@@ -431,11 +457,12 @@ class StreamBatch:
                             self._fault("before_produce")
                         elif cls is Commit:
                             assert tx is not None
-                            if tx.begun:
-                                self._tx_end(tx)
+                            self._tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
                             summary.transactions += 1
                             last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
-                            self._previous_commit_lsn = msg.commit_lsn  # type: ignore[attr-defined]
+                            # Debezium's "last commit LSN": the position it reports for the commit, its end
+                            self._previous_commit_lsn = last_commit_end
+                            self._last_commit_us = tx.commit_us
                             if summary.first_lsn is None and tx.total:
                                 summary.first_lsn = lsn_to_str(tx.final_lsn)
                             if tx.total:
@@ -458,9 +485,16 @@ class StreamBatch:
                             assert tx is not None
                             self._truncate(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Message:
-                            if inc is not None and msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
-                                xid, commit_ms = (tx.xid, tx.commit_ms) if tx is not None else (None, now_ms())
-                                inc.on_watermark(msg.content, lsn_value, xid, commit_ms, per_topic)  # type: ignore[attr-defined]
+                            if msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
+                                if inc is not None:
+                                    inc.on_watermark(msg.content, self._sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
+                            else:
+                                self._message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
+                        elif cls is Origin and tx is not None:
+                            tx.origin, tx.origin_lsn = msg.name, msg.lsn  # type: ignore[attr-defined]
+                            # pgoutput sends the Begin of a replayed transaction together with its Origin, and the
+                            # streaming protocol then reports no LSN for the Begin: Debezium's BEGIN id has LSN 0
+                            tx.begin_lsn = 0
                     else:
                         now = time.monotonic()
                         if now >= next_progress:
@@ -551,74 +585,58 @@ class StreamBatch:
             self.config.name,
         )
 
+    def _sequence(self, lsn: int) -> str:
+        """Debezium's ``source.sequence``: [end of the last commit read, this event's LSN], as strings."""
+        prev = self._previous_commit_lsn
+        return f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
+
     def _source(self, table: TableSchema, tx: _Tx, lsn: int) -> dict[str, Any]:
         base = tx.sources.get(id(table))
         if base is None:
-            base = tx.sources[id(table)] = {
-                "version": DEBEZIUM_VERSION,
-                "connector": "postgresql",
-                "name": self.config.topic_prefix,
-                "ts_ms": tx.commit_ms,
-                "snapshot": "false",
-                "db": self._database,
-                "sequence": None,
-                "schema": table.schema,
-                "table": table.table,
-                "txId": tx.xid,
-                "lsn": None,
-                "xmin": None,
-            }
+            base = tx.sources[id(table)] = self.fmt.source(
+                self.config.topic_prefix, self._database, table.schema, table.table,
+                ts_us=tx.commit_us, tx_id=tx.xid, origin=tx.origin, origin_lsn=tx.origin_lsn,
+            )  # fmt: skip
         prev = self._previous_commit_lsn
-        # Debezium's sequence: [last committed LSN, this event's LSN], as strings.
-        sequence = f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
-        return {**base, "sequence": sequence, "lsn": lsn}
+        # in place: the event is serialised before the next one changes it (one dict per table and transaction)
+        base["sequence"] = f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
+        base["lsn"] = lsn
+        return base
+
+    def _tx_record(self, payload: dict[str, Any]) -> None:
+        ser = self.serializer
+        self.producer.send(
+            self.config.transaction_topic, ser.key(self._tx_key_json, {"id": payload["id"]}), ser.value(self._tx_value_json, payload)
+        )
 
     def _tx_begin(self, tx: _Tx) -> None:
+        """BEGIN, as Debezium sends it for every transaction it reads, even one whose changes are all filtered."""
         tx.begun = True
         if not self.config.provide_transaction_metadata:
             return
-        topic = self.config.transaction_topic
-        self.producer.ensure_topic(topic)
-        ser = self.serializer
+        self.producer.ensure_topic(self.config.transaction_topic)
         begin_id = f"{tx.xid}:{tx.begin_lsn}"
-        self.producer.send(
-            topic,
-            ser.key(_TX_KEY_JSON, {"id": begin_id}),
-            ser.value(
-                _TX_VALUE_JSON,
-                {"status": "BEGIN", "id": begin_id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms},
-            ),
-        )
+        self._tx_record({"status": "BEGIN", "id": begin_id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms})
 
-    def _tx_end(self, tx: _Tx) -> None:
+    def _tx_end(self, tx: _Tx, end_lsn: int) -> None:
+        if not tx.begun:
+            self._tx_begin(tx)
         if not self.config.provide_transaction_metadata:
             return
-        ser = self.serializer
-        self.producer.send(
-            self.config.transaction_topic,
-            ser.key(_TX_KEY_JSON, {"id": tx.id}),
-            ser.value(
-                _TX_VALUE_JSON,
-                {
-                    "status": "END",
-                    "id": tx.id,
-                    "event_count": tx.total,
-                    "data_collections": [
-                        {"data_collection": name, "event_count": count} for name, count in tx.per_collection.items()
-                    ],
-                    "ts_ms": tx.commit_ms,
-                },
-            ),
-        )
+        counts = tx.per_collection
+        # Debezium keeps the counts in a java.util.HashMap and lists them in its iteration order
+        collections = [{"data_collection": name, "event_count": counts[name]} for name in java_hash_map_order(list(counts))]
+        end_id = f"{tx.xid}:{end_lsn}"
+        self._tx_record({"status": "END", "id": end_id, "event_count": tx.total, "data_collections": collections, "ts_ms": tx.commit_ms})
 
-    def _tx_block(self, tx: _Tx, table: TableSchema) -> dict[str, Any] | None:
+    def _tx_block(self, tx: _Tx, collection: str, lsn: int) -> dict[str, Any] | None:
         if not tx.begun:
             self._tx_begin(tx)
         tx.total += 1
-        tx.per_collection[table.data_collection] += 1
+        order = tx.per_collection[collection] = tx.per_collection.get(collection, 0) + 1
         if not self.config.provide_transaction_metadata:
             return None
-        return {"id": tx.id, "total_order": tx.total, "data_collection_order": tx.per_collection[table.data_collection]}
+        return {"id": f"{tx.xid}:{lsn}", "total_order": tx.total, "data_collection_order": order}
 
     def _emit(
         self,
@@ -633,16 +651,13 @@ class StreamBatch:
         per_topic: Counter[str],
         headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        payload = {
-            "before": before,
-            "after": after,
-            "source": self._source(table, tx, lsn),
-            "op": op,
-            "ts_ms": now_ms(),
-            "transaction": self._tx_block(tx, table),
-        }
+        payload = self.fmt.envelope(before, after, self._source(table, tx, lsn), op, self._tx_block(tx, table.data_collection, lsn))
         ser = self.serializer
         key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
+        if headers is None:
+            headers = self._headers
+        elif self._headers:
+            headers = headers + self._headers
         try:
             self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
         except RecordTooLargeError as exc:
@@ -660,6 +675,52 @@ class StreamBatch:
         per_topic[table.topic] += 1
         self._last_emit = (op, table, lsn, tx.commit_ms)
 
+    def _tombstone(self, table: TableSchema, key: dict[str, Any] | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+        """The tombstone after a delete: the delete's key (null for a keyless table) and no value."""
+        key_bytes = self.serializer.key(table.key_schema_json, key) if key is not None else None
+        if headers is None:
+            headers = self._headers
+        elif self._headers:
+            headers = headers + self._headers
+        self.producer.send(table.topic, key_bytes, None, headers)
+
+    def _message(self, msg: Message, tx: _Tx | None, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
+        """A logical decoding message (``pg_logical_emit_message``) as Debezium's ``op: m`` event on ``<prefix>.message``."""
+        prefix = msg.prefix
+        if self._message_include and not any(p.fullmatch(prefix) for p in self._message_include):
+            return
+        if self._message_exclude and any(p.fullmatch(prefix) for p in self._message_exclude):
+            return
+        fmt = self.fmt
+        if msg.transactional and tx is not None:
+            source = fmt.source(
+                self.config.topic_prefix, self._database, "", "", ts_us=tx.commit_us, sequence=self._sequence(lsn),
+                tx_id=tx.xid, lsn=lsn, origin=tx.origin, origin_lsn=tx.origin_lsn,
+            )  # fmt: skip
+            # Debezium counts each message as a data collection of its own, named after a Java object (its
+            # identity hash differs from run to run, in Debezium too)
+            collection = f"io.debezium.connector.postgresql.LogicalDecodingMessageMonitor$LogicalDecodingMessageId@{random.getrandbits(31):x}"
+            transaction = self._tx_block(tx, collection, lsn)
+        else:
+            # not part of a transaction: Debezium treats it as a commit of its own (it becomes the last commit
+            # LSN) and describes it with the last commit time it read, without a txId
+            self._previous_commit_lsn = lsn
+            ts_us = self._last_commit_us if self._last_commit_us is not None else time.time_ns() // 1000
+            source = fmt.source(self.config.topic_prefix, self._database, "", "", ts_us=ts_us, sequence=self._sequence(lsn), lsn=lsn)
+            transaction = None
+        payload = {
+            "op": "m",
+            "ts_ms": time.time_ns() // 1_000_000,
+            "source": source,
+            "transaction": transaction,
+            "message": {"prefix": prefix, "content": self._content(msg.content)},
+        }
+        self.producer.ensure_topic(self._message_topic)
+        ser = self.serializer
+        self.producer.send(self._message_topic, ser.key(self._msg_key_json, {"prefix": prefix}), ser.value(self._msg_value_json, payload))
+        summary.events += 1
+        per_topic[self._message_topic] += 1
+
     def _change(self, msg: Insert | Update | Delete, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
         table = self._schema(msg.relation)
         if table is None:
@@ -676,7 +737,7 @@ class StreamBatch:
                 summary.filtered += 1
                 return
             after = table.row(msg.new)
-            self._emit(table, "c", None, after, table.key(after) if table.has_key else None, tx, lsn, summary, per_topic)
+            self._emit(table, "c", None, after, table.key(after, msg.new) if table.has_key else None, tx, lsn, summary, per_topic)
         elif type(msg) is Update:
             if self._skip_u:
                 summary.filtered += 1
@@ -686,10 +747,9 @@ class StreamBatch:
                 # REPLICA IDENTITY FULL: the old row carries the TOASTed value the new row left out unchanged.
                 new = [o if n is UNCHANGED_TOAST else n for n, o in zip(new, msg.old)]
             after = table.row(new)
-            before = table.row(msg.old) if msg.old is not None else None
-            new_key = table.key(after) if table.has_key else None
-            # old_key tolerates a before image that lacks key columns (an identity index other than the key)
-            old_key = table.old_key(before, new_key) if (table.has_key and before is not None and new_key is not None) else None
+            before = None if msg.old is None else (table.before_row(msg.old) if msg.old_is_key else table.row(msg.old))
+            new_key = table.key(after, new) if table.has_key else None
+            old_key = table.key(before, msg.old) if (table.has_key and before is not None) else None
             if old_key is not None and new_key is not None and old_key != new_key:
                 self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic)
             else:
@@ -698,11 +758,11 @@ class StreamBatch:
             if self._skip_d:
                 summary.filtered += 1
                 return
-            before = table.row(msg.old)
-            key = table.key(before) if table.has_key else None
+            before = table.before_row(msg.old) if msg.old_is_key else table.row(msg.old)
+            key = table.key(before, msg.old) if table.has_key else None
             self._emit(table, "d", before, None, key, tx, lsn, summary, per_topic)
-            if self.config.tombstones_on_delete and key is not None:
-                self.producer.send(table.topic, self.serializer.key(table.key_schema_json, key), None)
+            if self.config.tombstones_on_delete:
+                self._tombstone(table, key)
 
     def _window_change(self, inc: IncrementalSnapshots, table: TableSchema, msg: Insert | Update | Delete) -> None:
         """A change inside an open watermark window drops the buffered snapshot rows it makes stale."""
@@ -731,7 +791,7 @@ class StreamBatch:
         old_key_header = [("__debezium.oldkey", ser.key(table.key_schema_json, old_key))]
         self._emit(table, "d", before, None, old_key, tx, lsn, summary, per_topic, new_key_header)
         if self.config.tombstones_on_delete:
-            self.producer.send(table.topic, ser.key(table.key_schema_json, old_key), None, new_key_header)
+            self._tombstone(table, old_key, new_key_header)
         self._emit(table, "c", None, after, new_key, tx, lsn, summary, per_topic, old_key_header)
 
     def _truncate(self, msg: Truncate, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
@@ -747,20 +807,17 @@ class StreamBatch:
         topic = self.config.heartbeat_topic
         self.producer.ensure_topic(topic)
         ser = self.serializer
+        fmt = self.fmt
         self.producer.send(
             topic,
-            ser.key(_HB_KEY_JSON, {"serverName": self.config.topic_prefix}),
-            ser.value(_HB_VALUE_JSON, {"ts_ms": now_ms()}),
+            ser.key(ser.prefix(fmt.heartbeat_key_schema), {"serverName": self.config.topic_prefix}),
+            ser.value(ser.prefix(fmt.heartbeat_value_schema), {"ts_ms": now_ms()}),
         )
 
 
 #: Rows of incremental-snapshot chunks selected per round (several chunks between one flush and the next).
 ROUND_ROWS = 20_000
 
-_TX_KEY_JSON = Serializer.prefix(TX_KEY_SCHEMA)
-_TX_VALUE_JSON = Serializer.prefix(TX_VALUE_SCHEMA)
-_HB_KEY_JSON = Serializer.prefix(HEARTBEAT_KEY_SCHEMA)
-_HB_VALUE_JSON = Serializer.prefix(HEARTBEAT_VALUE_SCHEMA)
 
 
 def _release_slot_lock(conn: psycopg.Connection) -> None:

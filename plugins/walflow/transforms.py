@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,158 +39,212 @@ _DIGESTS = {
     "sha3-512": "sha3_512",
 }
 
-_AVRO_FIELD_INVALID = re.compile(r"[^A-Za-z0-9_]")
-
-
-def sanitize_field_name(name: str) -> str:
-    """``sanitize.field.names``: Avro-valid field names (invalid characters to ``_``, no leading digit)."""
-    cleaned = _AVRO_FIELD_INVALID.sub("_", name)
-    if not cleaned or cleaned[0].isdigit():
-        cleaned = "_" + cleaned
-    return cleaned
+def adjust_name(name: str, mode: str, allow_dots: bool = False) -> str:
+    """Debezium's name adjustment (``field.name.adjustment.mode``, ``schema.name.adjustment.mode``): ``avro``
+    replaces each character Avro does not allow (the first must be a letter or ``_``, the rest letters, digits or
+    ``_``, and ``.`` in schema names) by ``_`` and puts ``_`` before a leading digit; ``avro_unicode`` replaces it,
+    and ``_`` itself, by ``_uXXXX``."""
+    if mode == "none" or not name:
+        return name
+    if mode == "avro" and "0" <= name[0] <= "9":
+        name = "_" + name  # a leading digit is kept behind an underscore
+    out = []
+    for i, ch in enumerate(name):
+        valid = ch == "_" or ("A" <= ch <= "Z") or ("a" <= ch <= "z") or (i > 0 and ("0" <= ch <= "9" or (allow_dots and ch == ".")))
+        if mode == "avro_unicode" and (ch == "_" or not valid):
+            out.append(f"_u{ord(ch):04x}")
+        else:
+            out.append(ch if valid else "_")
+    return "".join(out)
 
 
 def _compile(patterns: list[str], key: str) -> list[Pattern]:
     return compile_patterns(patterns, f"'{key}'")
 
 
-def _length(ctype: ColumnType) -> int | None:
-    """The declared length of a character type (varchar(20) → 20), else ``None``."""
-    if ctype.base_name in ("varchar", "bpchar") and ctype.modifier > 4:
-        return ctype.modifier - 4
-    return None
+def debezium_length_scale(ctype: ColumnType) -> tuple[int, int]:
+    """The column length and scale Debezium reads from the JDBC driver's metadata: what
+    ``__debezium.source.column.length``/``scale`` say, and what decides whether a truncation applies."""
+    base_type = ctype.element if ctype.category == "A" and ctype.element is not None else ctype
+    base, mod = base_type.base_name, ctype.modifier
+    if base in _FIXED_LENGTHS:
+        return _FIXED_LENGTHS[base]
+    if base in ("bit", "varbit"):
+        return (mod if mod > 0 else (2147483647 if base == "varbit" else 1)), 0
+    if base in ("bpchar", "varchar"):
+        return (mod - 4 if mod > 4 else (1 if base == "bpchar" and mod == 5 else 2147483647)), 0
+    if base == "numeric":
+        if mod < 4:
+            return 131089, 0
+        return ((mod - 4) >> 16) & 0xFFFF, (mod - 4) & 0xFFFF
+    if base in ("time", "timetz", "timestamp", "timestamptz"):
+        precision = 6 if mod < 0 else mod
+        table = _TIME_LENGTHS if base.startswith("time") and not base.startswith("timestamp") else _TIMESTAMP_LENGTHS
+        return table[precision] + (6 if base.endswith("tz") else 0), precision
+    if base == "interval":
+        return 49, (mod & 0xFFFF) if mod >= 0 else 6
+    return 2147483647, 0
 
 
-#: Character types (pg_type.typname, or a domain's base type's): the only columns that
-#: ``column.truncate.to.N.chars``, ``column.mask.with.N.chars`` and ``column.mask.hash.*`` apply to, as in
-#: Debezium, whose column mappers act on character-based columns only (CHAR, VARCHAR, TEXT and the like).
-CHARACTER_TYPES = frozenset({"bpchar", "varchar", "text", "char", "name", "citext"})
+_FIXED_LENGTHS = {
+    "bool": (1, 0), "int2": (5, 0), "int4": (10, 0), "int8": (19, 0), "oid": (10, 0), "float4": (8, 8),
+    "float8": (17, 17), "date": (13, 0),
+}  # fmt: skip
+_TIME_LENGTHS = {0: 8, 1: 11, 2: 11, 3: 12, 4: 13, 5: 14, 6: 15}
+_TIMESTAMP_LENGTHS = {0: 22, 1: 25, 2: 25, 3: 26, 4: 27, 5: 28, 6: 29}
+
+#: Types the JDBC driver reports as CHAR or VARCHAR: the only ones Debezium's masks change (their schema gets
+#: ``masked`` whatever the type)
+_JDBC_STRING_TYPES = frozenset({"bpchar", "varchar", "text", "name", "char"})
 
 
 def is_character(ctype: ColumnType) -> bool:
-    """True for a character column (arrays of text are not: their value is a list, not a string)."""
-    return ctype.category != "A" and ctype.base_name in CHARACTER_TYPES
+    """True for a column whose values Debezium's masks replace: CHAR or VARCHAR for the JDBC driver (``char``,
+    ``varchar``, ``text``, ``name``) and enums; not arrays, not ``citext`` (an extension type), not JSON."""
+    return ctype.category != "A" and (ctype.base_name in _JDBC_STRING_TYPES or ctype.category == "E")
+
+
+@dataclass(frozen=True)
+class ColumnMapping:
+    """What Debezium's column mapper for one column does: a function of each converted value (NULL included), the
+    parameters it adds to the field's schema, whether it masks."""
+
+    convert: Callable[[Any], Any] | None
+    parameters: dict[str, str]
+    masked: bool = False
+    rule: str = ""
 
 
 @dataclass(frozen=True)
 class _Rule:
+    key: str  # the Debezium setting, for messages
     patterns: list[Pattern]
-    make: Callable[[ColumnType], Callable[[Any], Any]]
-    mask: bool = False
-    #: the Debezium key, for the warning when it names a column it cannot apply to
-    key: str = ""
+    kind: str  # truncate, mask, propagate, propagate_type, hash
+    arg: Any = None
+    by_type: bool = False
 
-    def matches(self, full_name: str) -> bool:
-        return any(p.fullmatch(full_name) for p in self.patterns)
+    def matches(self, schema: str, table: str, column: str, type_name: str) -> bool:
+        text = f"{schema}.{table}.{type_name if self.by_type else column}"
+        return any(p.fullmatch(text) for p in self.patterns)
 
 
 class ColumnRules:
-    """All column-level settings of one connector, compiled once."""
+    """All column-level settings of one connector, compiled once, applied as Debezium applies them: the rules are
+    tried in a fixed order (truncations, character masks, column source types, data type source types, hash masks)
+    and only the first that names a column acts on it."""
 
     def __init__(self, config: ConnectorConfig) -> None:
-        self.sanitize = config.sanitize_field_names
-        self._propagate_columns = _compile(config.column_propagate_source_type, "column.propagate.source.type")
-        self._propagate_types = _compile(config.datatype_propagate_source_type, "datatype.propagate.source.type")
+        self.field_mode = config.field_name_adjustment_mode
+        if config.sanitize_field_names:
+            log.warning(
+                "sanitize.field.names is a Debezium 1.x setting that Debezium 3.x no longer reads, and neither does "
+                "walflow; set field.name.adjustment.mode: avro to make field names Avro-compatible"
+            )
         rules: list[_Rule] = []
         for n, patterns in sorted(config.column_truncate.items()):
-            rules.append(
-                _Rule(
-                    _compile(patterns, f"column.truncate.to.{n}.chars"),
-                    lambda _t, _n=n: lambda v: v[:_n] if isinstance(v, str) else v,
-                    key=f"column.truncate.to.{n}.chars",
-                )
-            )
+            rules.append(_Rule(f"column.truncate.to.{n}.chars", _compile(patterns, f"column.truncate.to.{n}.chars"), "truncate", n))
         for n, patterns in sorted(config.column_mask.items()):
-            rules.append(
-                _Rule(
-                    _compile(patterns, f"column.mask.with.{n}.chars"),
-                    lambda _t, _n=n: lambda v: "*" * _n if isinstance(v, str) else v,
-                    mask=True,
-                    key=f"column.mask.with.{n}.chars",
-                )
-            )
-        for (algorithm, salt), patterns in sorted(config.column_mask_hash.items()):
-            name = _DIGESTS.get(algorithm.lower())
+            rules.append(_Rule(f"column.mask.with.{n}.chars", _compile(patterns, f"column.mask.with.{n}.chars"), "mask", "*" * n))
+        if config.column_propagate_source_type:
+            rules.append(_Rule("column.propagate.source.type", _compile(config.column_propagate_source_type, "column.propagate.source.type"), "propagate"))
+        if config.datatype_propagate_source_type:
+            rules.append(_Rule("datatype.propagate.source.type", _compile(config.datatype_propagate_source_type, "datatype.propagate.source.type"), "propagate", by_type=True))
+        hashes = sorted(config.column_mask_hash.items(), key=lambda item: item[0][0].lower().startswith("v2."))
+        for (algorithm, salt), patterns in hashes:
+            v2 = algorithm.lower().startswith("v2.")
+            name = _DIGESTS.get((algorithm[3:] if v2 else algorithm).lower())
             if name is None or name not in hashlib.algorithms_available:
                 raise ConfigError(
                     f"'column.mask.hash.{algorithm}.with.salt.{salt}': unknown hash algorithm {algorithm!r}; "
                     f"use one of {', '.join(sorted(k.upper() for k, v in _DIGESTS.items() if v))}"
                 )
-            rules.append(
-                _Rule(
-                    _compile(patterns, f"column.mask.hash.{algorithm}.with.salt.<salt>"),
-                    lambda t, _a=name, _s=salt.encode(): _hasher(_a, _s, _length(t)),
-                    mask=True,
-                    key=f"column.mask.hash.{algorithm}.with.salt.{salt}",
-                )
-            )
+            # the salt is a secret: the rule's name in messages leaves it out
+            key = f"column.mask.hash.{algorithm}.with.salt.<salt>"
+            rules.append(_Rule(key, _compile(patterns, key), "hash", (name, salt.encode(), v2)))
         self._rules = rules
 
     def field_name(self, name: str) -> str:
-        return sanitize_field_name(name) if self.sanitize else name
+        return adjust_name(name, self.field_mode)
 
-    def value_transform(self, full_name: str, ctype: ColumnType) -> tuple[Callable[[Any], Any] | None, bool]:
-        """The composed value transform of a column (``schema.table.column``) and whether it masks.
-
-        Only character columns are truncated or masked; a rule naming another column is ignored with a
-        warning (once per column), as Debezium ignores it.
-        """
-        matching = [rule for rule in self._rules if rule.matches(full_name)]
-        if matching and not is_character(ctype):
-            key = (full_name, tuple(rule.key for rule in matching))
-            if key not in _WARNED_NOT_CHARACTER:
-                _WARNED_NOT_CHARACTER.add(key)
-                log.warning(
-                    "%s names column %s of type %s, which is not a character type: the column is left as it is "
-                    "(truncation and masking apply to CHAR, VARCHAR, TEXT and the like only)",
-                    ", ".join(rule.key for rule in matching),
-                    full_name,
-                    ctype.name or ctype.base_name,
-                )
-            return None, False
-        funcs = [(rule.make(ctype), rule.mask) for rule in matching]
-        if not funcs:
-            return None, False
-        masked = any(m for _, m in funcs)
-        chain = [f for f, _ in funcs]
-        if len(chain) == 1:
-            return chain[0], masked
-
-        def composed(value: Any) -> Any:
-            for func in chain:
-                value = func(value)
-            return value
-
-        return composed, masked
-
-    def source_type_parameters(self, schema: str, table: str, column: str, ctype: ColumnType) -> dict[str, str] | None:
-        """``column.propagate.source.type`` / ``datatype.propagate.source.type`` schema parameters."""
-        type_name = (ctype.base_name or "").upper()
-        full = f"{schema}.{table}.{column}"
-        if not (
-            any(p.fullmatch(full) for p in self._propagate_columns)
-            or any(p.fullmatch(type_name) or p.fullmatch(f"{schema}.{table}.{type_name}") for p in self._propagate_types)
-        ):
+    def mapping(self, schema: str, table: str, column: str, ctype: ColumnType) -> ColumnMapping | None:
+        """The mapper of column ``schema.table.column``: that of the first rule naming it, or ``None``."""
+        type_name = ctype.type_name or ctype.base_name
+        rule = next((r for r in self._rules if r.matches(schema, table, column, type_name)), None)
+        if rule is None:
             return None
-        params = {"__debezium.source.column.type": type_name}
-        length = _length(ctype)
-        if length is not None:
-            params["__debezium.source.column.length"] = str(length)
-        if ctype.base_name == "numeric" and ctype.modifier >= 4:
-            value = ctype.modifier - 4
-            params["__debezium.source.column.length"] = str((value >> 16) & 0xFFFF)
-            params["__debezium.source.column.scale"] = str(value & 0xFFFF)
-        params["__debezium.source.column.name"] = column
-        return params
+        length, scale = debezium_length_scale(ctype)
+        if rule.kind == "truncate":
+            if not (length < 0 or length > rule.arg):
+                return None
+            return ColumnMapping(_truncator(rule.arg), {"truncateLength": str(rule.arg)}, rule=rule.key)
+        if rule.kind == "propagate":
+            params = {"__debezium.source.column.type": type_name.upper(), "__debezium.source.column.length": str(length),
+                      "__debezium.source.column.scale": str(scale), "__debezium.source.column.name": column}  # fmt: skip
+            return ColumnMapping(None, params, rule=rule.key)
+        character = is_character(ctype)
+        if not character:
+            _warn_not_character(rule.key, f"{schema}.{table}.{column}", ctype)
+        if rule.kind == "mask":
+            mask = rule.arg
+            return ColumnMapping((lambda _value, _mask=mask: _mask) if character else None, {"masked": "true"}, True, rule.key)
+        algorithm, salt, v2 = rule.arg
+        hasher = _hasher(algorithm, salt, length if length > 0 else None, v2) if character else None
+        return ColumnMapping(hasher, {"masked": "true"}, True, rule.key)
 
 
-def _hasher(algorithm: str, salt: bytes, length: int | None) -> Callable[[Any], Any]:
-    """Debezium's hash mask: hex digest of salt + the UTF-8 value, cut to the column's declared length."""
+def _warn_not_character(key: str, full_name: str, ctype: ColumnType) -> None:
+    if (full_name, (key,)) in _WARNED_NOT_CHARACTER:
+        return
+    _WARNED_NOT_CHARACTER.add((full_name, (key,)))
+    log.warning(
+        "%s names column %s of type %s, whose values it leaves as they are (masks replace CHAR, VARCHAR and TEXT "
+        "values only); its schema is marked masked all the same, as in Debezium",
+        key,
+        full_name,
+        ctype.name or ctype.base_name,
+    )
+
+
+def _truncator(length: int) -> Callable[[Any], Any]:
+    """Debezium's truncation, on the field's value: strings cut to ``length`` characters, bytes to ``length`` bytes."""
+
+    def truncate(value: Any) -> Any:
+        if isinstance(value, str):
+            return value[:length]
+        return value
+
+    return truncate
+
+
+def _java_serialized(value: str) -> bytes:
+    """``ObjectOutputStream.writeObject(String)``: the stream header, then TC_STRING and modified UTF-8."""
+    encoded = bytearray()
+    for ch in value:
+        code = ord(ch)
+        if 0 < code < 0x80:
+            encoded.append(code)
+        elif code < 0x800:
+            encoded += bytes((0xC0 | (code >> 6), 0x80 | (code & 0x3F)))
+        elif code < 0x10000:
+            encoded += bytes((0xE0 | (code >> 12), 0x80 | ((code >> 6) & 0x3F), 0x80 | (code & 0x3F)))
+        else:  # a supplementary character: two surrogates, three bytes each
+            code -= 0x10000
+            for unit in (0xD800 | (code >> 10), 0xDC00 | (code & 0x3FF)):
+                encoded += bytes((0xE0 | (unit >> 12), 0x80 | ((unit >> 6) & 0x3F), 0x80 | (unit & 0x3F)))
+    if len(encoded) < 0x10000:
+        return b"\xac\xed\x00\x05\x74" + len(encoded).to_bytes(2, "big") + bytes(encoded)
+    return b"\xac\xed\x00\x05\x7c" + len(encoded).to_bytes(8, "big") + bytes(encoded)
+
+
+def _hasher(algorithm: str, salt: bytes, length: int | None, v2: bool) -> Callable[[Any], Any]:
+    """Debezium's hash mask: hex digest of salt + the value's bytes (v1: the Java-serialised string; v2: its UTF-8
+    bytes), cut to the column's length; NULL stays NULL."""
 
     def mask(value: Any) -> Any:
         if not isinstance(value, str):
             return value
-        digest = hashlib.new(algorithm, salt + value.encode("utf-8")).hexdigest()
+        data = value.encode("utf-8") if v2 else _java_serialized(value)
+        digest = hashlib.new(algorithm, salt + data).hexdigest()
         return digest[:length] if length else digest
 
     return mask
@@ -233,3 +286,47 @@ def zero_default(converter: ColumnConverter, ctype: ColumnType) -> tuple[bool, A
     except (ValueError, ArithmeticError):
         return False, None
     return False, None
+
+
+def null_fallback(converter: ColumnConverter, ctype: ColumnType) -> Any:
+    """What Debezium puts in a NOT NULL column without a default that holds no value (an old tuple carries only
+    the replica identity's columns): its value converter's fallback, an empty or zero value of the field's type.
+
+    Text-like types (JSON, UUID, XML, network addresses, enums...) and bytes are empty, numbers and temporal counts
+    zero, a zoned timestamp or time the epoch's text, a point the origin.
+    """
+    schema = converter.schema
+    kind, name = schema.get("type"), schema.get("name")
+    if kind == "boolean":
+        return False
+    if kind in ("int8", "int16", "int32", "int64"):
+        return 0
+    if kind in ("float", "double"):
+        return 0.0
+    if name == "io.debezium.time.ZonedTimestamp":
+        return "1970-01-01T00:00:00Z"
+    if name == "io.debezium.time.ZonedTime":
+        return "00:00:00Z"
+    if name == "io.debezium.time.Interval":
+        return "P0Y0M0DT0H0M0S"
+    if name == "io.debezium.data.geometry.Point":
+        return converter.convert("(0,0)")
+    if name in ("io.debezium.data.geometry.Geometry", "io.debezium.data.geometry.Geography"):
+        return {"wkb": "AQcAAAAAAAAA", "srid": None}  # an empty GEOMETRYCOLLECTION
+    if kind == "string" and converter.semantic == "string" and ctype.base_name in ("numeric", "money"):
+        # decimal.handling.mode=string: a zero with the column's scale
+        scale = 2 if ctype.base_name == "money" else _numeric_scale(ctype)
+        return "0." + "0" * scale if scale > 0 else "0"
+    if name in ("org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal"):
+        return converter.convert("0")
+    if ctype.base_name == "hstore":
+        return {} if kind == "map" else "{}"
+    if kind in ("string", "bytes"):
+        return ""
+    if kind == "array":
+        return []
+    return None
+
+
+def _numeric_scale(ctype: ColumnType) -> int:
+    return (ctype.modifier - 4) & 0xFFFF if ctype.modifier >= 4 else 0

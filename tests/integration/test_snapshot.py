@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.integration.test_types import CASES, PREAMBLE
+from tests.integration.test_types import CASES, NO_DEFAULT, PREAMBLE
 from tests.support import connector, read_topic, replay, setup, stream, unique
 from walflow.errors import SlotError
 from walflow.setup import SnapshotError
@@ -237,10 +237,17 @@ def test_golden_types_snapshot_path(database: str) -> None:
     for case in cases:
         if snap_fields.get(case.id) != {**case.schema, "optional": True, "field": case.id}:
             failures.append(f"{case.id}: schema {snap_fields.get(case.id)}")
-        if snap.payload["after"].get(case.id, "<missing>") != case.value:
-            failures.append(f"{case.id}: value {snap.payload['after'].get(case.id, '<missing>')!r} != {case.value!r}")
+        expected = case.value if case.snapshot_value is NO_DEFAULT else case.snapshot_value
+        if snap.payload["after"].get(case.id, "<missing>") != expected:
+            failures.append(f"{case.id}: value {snap.payload['after'].get(case.id, '<missing>')!r} != {expected!r}")
     assert not failures, "\n".join(failures)
-    assert {k: v for k, v in snap.payload["after"].items() if k != "pk"} == {k: v for k, v in streamed.payload["after"].items() if k != "pk"}
+    # the same values either way, but for the dates Debezium's snapshots read through java.sql.Date
+    jdbc_dates = {c.id for c in CASES if c.snapshot_value is not NO_DEFAULT}
+    assert jdbc_dates
+    def others(after: dict) -> dict:
+        return {k: v for k, v in after.items() if k != "pk" and k not in jdbc_dates}
+
+    assert others(snap.payload["after"]) == others(streamed.payload["after"])
     assert snap.value["schema"] == streamed.value["schema"]
 
 

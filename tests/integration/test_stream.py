@@ -66,7 +66,7 @@ def test_insert_update_delete_with_tombstone(database: str) -> None:
     # value: the envelope
     schema = create.value["schema"]
     assert schema["name"] == f"{config.topic_prefix}.public.customers.Envelope"
-    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "op", "ts_ms", "transaction"]
+    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     after_fields = {f["field"]: f for f in schema["fields"][1]["fields"]}
     assert after_fields["id"] == {"type": "int32", "optional": False, "field": "id"}
     assert after_fields["first_name"] == {"type": "string", "optional": False, "field": "first_name"}
@@ -175,7 +175,10 @@ def test_multi_table_transaction_metadata(database: str) -> None:
     a_events = read_topic(f"{config.topic_prefix}.public.a")
     b_events = read_topic(f"{config.topic_prefix}.public.b")
     blocks = [e.payload["transaction"] for e in a_events + b_events]
-    assert {b["id"] for b in blocks} == {end.payload["id"]}
+    # Debezium 3.6: each record's id is the transaction id and the LSN of that record (END: the commit's end)
+    xid = end.payload["id"].split(":")[0]
+    assert [e.payload["transaction"]["id"] for e in a_events + b_events] == [f"{xid}:{e.payload['source']['lsn']}" for e in a_events + b_events]
+    assert begin.payload["id"].split(":")[0] == xid
     assert sorted(b["total_order"] for b in blocks) == [1, 2, 3]
     assert [b["data_collection_order"] for b in (e.payload["transaction"] for e in a_events)] == [1, 2]
 
@@ -374,16 +377,18 @@ def test_column_include_list_keeps_key_columns_and_propagates_types(database: st
     config = setup(
         database,
         **{
-            # the key column id is not listed: key columns are always kept, in the key and in the value
+            # the key column id is not listed: as in Debezium, it stays in the key (optional there) and leaves the value
             "column.include.list": r"public\.customers\.(first_name|balance)",
-            "datatype.propagate.source.type": "NUMERIC,TEXT",
+            # data types are matched as <schema>.<table>.<type name>
+            "datatype.propagate.source.type": r".+\.numeric,.+\.TEXT",
         },
     )
     run_sql(database, "INSERT INTO customers (id, first_name, email, balance) VALUES (1, 'a', 'x@y', 1.25)")
     stream(config, database)
     (record,) = read_topic(f"{config.topic_prefix}.public.customers")
-    assert record.payload["after"] == {"id": 1, "first_name": "a", "balance": base64.b64encode((125).to_bytes(1, "big")).decode()}
+    assert record.payload["after"] == {"first_name": "a", "balance": base64.b64encode((125).to_bytes(1, "big")).decode()}
     assert record.key_payload == {"id": 1}
+    assert record.key["schema"]["fields"] == [{"type": "int32", "optional": True, "field": "id"}]
     fields = {f["field"]: f for f in record.value["schema"]["fields"][1]["fields"]}
     assert fields["balance"]["parameters"] == {
         "scale": "2",
@@ -393,18 +398,23 @@ def test_column_include_list_keeps_key_columns_and_propagates_types(database: st
         "__debezium.source.column.scale": "2",
         "__debezium.source.column.name": "balance",
     }
-    assert fields["first_name"]["parameters"] == {"__debezium.source.column.type": "TEXT", "__debezium.source.column.name": "first_name"}
-    assert "parameters" not in fields["id"]
+    assert fields["first_name"]["parameters"] == {
+        "__debezium.source.column.type": "TEXT",
+        "__debezium.source.column.length": "2147483647",
+        "__debezium.source.column.scale": "0",
+        "__debezium.source.column.name": "first_name",
+    }
 
 
-def test_column_exclude_list_never_drops_key_columns(database: str) -> None:
+def test_column_exclude_list_keeps_key_columns_in_the_key(database: str) -> None:
+    """An excluded key column leaves the value but stays in the key, as in Debezium."""
     run_sql(database, CUSTOMERS)
     config = setup(database, **{"column.exclude.list": r"public\.customers\.(id|email)"})
     run_sql(database, "INSERT INTO customers (id, first_name, email) VALUES (7, 'a', 'x@y')", "DELETE FROM customers WHERE id = 7")
     stream(config, database)
     create, delete, tombstone = read_topic(f"{config.topic_prefix}.public.customers")
-    assert create.key_payload == {"id": 7} and create.payload["after"]["id"] == 7 and "email" not in create.payload["after"]
-    assert delete.key_payload == {"id": 7} and delete.payload["before"]["id"] == 7
+    assert create.key_payload == {"id": 7} and "id" not in create.payload["after"] and "email" not in create.payload["after"]
+    assert delete.key_payload == {"id": 7} and "id" not in delete.payload["before"]
     assert tombstone.value is None and tombstone.key_payload == {"id": 7}
 
 
@@ -441,8 +451,9 @@ def test_replica_identity_nothing(database: str) -> None:
 
 
 def test_replica_identity_using_index_without_the_primary_key(database: str) -> None:
-    """The key stays the primary key; an old tuple holds only the index's columns, so an update of an indexed
-    column is an update (not a key change), and its before holds the index columns only."""
+    """The key stays the primary key; an old tuple holds only the index's columns. As Debezium does (the differential
+    suite checks it), the before image gives the missing NOT NULL columns their zero value, so an update of an
+    indexed column is a key change from {id: 0}, and a delete is keyed {id: 0}."""
     run_sql(
         database,
         "CREATE TABLE acct (id int PRIMARY KEY, code text NOT NULL, note text)",
@@ -459,19 +470,21 @@ def test_replica_identity_using_index_without_the_primary_key(database: str) -> 
     )
     stream(config, database)
     records = read_topic(f"{config.topic_prefix}.public.acct")
-    assert [r.op for r in records] == ["u", "u", "d"]
-    changed_code, changed_note, delete = records
-    assert changed_code.key_payload == {"id": 1} and changed_code.headers == {}
-    assert changed_code.payload["before"] == {"id": None, "code": "a", "note": None}
-    assert changed_code.payload["after"] == {"id": 1, "code": "b", "note": "x"}
+    assert [r.op for r in records] == ["d", None, "c", "u", "d", None]
+    delete_old, tombstone_old, create_new, changed_note, delete, tombstone = records
+    assert delete_old.key_payload == {"id": 0} and delete_old.payload["before"] == {"id": 0, "code": "a", "note": None}
+    assert tombstone_old.key_payload == {"id": 0}
+    assert create_new.key_payload == {"id": 1} and create_new.payload["after"] == {"id": 1, "code": "b", "note": "x"}
     assert changed_note.payload["before"] is None and changed_note.key_payload == {"id": 1}
-    # the old tuple cannot say which primary key the deleted row had: the key is null, no tombstone follows
-    assert delete.payload["before"] == {"id": None, "code": "b", "note": None} and delete.key is None
+    assert delete.payload["before"] == {"id": 0, "code": "b", "note": None} and delete.key_payload == {"id": 0}
+    assert tombstone.key_payload == {"id": 0} and tombstone.value is None
 
 
 def test_unique_key_is_the_key_without_a_primary_key(database: str) -> None:
-    """Without a primary key the key is the unique key: the replica identity index (USING INDEX), else the
-    first unique index; a change of it is a key change. A table with neither has a null key."""
+    """Without a primary key the key is the first unique index (by name, as the JDBC driver lists them), whatever the
+    replica identity index is: Debezium's choice (the differential suite checks these tables against it). A change
+    of the identity index's column shows a before image with the key's NOT NULL column at zero: a key change. A
+    table with neither has a null key, and its deletes a tombstone with a null key."""
     run_sql(
         database,
         "CREATE TABLE byindex (code text NOT NULL, other int NOT NULL, v text)",
@@ -498,17 +511,38 @@ def test_unique_key_is_the_key_without_a_primary_key(database: str) -> None:
     stream(config, database)
     records = read_topic(f"{config.topic_prefix}.public.byindex")
     assert [(r.op, r.key_payload) for r in records] == [
-        ("c", {"code": "a"}),
-        ("u", {"code": "a"}),
-        ("d", {"code": "a"}),
-        (None, {"code": "a"}),
-        ("c", {"code": "b"}),
+        ("c", {"other": 1}),
+        ("u", {"other": 1}),
+        ("d", {"other": 0}),
+        (None, {"other": 0}),
+        ("c", {"other": 1}),
     ]
-    assert records[0].key["schema"]["fields"] == [{"type": "string", "optional": False, "field": "code"}]
+    assert records[0].key["schema"]["fields"] == [{"type": "int32", "optional": False, "field": "other"}]
     full = read_topic(f"{config.topic_prefix}.public.byfull")
     assert [(r.op, r.key_payload) for r in full] == [("c", {"ref": "r1"}), ("u", {"ref": "r1"})]
     # a nullable unique column is an optional key field
     assert full[0].key["schema"]["fields"] == [{"type": "string", "optional": True, "field": "ref"}]
     assert full[1].payload["before"] == {"n": 1, "ref": "r1", "v": "x"}
     nokey = read_topic(f"{config.topic_prefix}.public.nokey")
-    assert [(r.op, r.key) for r in nokey] == [("c", None), ("d", None)]
+    assert [(r.op, r.key) for r in nokey] == [("c", None), ("d", None), (None, None)]
+
+
+def test_pre_2_6_event_format(database: str) -> None:
+    """walflow.event.format: pre-2.6 keeps the envelope walflow wrote before Debezium 3.6 conformance, for consumers
+    pinned to it: no ts_us/ts_ns, transaction after op, no schema versions on source and transaction records, no
+    context headers, source.version 2.5.4.Final."""
+    run_sql(database, CUSTOMERS)
+    config = setup(database, **{"walflow.event.format": "pre-2.6", "provide.transaction.metadata": True})
+    run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')", "DELETE FROM customers WHERE id = 1")
+    stream(config, database)
+    create, delete, tombstone = read_topic(f"{config.topic_prefix}.public.customers")
+    assert list(create.payload) == ["before", "after", "source", "op", "ts_ms", "transaction"]
+    envelope = create.value["schema"]
+    assert envelope["version"] == 1 and [f["field"] for f in envelope["fields"]][3:] == ["op", "ts_ms", "transaction"]
+    source = create.payload["source"]
+    assert source["version"] == "2.5.4.Final" and "ts_us" not in source and "origin" not in source
+    assert "version" not in envelope["fields"][2]
+    assert create.headers == {} and tombstone.headers == {} and delete.headers == {}
+    begin, end = read_topic(f"{config.topic_prefix}.transaction")[:2]
+    assert "version" not in begin.value["schema"] and "version" not in begin.key["schema"]
+    assert "name" not in end.value["schema"]["fields"][3]["items"]
