@@ -22,7 +22,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from walflow.config import ConnectorConfig, resolve
 from walflow.errors import WalflowError
 from walflow.lake.settings import LakeSettings
-from walflow.source import HealthLimits, assess_slot_health, connect, health_limits, slot_health
+from walflow.health import HealthLimits, assess_slot_health, health_limits, slot_health
+from walflow.source import connect
 from walflow.state import StateStore
 
 

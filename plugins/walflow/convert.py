@@ -19,13 +19,25 @@ import struct
 from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
 from decimal import Decimal, localcontext
 from typing import Any
 
 import orjson
 
+from walflow.arrays import flatten_outer, parse_array, read_quoted, value_depth
 from walflow.envelope import java_hash_map_order
+from walflow.temporal import (
+    date_days,
+    datetime_precision,
+    interval_micros,
+    interval_string,
+    jdbc_days,
+    time_micros,
+    timestamp_micros,
+    timestamp_millis,
+    zoned_time,
+    zoned_timestamp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +51,6 @@ SESSION_SETTINGS = {
     "bytea_output": "hex",
 }
 
-_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 # Built-in type OIDs (pg_type.h); extension types are resolved by name through the catalog.
 BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 18, 19, 20, 21, 23, 25, 26
@@ -104,188 +114,6 @@ def _unscaled_bytes(unscaled: int) -> bytes:
     return unscaled.to_bytes(length, "big", signed=True)
 
 
-#: What Debezium emits for 'infinity' / '-infinity' dates: the JDBC driver's infinity instants
-#: (PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY milliseconds) turned into days with an int overflow.
-DATE_POS_INF_DAYS, DATE_NEG_INF_DAYS = -2147472692, -2147472691
-
-
-def _days(text: str) -> int:
-    if text == "infinity":
-        return DATE_POS_INF_DAYS
-    if text == "-infinity":
-        return DATE_NEG_INF_DAYS
-    bc = text.endswith(" BC")
-    if bc:
-        text = text[:-3]
-    year_s, month_s, day_s = text.rsplit("-", 2)
-    year = int(year_s)
-    if bc:
-        year = 1 - year
-    return _civil_to_days(year, int(month_s), int(day_s))
-
-
-def _civil_to_days(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date, for any year (Python's date stops at 1..9999)."""
-    if 1 <= year <= 9999:
-        return date(year, month, day).toordinal() - _EPOCH_ORDINAL
-    # Howard Hinnant's days_from_civil, valid for all years.
-    y = year - (month <= 2)
-    era = y // 400  # floor division: Python needs no adjustment for negative years
-    yoe = y - era * 400
-    mp = (month + 9) % 12
-    doy = (153 * mp + 2) // 5 + day - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
-#: What Debezium's snapshots (a JDBC query) emit for 'infinity' / '-infinity' dates: the driver's infinity
-#: instants as java.sql.Date labels (292278994-08-16 and, era lost, 292269055-12-02) in days, cut to an int.
-JDBC_DATE_POS_INF_DAYS, JDBC_DATE_NEG_INF_DAYS = -622191234, -625821272
-
-
-def _jdbc_days(text: str) -> int:
-    """A date as Debezium's snapshots see it through the JDBC driver's ``java.sql.Date``: the same as streamed for
-    dates of the common era, the year of a BC date without its era (44 BC is read as 44 AD), fixed numbers for the
-    infinities."""
-    if text == "infinity":
-        return JDBC_DATE_POS_INF_DAYS
-    if text == "-infinity":
-        return JDBC_DATE_NEG_INF_DAYS
-    if text.endswith(" BC"):
-        year_s, month_s, day_s = text[:-3].rsplit("-", 2)
-        return _civil_to_days(int(year_s), int(month_s), int(day_s))
-    return _days(text)
-
-
-def _time_micros(text: str) -> int:
-    hh, mm, rest = text.split(":", 2)
-    if "." in rest:
-        ss, frac = rest.split(".")
-        micros = int((frac + "000000")[:6])
-    else:
-        ss, micros = rest, 0
-    return ((int(hh) * 60 + int(mm)) * 60 + int(ss)) * 1_000_000 + micros
-
-
-# The reference's fixed values for 'infinity'/'-infinity' timestamps (PostgreSQL's JDBC driver's
-# PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY), in microsecond fields; Debezium 3.6 divides them by
-# 1000 in millisecond fields (precision 0-3, and the connect mode).
-_TS_POS_INF = 9223372036825200000
-_TS_NEG_INF = -9223372036832400000
-_TS_POS_INF_MS = _TS_POS_INF // 1000
-_TS_NEG_INF_MS = -(-_TS_NEG_INF // 1000)
-
-
-_NAIVE_EPOCH = datetime(1970, 1, 1)
-
-
-def _timestamp_micros(text: str) -> int:
-    try:
-        # The common case, in C: years 1..9999, no BC, no infinity.
-        delta = datetime.fromisoformat(text) - _NAIVE_EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    except ValueError:
-        pass
-    if text == "infinity":
-        return _TS_POS_INF
-    if text == "-infinity":
-        return _TS_NEG_INF
-    day_part, time_part = text.split(" ", 1)
-    bc = time_part.endswith(" BC")
-    if bc:
-        time_part = time_part[:-3]
-        day_part += " BC"
-    return _days(day_part) * 86_400_000_000 + _time_micros(time_part)
-
-
-def _timestamp_millis(text: str) -> int:
-    """Milliseconds since the epoch (``Timestamp``, connect mode); infinities are the fixed values in ms."""
-    try:
-        delta = datetime.fromisoformat(text) - _NAIVE_EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000 + delta.microseconds // 1_000
-    except ValueError:
-        pass
-    if text == "infinity":
-        return _TS_POS_INF_MS
-    if text == "-infinity":
-        return _TS_NEG_INF_MS
-    return _timestamp_micros(text) // 1000
-
-
-def _split_offset(text: str) -> tuple[str, int]:
-    """Split '15:13:16.945+05:30' into the local part and the offset in seconds."""
-    for i in range(len(text) - 1, 0, -1):
-        ch = text[i]
-        if ch in "+-":
-            sign = 1 if ch == "+" else -1
-            parts = text[i + 1 :].split(":")
-            seconds = int(parts[0]) * 3600 + (int(parts[1]) * 60 if len(parts) > 1 else 0)
-            seconds += int(parts[2]) if len(parts) > 2 else 0
-            return text[:i], sign * seconds
-        if ch == ":" or ch.isdigit():
-            continue
-        break
-    raise ValueError(f"no UTC offset in {text!r}")
-
-
-def _format_zoned_micros(micros: int, width: int = 0) -> str:
-    """ISO-8601 in UTC as Java formats a ZonedDateTime for Debezium: with ``width`` > 0 exactly that many fraction
-    digits (the column's precision), otherwise only the digits needed."""
-    days, rem = divmod(micros, 86_400_000_000)
-    seconds, frac = divmod(rem, 1_000_000)
-    hh, rest = divmod(seconds, 3600)
-    mm, ss = divmod(rest, 60)
-    y, m, d = _days_to_civil(days)
-    year = f"{y:04d}" if 0 <= y <= 9999 else f"{y:+05d}"
-    text = f"{year}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
-    if width > 0:
-        text += "." + (f"{frac:06d}" + "000")[:width]
-    elif frac:
-        text += "." + f"{frac:06d}".rstrip("0")
-    return text + "Z"
-
-
-def _days_to_civil(days: int) -> tuple[int, int, int]:
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    y = yoe + era * 400
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + 3 if mp < 10 else mp - 9
-    return y + (m <= 2), m, d
-
-
-def _zoned_timestamp(text: str, width: int = 6) -> str:
-    if text in ("infinity", "-infinity"):
-        return text
-    bc = text.endswith(" BC")
-    if bc:
-        text = text[:-3]
-    local, offset = _split_offset(text)
-    if bc:
-        day_part, time_part = local.split(" ", 1)
-        local = f"{day_part} BC"
-        micros = _days(local) * 86_400_000_000 + _time_micros(time_part)
-    else:
-        micros = _timestamp_micros(local)
-    return _format_zoned_micros(micros - offset * 1_000_000, width)
-
-
-def _zoned_time(text: str) -> str:
-    local, offset = _split_offset(text)
-    micros = (_time_micros(local) - offset * 1_000_000) % 86_400_000_000
-    seconds, frac = divmod(micros, 1_000_000)
-    hh, rest = divmod(seconds, 3600)
-    mm, ss = divmod(rest, 60)
-    out = f"{hh:02d}:{mm:02d}:{ss:02d}"
-    if frac:
-        out += "." + f"{frac:06d}".rstrip("0")
-    return out + "Z"
-
-
 # -- converter factory ----------------------------------------------------------------------------
 def _numeric_precision_scale(modifier: int) -> tuple[int | None, int | None]:
     if modifier < 4:
@@ -295,10 +123,6 @@ def _numeric_precision_scale(modifier: int) -> tuple[int | None, int | None]:
     if scale & 0x8000:  # PostgreSQL 15 allows negative scales
         scale -= 0x10000
     return (value >> 16) & 0xFFFF, scale
-
-
-def _datetime_precision(modifier: int) -> int:
-    return 6 if modifier < 0 else modifier
 
 
 @dataclass(frozen=True)
@@ -407,29 +231,29 @@ def _temporal_converter(
     settings: ConverterSettings, oid: int, modifier: int
 ) -> tuple[dict[str, Any], Callable[[str], Any], str]:
     mode = settings.time_precision_mode
-    precision = _datetime_precision(modifier)
+    precision = datetime_precision(modifier)
     if oid == DATE:
-        days = _jdbc_days if settings.snapshot else _days
+        days = jdbc_days if settings.snapshot else date_days
         if mode == "connect":
             return _schema("int32", "org.apache.kafka.connect.data.Date", None, 1), days, "date"
         return _schema("int32", "io.debezium.time.Date", None, 1), days, "date"
     if oid == TIME:
         if mode == "connect":
-            return _schema("int32", "org.apache.kafka.connect.data.Time", None, 1), lambda t: _time_micros(t) // 1000, "time_ms"
+            return _schema("int32", "org.apache.kafka.connect.data.Time", None, 1), lambda t: time_micros(t) // 1000, "time_ms"
         if mode == "adaptive" and precision <= 3:
-            return _schema("int32", "io.debezium.time.Time", None, 1), lambda t: _time_micros(t) // 1000, "time_ms"
-        return _schema("int64", "io.debezium.time.MicroTime", None, 1), _time_micros, "time_us"
+            return _schema("int32", "io.debezium.time.Time", None, 1), lambda t: time_micros(t) // 1000, "time_ms"
+        return _schema("int64", "io.debezium.time.MicroTime", None, 1), time_micros, "time_us"
     if oid == TIMESTAMP:
         if mode == "connect":
-            return _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1), _timestamp_millis, "timestamp_ms"
+            return _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1), timestamp_millis, "timestamp_ms"
         if precision <= 3:
-            return _schema("int64", "io.debezium.time.Timestamp", None, 1), _timestamp_millis, "timestamp_ms"
-        return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), _timestamp_micros, "timestamp_us"
+            return _schema("int64", "io.debezium.time.Timestamp", None, 1), timestamp_millis, "timestamp_ms"
+        return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), timestamp_micros, "timestamp_us"
     if oid == TIMESTAMPTZ:
         # Debezium writes as many fraction digits as the column's precision (6 when it has none)
-        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), lambda t, _w=precision: _zoned_timestamp(t, _w), "timestamptz"
+        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), lambda t, _w=precision: zoned_timestamp(t, _w), "timestamptz"
     if oid == TIMETZ:
-        return _schema("string", "io.debezium.time.ZonedTime", None, 1), _zoned_time, "timetz"
+        return _schema("string", "io.debezium.time.ZonedTime", None, 1), zoned_time, "timetz"
     raise AssertionError(oid)
 
 
@@ -586,63 +410,10 @@ def _money_converter(settings: ConverterSettings) -> ColumnConverter:
     return ColumnConverter(schema, precise, semantic="decimal")
 
 
-# -- interval --------------------------------------------------------------------------------------
-_DAYS_PER_MONTH_AVG = 365.25 / 12.0
-
-
-def _interval_parts(text: str) -> tuple[int, int, int, int, int, Decimal]:
-    """Parse IntervalStyle=iso_8601 output ('P1Y2M3DT4H5M6.78S', 'P-1Y-2M3DT-4H-5M-6.78S', 'PT0S')."""
-    if not text.startswith("P"):
-        raise ValueError(f"not an ISO 8601 interval: {text!r}")
-    date_part, _, time_part = text[1:].partition("T")
-    years = months = days = hours = minutes = 0
-    seconds = Decimal(0)
-    for part, units in ((date_part, "YMD"), (time_part, "HMS")):
-        number = ""
-        for ch in part:
-            if ch in units:
-                if ch == "S":
-                    seconds = Decimal(number)
-                else:
-                    value = int(number)
-                    if part is date_part:
-                        if ch == "Y":
-                            years = value
-                        elif ch == "M":
-                            months = value
-                        else:
-                            days = value
-                    elif ch == "H":
-                        hours = value
-                    else:
-                        minutes = value
-                number = ""
-            else:
-                number += ch
-        if number:
-            raise ValueError(f"not an ISO 8601 interval: {text!r}")
-    return years, months, days, hours, minutes, seconds
-
-
-def _interval_micros(text: str) -> int:
-    years, months, days, hours, minutes, seconds = _interval_parts(text)
-    number_of_days = ((years * 12) + months) * _DAYS_PER_MONTH_AVG + days
-    number_of_seconds = (((number_of_days * 24 + hours) * 60) + minutes) * 60 + float(seconds)
-    return int(number_of_seconds * 1e6)  # Java's (long) cast truncates toward zero
-
-
-def _interval_string(text: str) -> str:
-    years, months, days, hours, minutes, seconds = _interval_parts(text)
-    if -seconds.as_tuple().exponent > 6:
-        seconds = seconds.quantize(Decimal("0.000001"), rounding="ROUND_DOWN")
-    sec = format(seconds.normalize(), "f") if seconds else "0"
-    return f"P{years}Y{months}M{days}DT{hours}H{minutes}M{sec}S"
-
-
 def _interval_converter(settings: ConverterSettings) -> ColumnConverter:
     if settings.interval_handling_mode == "string":
-        return ColumnConverter(_schema("string", "io.debezium.time.Interval", None, 1), _interval_string, semantic="string")
-    return ColumnConverter(_schema("int64", "io.debezium.time.MicroDuration", None, 1), _interval_micros, semantic="duration")
+        return ColumnConverter(_schema("string", "io.debezium.time.Interval", None, 1), interval_string, semantic="string")
+    return ColumnConverter(_schema("int64", "io.debezium.time.MicroDuration", None, 1), interval_micros, semantic="duration")
 
 
 # -- geometry --------------------------------------------------------------------------------------
@@ -701,7 +472,7 @@ def _hstore_pairs(text: str) -> dict[str, str | None]:
             i += 1
         if i >= n:
             break
-        key, i = _read_quoted(text, i)
+        key, i = read_quoted(text, i)
         i = text.index("=>", i) + 2
         while text[i] == " ":
             i += 1
@@ -709,7 +480,7 @@ def _hstore_pairs(text: str) -> dict[str, str | None]:
             result[key] = None
             i += 4
         else:
-            result[key], i = _read_quoted(text, i)
+            result[key], i = read_quoted(text, i)
     return result
 
 
@@ -733,108 +504,6 @@ def _hstore_converter(settings: ConverterSettings) -> ColumnConverter:
         lambda t: orjson.dumps(_hstore_java_order(t)).decode("utf-8"),
         semantic="io.debezium.data.Json",
     )
-
-
-# -- arrays ----------------------------------------------------------------------------------------
-def parse_array(text: str, delimiter: str = ",") -> list[Any]:
-    """Split a PostgreSQL array literal (``{1,NULL,"a b"}``) into element texts (``None`` for NULL).
-
-    A multi-dimensional literal (``{{1,2},{3,4}}``) gives nested lists, one level per dimension.
-    """
-    if text.startswith("["):  # explicit bounds: '[0:1]={a,b}'
-        text = text[text.index("=") + 1 :]
-    if not (text.startswith("{") and text.endswith("}")):
-        raise ValueError(f"not an array literal: {text[:50]!r}")
-    body = text[1:-1]
-    if not body:
-        return []
-    try:
-        if body.startswith("{"):
-            # an unquoted element never starts with a brace: this is a sub-array, so the array has 2+ dimensions
-            nested, end = _parse_nested(text, 0, delimiter)
-            if end != len(text):
-                raise ValueError(f"not an array literal: {text[:50]!r}")
-            return nested
-        return _parse_flat(body, delimiter)
-    except IndexError:
-        raise ValueError(f"unterminated array literal: {text[:50]!r}") from None
-
-
-def _read_quoted(text: str, pos: int) -> tuple[str, int]:
-    """The double-quoted element starting at ``text[pos] == '"'`` with its backslash escapes undone, and the
-    position after its closing quote."""
-    pos += 1
-    out = []
-    while text[pos] != '"':
-        if text[pos] == "\\":
-            pos += 1
-        out.append(text[pos])
-        pos += 1
-    return "".join(out), pos + 1
-
-
-def _parse_flat(body: str, delimiter: str = ",") -> list[Any]:
-    """The elements of a one-dimensional array literal's body (between its braces)."""
-    items: list[Any] = []
-    i, n = 0, len(body)
-    while i <= n:
-        if i < n and body[i] == '"':
-            value, i = _read_quoted(body, i)
-            items.append(value)
-            i += 1  # the comma
-        else:
-            end = body.find(delimiter, i)
-            if end < 0:
-                end = n
-            token = body[i:end]
-            items.append(None if token == "NULL" else token)
-            i = end + 1
-    return items
-
-
-def _parse_nested(text: str, pos: int, delimiter: str = ",") -> tuple[list[Any], int]:
-    """Parse the sub-array starting at ``text[pos] == '{'``; return it and the position after its ``}``."""
-    items: list[Any] = []
-    pos += 1
-    if text[pos] == "}":
-        return items, pos + 1
-    while True:
-        ch = text[pos]
-        if ch == "{":
-            sub, pos = _parse_nested(text, pos, delimiter)
-            items.append(sub)
-        elif ch == '"':
-            value, pos = _read_quoted(text, pos)
-            items.append(value)
-        else:
-            comma, close = text.find(delimiter, pos), text.find("}", pos)
-            end = close if comma < 0 or close < comma else comma
-            if end < 0:
-                raise ValueError(f"unterminated array literal: {text[:50]!r}")
-            token = text[pos:end]
-            items.append(None if token == "NULL" else token)
-            pos = end
-        if text[pos] == delimiter:
-            pos += 1
-        elif text[pos] == "}":
-            return items, pos + 1
-        else:
-            raise ValueError(f"malformed array literal near position {pos}: {text[:50]!r}")
-
-
-def _value_depth(items: list[Any]) -> int:
-    depth = 1
-    while items and items[0].__class__ is list:
-        items = items[0]
-        depth += 1
-    return depth
-
-
-def _flatten_outer(items: list[Any], levels: int) -> list[Any]:
-    """Merge the ``levels`` outermost dimensions into one (row-major order)."""
-    for _ in range(levels):
-        items = [sub for part in items for sub in part]
-    return items
 
 
 def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: int = 1) -> ColumnConverter | None:
@@ -863,7 +532,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
         return [None if sub is None else leaves(sub, level - 1) for sub in items]
 
     def reshape(items: list[Any]) -> list[Any]:
-        found = _value_depth(items)
+        found = value_depth(items)
         if items and found != depth:
             if not warned:
                 warned.append(True)
@@ -877,7 +546,7 @@ def _array_converter(element: ColumnType, settings: ConverterSettings, ndims: in
                     "[]" * found,
                 )
             if found > depth:
-                items = _flatten_outer(items, found - depth)
+                items = flatten_outer(items, found - depth)
             else:
                 for _ in range(depth - found):
                     items = [items]

@@ -30,25 +30,23 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import psycopg
-from psycopg import sql
 
-from walflow.catalog import Catalog
+from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, row_key
 from walflow.config import ConnectorConfig
 from walflow.envelope import EventFormat
 from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
-from walflow.events import Filters, Serializer, TableSchema, now_ms
+from walflow.events import Filters, Serializer, now_ms
 from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
 from walflow.patterns import Pattern, compile_patterns, matches_any
-from walflow.snapshot import SnapshotTable, _columns_sql, condition_sql, key_types
-from walflow.source import list_tables, quote_table
+from walflow.signals import MAX_SIGNAL_BYTES, MAX_SIGNAL_ID, SignalError, printable, signal_key
+from walflow.snapshot import SnapshotTable
+from walflow.source import list_tables
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules
 
@@ -60,56 +58,6 @@ STATE_KEY = "incremental"
 SIGNALS_KEY = "incremental_signals"
 #: signal types whose second application would differ from the first (they act on whatever snapshot is current)
 _REPEAT_SENSITIVE = frozenset({"stop-snapshot", "pause-snapshot", "resume-snapshot"})
-MAX_SIGNAL_BYTES = 64 * 1024
-MAX_SIGNAL_ID = 128
-
-
-def signal_key(signal_id: str) -> str:
-    return f"signal:{signal_id}"
-
-
-@dataclass
-class Chunk:
-    """One selected chunk waiting for its high watermark."""
-
-    id: str
-    table: SnapshotTable
-    rows: dict[bytes, list[Any]]  # dedupe key -> row values (text)
-    dedupe: list[Any]  # FieldSpecs whose values identify a row (the event key, or the surrogate key)
-    #: the selection cursor before this chunk: (table, last_key, max_key, null_phase, last_ctid)
-    cursor_before: tuple[str, list[str] | None, list[str] | None, bool, str | None]
-    in_window: bool = False
-
-
-@dataclass
-class SnapshotProgress:
-    """The persisted state of the running incremental snapshot, and the signals queued behind it."""
-
-    signal_id: str
-    tables: list[str]  # still to do, the current one first
-    condition: dict[str, str] = field(default_factory=dict)  # data collection -> additional condition
-    surrogate_key: str | None = None
-    last_key: list[str] | None = None
-    max_key: list[str] | None = None
-    null_phase: bool = False  # reading rows whose surrogate key is NULL, by ctid
-    last_ctid: str | None = None
-    paused: bool = False
-    rows: int = 0
-    chunks: int = 0
-    rows_per_table: dict[str, int] = field(default_factory=dict)
-    #: later execute-snapshot signals, in arrival order: {"signal_id", "tables", "condition", "surrogate_key"}
-    queued: list[dict[str, Any]] = field(default_factory=list)
-    #: set when the signal was stopped or failed: its outcome is recorded, it must not be resumed or completed
-    ended: bool = False
-    #: the stop-snapshot signal that dropped some of its tables: it ends "stopped", not "completed"
-    stopped_by: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-class SignalError(ValueError):
-    """A malformed signal: logged with its id and skipped, never stopping the stream."""
 
 
 class IncrementalSnapshots:
@@ -133,6 +81,7 @@ class IncrementalSnapshots:
         self.fmt = EventFormat(config)
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
+        self.reader = ChunkReader(config, catalog_conn, self.filters, serializer, self.rules)
         raw = store.get(STATE_KEY)
         self.progress: SnapshotProgress | None = SnapshotProgress(**raw) if raw else None
         self.chunks: dict[str, Chunk] = {}
@@ -316,7 +265,7 @@ class IncrementalSnapshots:
             raise SignalError("'surrogate-key' must be a column name")
         surrogate = surrogate or None
         for name in tables:
-            self._check(name, oids[name], conditions.get(name), surrogate)
+            self.reader.check(name, oids[name], conditions.get(name), surrogate)
         if self.progress is not None:
             # Queued as a snapshot of its own: merging it into the running one would lose its condition (the
             # same table with another condition, as each backfill run sends) and leave its status unfinished.
@@ -330,70 +279,6 @@ class IncrementalSnapshots:
             log.info("signal %s: incremental snapshot of %s%s", signal_id, tables, f" where {conditions}" if conditions else "")
         self.store.put(signal_key(signal_id), {"status": status, "tables_left": tables, "rows": 0, "chunks": 0, "at_ms": now_ms()})
         self._dirty = True
-
-    def _check(self, name: str, oid: int, condition: str | None, surrogate: str | None) -> None:
-        """Try a signal's condition and surrogate key on one table before accepting the signal.
-
-        ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use (unknown columns,
-        syntax and type errors, unorderable keys) without reading a row. Errors that depend on the data can only
-        show while reading; :meth:`prepare` fails the signal then. A table without a primary key and no
-        ``surrogate-key`` has no order to read it in: Debezium skips it with a warning, but a snapshot run that
-        then reports success without having read the table misleads whoever asked for it, so the signal fails.
-        """
-        if not surrogate:
-            info = Catalog(self.conn).table(oid)
-            if info is not None and not info.primary_key:
-                raise SignalError(
-                    f"table {name} has no primary key, so its rows have no order to read them in chunks by: send a "
-                    "'surrogate-key' naming a column to order by, or leave the table out of 'data-collections'"
-                )
-        if not (condition or surrogate):
-            return
-        table = self._plan(name, condition, surrogate, oid)
-        if table is None:
-            return
-        source = quote_table(table.catalog.schema, table.catalog.name)
-        # the condition alone first, then with the key's ORDER BY, so an error is blamed on what caused it
-        checks: list[tuple[str, sql.Composable, sql.Composable]] = []
-        if condition:
-            checks.append((f"'additional-condition' {condition!r}", sql.SQL(" WHERE {}").format(condition_sql(condition)), sql.SQL("")))
-        if surrogate and table.key:
-            order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key))
-            checks.append((f"'surrogate-key' {surrogate!r}", sql.SQL(""), order))
-        for what, where, order in checks:
-            try:
-                with self._reading():
-                    self._query(sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
-            except psycopg.Error as exc:
-                if self.conn.closed or self.conn.broken:
-                    raise
-                raise SignalError(f"{what} does not work on {name}: {self._describe(exc)}; send the signal again with a valid one") from None
-
-    @contextmanager
-    def _reading(self) -> Iterator[None]:
-        """A READ ONLY transaction under ``database.query.timeout.ms``: every query that carries a signal's condition
-        runs in one, so no expression it calls can change data, and none can run forever while the slot waits."""
-        with self.conn.transaction():
-            self.conn.execute("SET TRANSACTION READ ONLY")
-            timeout = self.config.database_query_timeout_ms
-            if timeout:
-                self.conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")))
-            yield
-
-    def _query(self, query: sql.Composable, params: list[Any]) -> psycopg.Cursor[Any]:
-        """Run a query that carries a user's condition with the extended protocol (prepared), which refuses more than
-        one statement whatever the text holds; the simple protocol, which psycopg uses for a query without
-        parameters, would run them all."""
-        return self.conn.execute(query, params, prepare=True)
-
-    def _describe(self, exc: BaseException) -> str:
-        """A server error for the state table and the log; a statement timeout says which setting it hit."""
-        if isinstance(exc, psycopg.errors.QueryCanceled):
-            return (
-                f"the query was cancelled after database.query.timeout.ms={self.config.database_query_timeout_ms} "
-                "(statement timeout): narrow or index the condition, or raise the setting"
-            )
-        return _first_line(exc)
 
     def _stop(self, signal_id: str, data: dict[str, Any]) -> None:
         """Drop the named tables (every table without ``data-collections``) from the running and the queued
@@ -467,25 +352,10 @@ class IncrementalSnapshots:
         if name in self._tables:
             return self._tables[name]
         progress = self.progress
-        planned = self._plan(name, progress.condition.get(name) if progress else None, progress.surrogate_key if progress else None)
+        planned = self.reader.plan(name, progress.condition.get(name) if progress else None, progress.surrogate_key if progress else None)
         if planned is not None:
             self._tables[name] = planned
         return planned
-
-    def _plan(self, name: str, condition: str | None, surrogate: str | None, oid: int | None = None) -> SnapshotTable | None:
-        if oid is None:
-            # names like "My.Schema.Odd Table" are ambiguous to split; find the table among the captured ones
-            oid = next((o for sch, tab, o, *_ in list_tables(self.conn, self.filters) if f"{sch}.{tab}" == name), None)
-        if oid is None:
-            return None
-        info = Catalog(self.conn).table(oid)
-        if info is None:
-            return None
-        if surrogate and surrogate not in info.columns:
-            raise SignalError(f"'surrogate-key' {surrogate!r} is not a column of {name} (its columns: {', '.join(info.columns)})")
-        key = [surrogate] if surrogate else list(info.primary_key)
-        events = TableSchema.from_catalog(self.config, self.filters, self.serializer, info, self.rules)
-        return SnapshotTable(events, info, key, key_types(info, key), condition=condition)
 
     def _emit_watermark(self, chunk_id: str, kind: str) -> None:
         content = orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
@@ -512,7 +382,7 @@ class IncrementalSnapshots:
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
-        error = self._describe(exc)
+        error = self.reader.describe(exc)
         log.warning(
             "incremental snapshot %s failed on %s: %s; its remaining tables %s are dropped and streaming continues",
             progress.signal_id,
@@ -547,7 +417,7 @@ class IncrementalSnapshots:
             return 0
         cursor = (name, progress.last_key, progress.max_key, progress.null_phase, progress.last_ctid)
         if progress.max_key is None and not progress.null_phase:
-            max_key = self._max_key(table)
+            max_key = self.reader.max_key(table)
             if max_key is None:
                 if not progress.surrogate_key:
                     log.info("incremental snapshot %s: %s is empty", progress.signal_id, name)
@@ -559,7 +429,7 @@ class IncrementalSnapshots:
         self._emit_watermark(chunk_id, "low")
         saved = (progress.last_key, progress.null_phase, progress.last_ctid)
         try:
-            rows, table_done, ctids = self._select(table, progress)
+            rows, table_done, ctids = self.reader.select(table, progress)
             if self._chunk_hook is not None:
                 self._chunk_hook(name, rows)
             self._emit_watermark(chunk_id, "high")
@@ -567,12 +437,12 @@ class IncrementalSnapshots:
             # the cursor must not skip rows that were never buffered
             progress.last_key, progress.null_phase, progress.last_ctid = saved
             raise
-        fields = _dedupe_fields(table, progress.surrogate_key)
+        fields = dedupe_fields(table, progress.surrogate_key)
         if ctids is not None:
             # rows without a key value: only their physical position tells them apart
             buffered = {ctid.encode(): row for ctid, row in zip(ctids, rows)}
         else:
-            buffered = {_row_key(row, fields): row for row in rows}
+            buffered = {row_key(row, fields): row for row in rows}
         self.chunks[chunk_id] = Chunk(chunk_id, table, buffered, fields, cursor)
         progress.chunks += 1
         self._dirty = True
@@ -587,70 +457,6 @@ class IncrementalSnapshots:
         progress.last_key = progress.max_key = progress.last_ctid = None
         progress.null_phase = False
         self._dirty = True
-
-    def _max_key(self, table: SnapshotTable) -> list[str] | None:
-        keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("walflow_t", k)) for k in table.key)
-        order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier("walflow_t", k)) for k in table.key)
-        not_null = sql.SQL(" AND ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier("walflow_t", k)) for k in table.key)
-        where = [not_null]
-        if table.condition:
-            where.append(condition_sql(table.condition))
-        with self._reading():
-            row = self._query(
-                sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT 1").format(
-                    keys, quote_table(table.catalog.schema, table.catalog.name), sql.SQL(" AND ").join(where), order
-                ),
-                [],
-            ).fetchone()
-        return list(row) if row else None
-
-    def _select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[list[Any]], bool, list[str] | None]:
-        """Select the next chunk's rows (text), advance the cursor, and say whether the table is done.
-
-        The third element lists the rows' ctids in the NULL-key phase, else ``None``.
-        """
-        size = self.config.incremental_snapshot_chunk_size
-        cols = _columns_sql(table)
-        ident = quote_table(table.catalog.schema, table.catalog.name)
-        where: list[sql.Composable] = []
-        params: list[Any] = []
-        if table.condition:
-            where.append(condition_sql(table.condition))
-        if progress.null_phase:
-            # rows whose surrogate key is NULL cannot be paged by key: page them by physical position
-            where.append(sql.SQL("{} IS NULL").format(sql.Identifier("walflow_t", table.key[0])))
-            if progress.last_ctid:
-                where.append(sql.SQL("walflow_t.ctid > %s::tid"))
-                params.append(progress.last_ctid)
-            query = sql.SQL("SELECT {}, walflow_t.ctid::text FROM {} AS walflow_t WHERE {} ORDER BY walflow_t.ctid LIMIT {}").format(
-                cols, ident, sql.SQL(" AND ").join(where), sql.Literal(size)
-            )
-            with self._reading():
-                rows = [list(r) for r in self._query(query, params).fetchall()]
-            if rows:
-                progress.last_ctid = rows[-1][-1]
-            return [r[:-1] for r in rows], len(rows) < size, [r[-1] for r in rows]
-        keys = sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)
-        holders = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in table.key_types)  # type: ignore[arg-type]
-        if progress.last_key is not None:
-            where.append(sql.SQL("({}) > ({})").format(keys, holders))
-            params.extend(progress.last_key)
-        where.append(sql.SQL("({}) <= ({})").format(keys, holders))
-        params.extend(progress.max_key or [])
-        query = sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT {}").format(
-            cols, ident, sql.SQL(" AND ").join(where), keys, sql.Literal(size)
-        )
-        with self._reading():
-            rows = [list(r) for r in self._query(query, params).fetchall()]
-        if rows:
-            index = [table.schema.column_names.index(k) for k in table.key]
-            progress.last_key = [rows[-1][i] for i in index]
-        if len(rows) < size:
-            if progress.surrogate_key:
-                progress.null_phase, progress.last_ctid = True, None
-                return rows, False, None
-            return rows, True, None
-        return rows, False, None
 
     # -- the stream side --------------------------------------------------------------------------
     def on_watermark(self, content: bytes, sequence: str, topics: dict[str, int]) -> None:
@@ -737,54 +543,3 @@ class IncrementalSnapshots:
         self.window_tables.clear()
 
 
-def _first_line(exc: BaseException) -> str:
-    """A server error's message without its LINE/HINT lines, for logs and the state table (escaped: it may quote
-    a signal's text)."""
-    text = str(exc).strip()
-    return printable(text.splitlines()[0]) if text else type(exc).__name__
-
-
-def printable(value: Any, limit: int = 2000) -> str:
-    """Text a signal writer chose, safe for one log line: control and other non-printable characters escaped
-    (``\\n``, ``\\x1b``), cut to ``limit`` characters."""
-    text = str(value)
-    if len(text) > limit:
-        text = text[:limit] + f"... ({len(text) - limit} more characters)"
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
-def _dedupe_fields(table: SnapshotTable, surrogate: str | None) -> list[Any]:
-    if surrogate:
-        return [f for f in table.schema.fields if f.index == table.schema.column_names.index(surrogate)]
-    return list(table.schema.key_fields)
-
-
-def _row_key(row: list[Any], fields: list[Any]) -> bytes:
-    """The identity of a snapshot row, in the converted form streamed events are compared in."""
-    return orjson.dumps([None if row[f.index] is None else f.converter.convert(row[f.index]) for f in fields])
-
-
-def send_signal(conn: psycopg.Connection, config: ConnectorConfig, kind: str, data: dict[str, Any], signal_id: str | None = None) -> str:
-    """Insert a signal row into the connector's signal table; the stream task acts on it. Returns its id."""
-    if not config.signal_table:
-        raise SourceError(
-            f"connector {config.name!r} has no 'signal.data.collection'; set it (for example public.walflow_signal) "
-            "and re-run the setup DAG, which creates the table and adds it to the publication"
-        )
-    signal_id = signal_id or uuid.uuid4().hex
-    payload = orjson.dumps(data).decode()
-    if len(payload) > MAX_SIGNAL_BYTES:
-        raise SourceError(f"the signal's data is {len(payload)} bytes; signals are limited to {MAX_SIGNAL_BYTES}")
-    conn.execute(
-        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(quote_table(*config.signal_table)),
-        (signal_id, kind, payload),
-    )
-    return signal_id
-
-
-SIGNAL_STATUS_SQL = "SELECT value FROM {} WHERE connector = %s AND key = %s"
-
-
-def signal_status(conn: psycopg.Connection, config: ConnectorConfig, signal_id: str) -> dict[str, Any] | None:
-    """What the stream task recorded about a signal: running, paused, completed, stopped or failed."""
-    return StateStore(conn, config.name, config.state_table).get(signal_key(signal_id))

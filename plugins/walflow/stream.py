@@ -11,8 +11,6 @@ delivery, as with Debezium.
 from __future__ import annotations
 
 import logging
-import random
-import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -22,18 +20,16 @@ from typing import Any
 import psycopg
 
 from walflow.catalog import Catalog
+from walflow.changes import ChangeEvents, Transaction
 from walflow.config import ConnectorConfig
-from walflow.convert import BYTEA, ColumnType, ConverterSettings, build_converter
 from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
-from walflow.envelope import EventFormat, java_hash_map_order
 from walflow.errors import DriftError, RecordTooLargeError, SlotError
-from walflow.events import Filters, Serializer, TableSchema, now_ms, topic_name
+from walflow.events import Filters, Serializer, TableSchema
+from walflow.health import assess_slot_health, health_limits, slot_health
 from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
 from walflow.incremental import WATERMARK_PREFIX, IncrementalSnapshots
-from walflow.kafka import EventProducer, too_large
+from walflow.kafka import EventProducer
 from walflow.pgoutput import (
-    PG_EPOCH_MICROS_FROM_UNIX,
-    UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
@@ -49,14 +45,11 @@ from walflow.pgoutput import (
 )
 from walflow.source import (
     MESSAGES_SERVER_VERSION,
-    assess_slot_health,
     check_slot,
     connect,
-    health_limits,
     list_tables,
     publication_tables,
     server_info,
-    slot_health,
     try_lock_slot,
 )
 from walflow.state import StateStore
@@ -107,36 +100,6 @@ class BatchSummary:
         return dict(self.__dict__)
 
 
-class _Tx:
-    """The transaction being streamed: its identity and counters for the metadata records.
-
-    Debezium 3.6 names every transaction record and event ``<txId>:<LSN>`` with the LSN of the record itself:
-    BEGIN the LSN the slot reports for the BEGIN (on PostgreSQL 15+ that of the transaction's first change),
-    each data event its own change's LSN, END the end of the commit record.
-    """
-
-    __slots__ = (
-        "xid", "commit_us", "commit_ms", "final_lsn", "begin_lsn", "total", "per_collection", "sources", "origin",
-        "origin_lsn", "begun",
-    )  # fmt: skip
-
-    def __init__(self, begin: Begin, begin_lsn: int) -> None:
-        self.xid = begin.xid
-        self.commit_us = begin.commit_ts + PG_EPOCH_MICROS_FROM_UNIX
-        self.commit_ms = self.commit_us // 1000
-        self.final_lsn = begin.final_lsn
-        self.begin_lsn = begin_lsn
-        self.total = 0
-        self.per_collection: dict[str, int] = {}
-        # The part of each table's source block that is the same for every event of this transaction.
-        self.sources: dict[int, dict[str, Any]] = {}
-        # the replication origin the transaction was replayed from (pgoutput's Origin message), if any
-        self.origin: str | None = None
-        self.origin_lsn: int | None = None
-        #: whether its BEGIN record was sent: it waits for the message after the Begin, which may be an Origin
-        self.begun = False
-
-
 class StreamBatch:
     """Stream one bounded batch of a connector's slot to Kafka.
 
@@ -164,36 +127,16 @@ class StreamBatch:
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
         self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
-        self.fmt = EventFormat(config)
-        ser = self.serializer
-        self._tx_key_json = ser.prefix(self.fmt.tx_key_schema)
-        self._tx_value_json = ser.prefix(self.fmt.tx_value_schema)
-        self._msg_key_json = ser.prefix(self.fmt.message_key_schema)
-        self._msg_value_json = ser.prefix(self.fmt.message_value_schema)
-        #: the context headers every data change event carries (none in the pre-2.6 form)
-        self._headers = self.fmt.context_headers or None
-        # a message's content is represented as a bytea column's value is (binary.handling.mode)
-        content = build_converter(ColumnType(oid=BYTEA), ConverterSettings.from_config(config))
-        assert content is not None
-        self._content: Callable[[bytes], Any] = lambda data, _convert=content.convert: _convert("\\x" + data.hex())
-        # <prefix>.message: Debezium names it with a dot whatever topic.delimiter says
-        self._message_topic = topic_name(config.topic_prefix, "message")
-        self._message_include = [re.compile(p, re.IGNORECASE) for p in config.message_prefix_include_list]
-        self._message_exclude = [re.compile(p, re.IGNORECASE) for p in config.message_prefix_exclude_list]
-        #: commit time of the last transaction read, for the source block of a non-transactional message
-        self._last_commit_us: int | None = None
+        #: turns the decoded changes into Debezium's records; it asks this batch for each relation's schema
+        self.events = ChangeEvents(config, producer, self.serializer, self._schema)
         self._fault = fault_hook or (lambda stage: None)
         self._chunk_hook = chunk_hook
         self._schemas: dict[int, TableSchema | None] = {}
-        skipped = set(config.skipped_operations)
-        self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
-        self._previous_commit_lsn: int | None = None
         self._inc: IncrementalSnapshots | None = None
         self._per_topic: Counter[str] = Counter()
         #: relation OID -> whether this batch captured it before its latest Relation message (renames)
         self._captured_before: dict[int, bool] = {}
         self._uncaptured_warned: set[int] = set()
-        self._last_emit: tuple[str, TableSchema, int, int] | None = None
         #: an error at one change (a record Kafka cannot take, a table's key or topic drifting): the batch stops
         #: before that change's transaction, confirms what came before, then raises it
         self._stop_error: RecordTooLargeError | DriftError | None = None
@@ -203,6 +146,7 @@ class StreamBatch:
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
         config = self.config
+        events = self.events
         summary = BatchSummary(connector=config.name, slot=config.slot_name)
         started = time.monotonic()
         statements = config.database_initial_statements
@@ -227,20 +171,21 @@ class StreamBatch:
             assert slot is not None
             self._check_drift(conn, catalog_conn, store, summary)
             self.producer.check_reachable()
-            self._database = info.database
+            self.events.database = info.database
             self._catalog = Catalog(catalog_conn)
             if config.signal_table or store.get(INCREMENTAL_KEY):
                 # its own autocommit connection: the stream connection holds the peek's transaction open
                 inc_store = StateStore(catalog_conn, config.name, config.state_table)
                 self._inc = IncrementalSnapshots(config, inc_store, catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook)
+                self.events.inc = self._inc
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
             summary.start_lsn = slot.confirmed_flush_lsn
             # Debezium's source.sequence starts with the end of the last commit it processed: none in a connector's
             # first run (its offsets hold none yet), otherwise what the previous batch read last
             previous_batch = (store.get("last_batch") or {}) if store.exists() else {}
-            self._previous_commit_lsn = previous_batch.get("last_commit_lsn")
-            self._last_commit_us = previous_batch.get("last_commit_us")
+            events.previous_commit_lsn = previous_batch.get("last_commit_lsn")
+            events.last_commit_us = previous_batch.get("last_commit_us")
             inc = self._inc
             # One round = select incremental-snapshot chunks (if any), stream up to the current WAL position,
             # flush, advance the slot, save progress. Without a running incremental snapshot there is one round.
@@ -270,7 +215,7 @@ class StreamBatch:
                 advance_to = self._stream(conn, upto_text, info.version_num, summary, started)
                 if config.heartbeat_interval_ms > 0 and not summary.heartbeat_sent:
                     # A batch runs far less often than a Debezium heartbeat interval, so each batch sends one.
-                    self.send_heartbeat()
+                    events.send_heartbeat()
                     summary.heartbeat_sent = True
                 self._fault("before_flush")
                 self.producer.flush(config.walflow_kafka_flush_timeout_s)
@@ -305,8 +250,8 @@ class StreamBatch:
                 if time.monotonic() - started >= config.walflow_batch_max_seconds:
                     summary.stopped_by = "walflow.batch.max.seconds"
                     break
-            if self._last_emit is not None:
-                op, table, lsn, ts_ms = self._last_emit
+            if events.last_emit is not None:
+                op, table, lsn, ts_ms = events.last_emit
                 summary.last_event = {"op": op, "table": table.data_collection, "lsn": lsn_to_str(lsn), "ts_ms": ts_ms}
             if store.exists():
                 # what `walflow status` shows as the last run; one write per batch, since with an all-tables
@@ -327,8 +272,8 @@ class StreamBatch:
                         "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
                         "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
                         # where the next batch's source.sequence starts (see run())
-                        "last_commit_lsn": self._previous_commit_lsn,
-                        "last_commit_us": self._last_commit_us,
+                        "last_commit_lsn": events.previous_commit_lsn,
+                        "last_commit_us": events.last_commit_us,
                     },
                 )
             self._check_retained_wal(conn, summary, store)
@@ -361,7 +306,7 @@ class StreamBatch:
 
         Checked after the batch has streamed and advanced the slot, so the check never stops the one thing that
         lets the server recycle WAL: a slot still above the limit then is one that does not keep up. The same
-        judgement as ``walflow status`` (:func:`walflow.source.assess_slot_health`).
+        judgement as ``walflow status`` (:func:`walflow.health.assess_slot_health`).
         """
         config = self.config
         state = {"last_batch": store.get("last_batch")} if store.exists() else None
@@ -422,7 +367,8 @@ class StreamBatch:
             options += ["messages", "true"]
         per_topic = self._per_topic
         inc = self._inc
-        tx: _Tx | None = None
+        events = self.events
+        tx: Transaction | None = None
         last_commit_end: int | None = None
         complete = True
         next_progress = time.monotonic() + PROGRESS_EVERY_S
@@ -451,18 +397,18 @@ class StreamBatch:
                         cls = type(msg)
                         if cls is Insert or cls is Update or cls is Delete:
                             assert tx is not None
-                            self._change(msg, tx, lsn_value, summary, per_topic)
+                            events.change(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Begin:
-                            tx = _Tx(msg, lsn_value)  # type: ignore[arg-type]
+                            tx = Transaction(msg, lsn_value)  # type: ignore[arg-type]
                             self._fault("before_produce")
                         elif cls is Commit:
                             assert tx is not None
-                            self._tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
+                            events.tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
                             summary.transactions += 1
                             last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
                             # Debezium's "last commit LSN": the position it reports for the commit, its end
-                            self._previous_commit_lsn = last_commit_end
-                            self._last_commit_us = tx.commit_us
+                            events.previous_commit_lsn = last_commit_end
+                            events.last_commit_us = tx.commit_us
                             if summary.first_lsn is None and tx.total:
                                 summary.first_lsn = lsn_to_str(tx.final_lsn)
                             if tx.total:
@@ -483,13 +429,13 @@ class StreamBatch:
                             self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
                         elif cls is Truncate:
                             assert tx is not None
-                            self._truncate(msg, tx, lsn_value, summary, per_topic)
+                            events.truncate(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Message:
                             if msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
                                 if inc is not None:
-                                    inc.on_watermark(msg.content, self._sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
+                                    inc.on_watermark(msg.content, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
                             else:
-                                self._message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
+                                events.message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
                         elif cls is Origin and tx is not None:
                             tx.origin, tx.origin_lsn = msg.name, msg.lsn  # type: ignore[attr-defined]
                             # pgoutput sends the Begin of a replayed transaction together with its Origin, and the
@@ -585,239 +531,9 @@ class StreamBatch:
             self.config.name,
         )
 
-    def _sequence(self, lsn: int) -> str:
-        """Debezium's ``source.sequence``: [end of the last commit read, this event's LSN], as strings."""
-        prev = self._previous_commit_lsn
-        return f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
-
-    def _source(self, table: TableSchema, tx: _Tx, lsn: int) -> dict[str, Any]:
-        base = tx.sources.get(id(table))
-        if base is None:
-            base = tx.sources[id(table)] = self.fmt.source(
-                self.config.topic_prefix, self._database, table.schema, table.table,
-                ts_us=tx.commit_us, tx_id=tx.xid, origin=tx.origin, origin_lsn=tx.origin_lsn,
-            )  # fmt: skip
-        prev = self._previous_commit_lsn
-        # in place: the event is serialised before the next one changes it (one dict per table and transaction)
-        base["sequence"] = f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
-        base["lsn"] = lsn
-        return base
-
-    def _tx_record(self, payload: dict[str, Any]) -> None:
-        ser = self.serializer
-        self.producer.send(
-            self.config.transaction_topic, ser.key(self._tx_key_json, {"id": payload["id"]}), ser.value(self._tx_value_json, payload)
-        )
-
-    def _tx_begin(self, tx: _Tx) -> None:
-        """BEGIN, as Debezium sends it for every transaction it reads, even one whose changes are all filtered."""
-        tx.begun = True
-        if not self.config.provide_transaction_metadata:
-            return
-        self.producer.ensure_topic(self.config.transaction_topic)
-        begin_id = f"{tx.xid}:{tx.begin_lsn}"
-        self._tx_record({"status": "BEGIN", "id": begin_id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms})
-
-    def _tx_end(self, tx: _Tx, end_lsn: int) -> None:
-        if not tx.begun:
-            self._tx_begin(tx)
-        if not self.config.provide_transaction_metadata:
-            return
-        counts = tx.per_collection
-        # Debezium keeps the counts in a java.util.HashMap and lists them in its iteration order
-        collections = [{"data_collection": name, "event_count": counts[name]} for name in java_hash_map_order(list(counts))]
-        end_id = f"{tx.xid}:{end_lsn}"
-        self._tx_record({"status": "END", "id": end_id, "event_count": tx.total, "data_collections": collections, "ts_ms": tx.commit_ms})
-
-    def _tx_block(self, tx: _Tx, collection: str, lsn: int) -> dict[str, Any] | None:
-        if not tx.begun:
-            self._tx_begin(tx)
-        tx.total += 1
-        order = tx.per_collection[collection] = tx.per_collection.get(collection, 0) + 1
-        if not self.config.provide_transaction_metadata:
-            return None
-        return {"id": f"{tx.xid}:{lsn}", "total_order": tx.total, "data_collection_order": order}
-
-    def _emit(
-        self,
-        table: TableSchema,
-        op: str,
-        before: dict[str, Any] | None,
-        after: dict[str, Any] | None,
-        key: dict[str, Any] | None,
-        tx: _Tx,
-        lsn: int,
-        summary: BatchSummary,
-        per_topic: Counter[str],
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        payload = self.fmt.envelope(before, after, self._source(table, tx, lsn), op, self._tx_block(tx, table.data_collection, lsn))
-        ser = self.serializer
-        key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
-        if headers is None:
-            headers = self._headers
-        elif self._headers:
-            headers = headers + self._headers
-        try:
-            self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
-        except RecordTooLargeError as exc:
-            raise too_large(
-                exc,
-                table=table.data_collection,
-                key=key,
-                lsn=lsn,
-                row=after if after is not None else before,
-                what="The batch stopped before producing it; the slot moves only up to the end of the transaction "
-                "before it, so this change and every later one wait until the fix",
-            ) from None
-        summary.events += 1
-        summary.ops[op] = summary.ops.get(op, 0) + 1
-        per_topic[table.topic] += 1
-        self._last_emit = (op, table, lsn, tx.commit_ms)
-
-    def _tombstone(self, table: TableSchema, key: dict[str, Any] | None, headers: list[tuple[str, bytes]] | None = None) -> None:
-        """The tombstone after a delete: the delete's key (null for a keyless table) and no value."""
-        key_bytes = self.serializer.key(table.key_schema_json, key) if key is not None else None
-        if headers is None:
-            headers = self._headers
-        elif self._headers:
-            headers = headers + self._headers
-        self.producer.send(table.topic, key_bytes, None, headers)
-
-    def _message(self, msg: Message, tx: _Tx | None, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
-        """A logical decoding message (``pg_logical_emit_message``) as Debezium's ``op: m`` event on ``<prefix>.message``."""
-        prefix = msg.prefix
-        if self._message_include and not any(p.fullmatch(prefix) for p in self._message_include):
-            return
-        if self._message_exclude and any(p.fullmatch(prefix) for p in self._message_exclude):
-            return
-        fmt = self.fmt
-        if msg.transactional and tx is not None:
-            source = fmt.source(
-                self.config.topic_prefix, self._database, "", "", ts_us=tx.commit_us, sequence=self._sequence(lsn),
-                tx_id=tx.xid, lsn=lsn, origin=tx.origin, origin_lsn=tx.origin_lsn,
-            )  # fmt: skip
-            # Debezium counts each message as a data collection of its own, named after a Java object (its
-            # identity hash differs from run to run, in Debezium too)
-            collection = f"io.debezium.connector.postgresql.LogicalDecodingMessageMonitor$LogicalDecodingMessageId@{random.getrandbits(31):x}"
-            transaction = self._tx_block(tx, collection, lsn)
-        else:
-            # not part of a transaction: Debezium treats it as a commit of its own (it becomes the last commit
-            # LSN) and describes it with the last commit time it read, without a txId
-            self._previous_commit_lsn = lsn
-            ts_us = self._last_commit_us if self._last_commit_us is not None else time.time_ns() // 1000
-            source = fmt.source(self.config.topic_prefix, self._database, "", "", ts_us=ts_us, sequence=self._sequence(lsn), lsn=lsn)
-            transaction = None
-        payload = {
-            "op": "m",
-            "ts_ms": time.time_ns() // 1_000_000,
-            "source": source,
-            "transaction": transaction,
-            "message": {"prefix": prefix, "content": self._content(msg.content)},
-        }
-        self.producer.ensure_topic(self._message_topic)
-        ser = self.serializer
-        self.producer.send(self._message_topic, ser.key(self._msg_key_json, {"prefix": prefix}), ser.value(self._msg_value_json, payload))
-        summary.events += 1
-        per_topic[self._message_topic] += 1
-
-    def _change(self, msg: Insert | Update | Delete, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
-        table = self._schema(msg.relation)
-        if table is None:
-            relation = msg.relation
-            if self._inc is not None and type(msg) is Insert and self.config.signal_table == (relation.namespace, relation.name):
-                self._inc.on_signal({c.name: v for c, v in zip(relation.columns, msg.new)}, lsn)
-            summary.filtered += 1
-            return
-        inc = self._inc
-        if inc is not None and inc.window_tables and table.data_collection in inc.window_tables:
-            self._window_change(inc, table, msg)
-        if type(msg) is Insert:
-            if self._skip_c:
-                summary.filtered += 1
-                return
-            after = table.row(msg.new)
-            self._emit(table, "c", None, after, table.key(after, msg.new) if table.has_key else None, tx, lsn, summary, per_topic)
-        elif type(msg) is Update:
-            if self._skip_u:
-                summary.filtered += 1
-                return
-            new = msg.new
-            if msg.old is not None and not msg.old_is_key and UNCHANGED_TOAST in new:
-                # REPLICA IDENTITY FULL: the old row carries the TOASTed value the new row left out unchanged.
-                new = [o if n is UNCHANGED_TOAST else n for n, o in zip(new, msg.old)]
-            after = table.row(new)
-            before = None if msg.old is None else (table.before_row(msg.old) if msg.old_is_key else table.row(msg.old))
-            new_key = table.key(after, new) if table.has_key else None
-            old_key = table.key(before, msg.old) if (table.has_key and before is not None) else None
-            if old_key is not None and new_key is not None and old_key != new_key:
-                self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic)
-            else:
-                self._emit(table, "u", before, after, new_key, tx, lsn, summary, per_topic)
-        else:
-            if self._skip_d:
-                summary.filtered += 1
-                return
-            before = table.before_row(msg.old) if msg.old_is_key else table.row(msg.old)
-            key = table.key(before, msg.old) if table.has_key else None
-            self._emit(table, "d", before, None, key, tx, lsn, summary, per_topic)
-            if self.config.tombstones_on_delete:
-                self._tombstone(table, key)
-
-    def _window_change(self, inc: IncrementalSnapshots, table: TableSchema, msg: Insert | Update | Delete) -> None:
-        """A change inside an open watermark window drops the buffered snapshot rows it makes stale."""
-        if type(msg) is Delete:
-            inc.on_change(table.data_collection, table.row(msg.old))
-        elif type(msg) is Update:
-            inc.on_change(table.data_collection, table.row(msg.new), table.row(msg.old) if msg.old is not None else None)
-        else:
-            inc.on_change(table.data_collection, table.row(msg.new))
-
-    def _key_change(
-        self,
-        table: TableSchema,
-        before: dict[str, Any] | None,
-        after: dict[str, Any],
-        old_key: dict[str, Any],
-        new_key: dict[str, Any],
-        tx: _Tx,
-        lsn: int,
-        summary: BatchSummary,
-        per_topic: Counter[str],
-    ) -> None:
-        """A primary key update is a delete of the old key (plus tombstone) and a create of the new one."""
-        ser = self.serializer
-        new_key_header = [("__debezium.newkey", ser.key(table.key_schema_json, new_key))]
-        old_key_header = [("__debezium.oldkey", ser.key(table.key_schema_json, old_key))]
-        self._emit(table, "d", before, None, old_key, tx, lsn, summary, per_topic, new_key_header)
-        if self.config.tombstones_on_delete:
-            self._tombstone(table, old_key, new_key_header)
-        self._emit(table, "c", None, after, new_key, tx, lsn, summary, per_topic, old_key_header)
-
-    def _truncate(self, msg: Truncate, tx: _Tx, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
-        for relation in msg.relations:
-            table = self._schema(relation)
-            if table is None or self._skip_t:
-                summary.filtered += 1
-                continue
-            self._emit(table, "t", None, None, None, tx, lsn, summary, per_topic)
-
-    def send_heartbeat(self) -> None:
-        """Emit one heartbeat record, as Debezium does every ``heartbeat.interval.ms``."""
-        topic = self.config.heartbeat_topic
-        self.producer.ensure_topic(topic)
-        ser = self.serializer
-        fmt = self.fmt
-        self.producer.send(
-            topic,
-            ser.key(ser.prefix(fmt.heartbeat_key_schema), {"serverName": self.config.topic_prefix}),
-            ser.value(ser.prefix(fmt.heartbeat_value_schema), {"ts_ms": now_ms()}),
-        )
-
 
 #: Rows of incremental-snapshot chunks selected per round (several chunks between one flush and the next).
 ROUND_ROWS = 20_000
-
 
 
 def _release_slot_lock(conn: psycopg.Connection) -> None:

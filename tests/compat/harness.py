@@ -99,6 +99,8 @@ class Outcome:
     #: bookkeeping transactions from before it
     walflow_start_lsn: int | None = None
     multidim: set[str] = field(default_factory=set)
+    #: several snapshot threads: the rows of one table keep their order per key only (see compare)
+    parallel_snapshot: bool = False
     #: why Debezium's run failed (the pair then fails its test)
     error: str | None = None
 
@@ -442,6 +444,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             results[(run.scenario.name, run.variant.name)] = Outcome(
                 run.scenario.name, run.variant.name, run.prefix, walflow, debezium, internal, walflow_start_lsn=run.start_lsn,
                 multidim=run.scenario.multidim,
+                parallel_snapshot=int(run.variant.props.get("snapshot.max.threads", 1)) > 1,
             )
     finally:
         for engine in engines:

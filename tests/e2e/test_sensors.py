@@ -18,7 +18,8 @@ from tests.support import airflow_connector, prepare_source, read_topic, unique
 from walflow.airflow.sensors import WalflowPendingWalSensor
 from walflow.airflow.triggers import WalflowPendingWalTrigger
 from walflow.config import resolve
-from walflow.source import connect, pending_wal_bytes
+from walflow.health import pending_wal_bytes
+from walflow.source import connect
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -156,7 +156,7 @@ def test_rename_out_of_the_include_list_is_logged(database: str, caplog: pytest.
 
 # -- an oversized signal --------------------------------------------------------------------------------------------
 def test_oversized_signal_is_logged_with_its_id_and_skipped(database: str, caplog: pytest.LogCaptureFixture) -> None:
-    from walflow.incremental import MAX_SIGNAL_BYTES, signal_status
+    from walflow.signals import MAX_SIGNAL_BYTES, signal_status
 
     # a signal table of the user's own, whose data column (text) accepts more than walflow reads
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "CREATE TABLE signals (id text PRIMARY KEY, type text NOT NULL, data text)")

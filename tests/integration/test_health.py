@@ -13,7 +13,8 @@ import pytest
 from tests.privileges import as_connector
 from tests.support import connector, setup, stream, unique
 from walflow.cli import render, status
-from walflow.source import HealthLimits, assess_slot_health, connect, pending_wal_bytes, slot_health
+from walflow.health import HealthLimits, assess_slot_health, pending_wal_bytes, slot_health
+from walflow.source import connect
 from walflow.state import StateStore
 
 

@@ -1,21 +1,13 @@
-"""The pure parts of walflow.source: the server version check, initial statements, replica identity warnings and
-the slot-health judgement (each a function of its inputs, so every branch is tested without a server)."""
+"""The pure parts of walflow.source and walflow.health: the server version check, initial statements, replica
+identity warnings and the slot-health judgement (each a function of its inputs, so every branch is tested without a server)."""
 
 from __future__ import annotations
 
 import pytest
 
 from walflow.errors import SourceError
-from walflow.source import (
-    MIN_SERVER_VERSION,
-    HealthLimits,
-    SlotHealth,
-    assess_slot_health,
-    check_server_version,
-    confirmed_time,
-    replica_identity_warning,
-    split_statements,
-)
+from walflow.health import HealthLimits, SlotHealth, assess_slot_health, confirmed_time
+from walflow.source import MIN_SERVER_VERSION, check_server_version, replica_identity_warning, split_statements
 
 
 @pytest.mark.parametrize(

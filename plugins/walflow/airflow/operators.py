@@ -17,7 +17,7 @@ from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig, resolve
 from walflow.errors import ConfigError, WalflowError
 from walflow.expressions import check_condition, render_condition
-from walflow.incremental import send_signal
+from walflow.signals import send_signal
 from walflow.metrics import (
     failed_streaming_metrics,
     metrics_line,

@@ -14,8 +14,9 @@ from croniter import CroniterBadCronError, croniter
 from walflow.airflow.hooks import WalflowPostgresHook
 from walflow.airflow.triggers import TERMINAL, WalflowPendingWalTrigger, WalflowSnapshotTrigger
 from walflow.config import ConnectorConfig, resolve
-from walflow.incremental import signal_status
-from walflow.source import connect, pending_wal_bytes
+from walflow.signals import signal_status
+from walflow.health import pending_wal_bytes
+from walflow.source import connect
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -141,7 +142,7 @@ class WalflowPendingWalSensor(BaseSensorOperator):
     It pokes once through the hook; with ``deferrable=True`` it then hands the wait to
     :class:`~walflow.airflow.triggers.WalflowPendingWalTrigger` in the triggerer, so no worker slot is held while
     the database is idle. Pending WAL is measured in bytes of the server's WAL (see
-    :func:`walflow.source.pending_wal_bytes`).
+    :func:`walflow.health.pending_wal_bytes`).
 
     :param connector: the connector's name or YAML path.
     :param min_bytes: pending WAL that ends the wait (default: the connector's ``walflow.stream.trigger.wal.bytes``

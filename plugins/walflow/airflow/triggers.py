@@ -12,7 +12,9 @@ from asgiref.sync import sync_to_async
 from psycopg import sql
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-from walflow.source import PENDING_WAL_SQL, split_statements
+from walflow.health import PENDING_WAL_SQL
+from walflow.signals import SIGNAL_STATUS_SQL, signal_key
+from walflow.source import split_statements
 
 TERMINAL = ("completed", "stopped", "failed")
 
@@ -70,16 +72,14 @@ class WalflowSnapshotTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         conninfo = await self._conninfo()
-        query = sql.SQL("SELECT value FROM {}.{} WHERE connector = %s AND key = %s").format(
-            sql.Identifier(self.state_table[0]), sql.Identifier(self.state_table[1])
-        )
+        query = sql.SQL(SIGNAL_STATUS_SQL).format(sql.Identifier(*self.state_table))
         last: dict[str, Any] | None = None
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     for statement in split_statements(self.initial_statements):
                         await conn.execute(statement.encode())
-                    cur = await conn.execute(query, (self.connector, f"signal:{self.signal_id}"))
+                    cur = await conn.execute(query, (self.connector, signal_key(self.signal_id)))
                     row = await cur.fetchone()
             except psycopg.Error as exc:
                 self.log.warning("cannot read snapshot state yet (%s); retrying", str(exc).strip())
@@ -98,7 +98,7 @@ class WalflowPendingWalTrigger(BaseTrigger):
     """Wait until a replication slot has at least ``min_bytes`` of unconfirmed WAL, or until ``deadline``.
 
     Fires one event, ``{"status": "threshold" | "deadline" | "error", "pending_wal_bytes": n, ...}``. The query is
-    :data:`walflow.source.PENDING_WAL_SQL` run on a psycopg ``AsyncConnection``; the only blocking call (reading the
+    :data:`walflow.health.PENDING_WAL_SQL` run on a psycopg ``AsyncConnection``; the only blocking call (reading the
     Airflow Connection) runs in a thread, so the triggerer's event loop never waits on I/O. A connection that
     drops is reopened at the next poll; a slot that does not exist is an ``error`` event, since waiting cannot
     make it appear.

@@ -38,7 +38,19 @@ import pyarrow as pa
 from walflow.errors import LakeError
 from walflow.lake.naming import sql_quote, sql_string
 from walflow.lake.loose import LOOSE, loose_converter
-from walflow.lake.values import TS_NEG_INF, TS_POS_INF, fit, parse_zoned, render_days, render_micros, scaled, special_float
+from walflow.lake.values import (
+    DEBEZIUM_INFINITE_DAYS,
+    TS_NEG_INF,
+    TS_NEG_INF_MS,
+    TS_POS_INF,
+    TS_POS_INF_MS,
+    fit,
+    parse_zoned,
+    render_days,
+    render_micros,
+    scaled,
+    special_float,
+)
 
 Converter = Callable[[Any], Any] | None  # None: the JSON value is stored as it is
 
@@ -97,8 +109,17 @@ def _unscaled(text: str) -> int:
 
 
 def _milli_timestamp(v: int) -> int:
-    # the fixed infinity numbers are the same in every precision: never scaled
-    return v if v in (TS_POS_INF, TS_NEG_INF) else v * 1000
+    # Debezium 3.6 sends the infinity numbers divided by 1000 in millisecond fields; the pre-2.6 form sent them as is
+    if v == TS_POS_INF_MS or v == TS_POS_INF:
+        return TS_POS_INF
+    if v == TS_NEG_INF_MS or v == TS_NEG_INF:
+        return TS_NEG_INF
+    return v * 1000
+
+
+def _days(v: int) -> int:
+    # Debezium's infinity day numbers are far below 0001-01-01: the lake's own ones clamp each to its end of the range
+    return DEBEZIUM_INFINITE_DAYS.get(v, v)
 
 
 def value_converter(field: dict[str, Any]) -> Converter:
@@ -116,8 +137,10 @@ def value_converter(field: dict[str, Any]) -> Converter:
         return lambda v: scaled(_unscaled(v), scale)
     if name == VARIABLE_DECIMAL:
         return lambda v: format(scaled(_unscaled(v["value"]), int(v["scale"])), "f")
-    if name in _DATES or name == "io.debezium.time.MicroTimestamp" or name in _MICRO_LONGS:
-        return None  # days, microseconds: already the lake's integers
+    if name in _DATES:
+        return _days
+    if name == "io.debezium.time.MicroTimestamp" or name in _MICRO_LONGS:
+        return None  # microseconds: already the lake's integers
     if name in _MILLI_TIMESTAMPS:
         return _milli_timestamp
     if name in ("io.debezium.time.NanoTimestamp", "io.debezium.time.NanoTime"):

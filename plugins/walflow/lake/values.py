@@ -29,9 +29,20 @@ import pyarrow.compute as pc
 #: "Type mappings"); PostgreSQL's JDBC driver's PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY
 TS_POS_INF = 9223372036825200000
 TS_NEG_INF = -9223372036832400000
-#: walflow's day numbers for 'infinity' / '-infinity' dates (the int32 range's ends)
+#: the same in millisecond fields (``Timestamp`` of precision 0-3, and the connect mode), as Debezium 3.6 sends them
+TS_POS_INF_MS = TS_POS_INF // 1000
+TS_NEG_INF_MS = -(-TS_NEG_INF // 1000)
+#: the lake's day numbers for 'infinity' / '-infinity' dates (the int32 range's ends, so they clamp to the right end
+#: of Spark's range); also what walflow's ``pre-2.6`` event format sends
 DATE_POS_INF = 2**31 - 1
 DATE_NEG_INF = -(2**31)
+#: what Debezium 3.6 sends for 'infinity' / '-infinity' dates: the JDBC driver's infinity instants turned into days
+#: with an int overflow when streamed, and as ``java.sql.Date`` labels in snapshots (no real date is near either:
+#: PostgreSQL's dates start in 4713 BC)
+DEBEZIUM_INFINITE_DAYS = {
+    -2147472692: DATE_POS_INF, -2147472691: DATE_NEG_INF,  # streamed
+    -622191234: DATE_POS_INF, -625821272: DATE_NEG_INF,  # snapshots (JDBC)
+}  # fmt: skip
 
 #: Spark's documented range, 0001-01-01 .. 9999-12-31T23:59:59.999999, in days and microseconds since the epoch
 MIN_DAYS = -719162

@@ -1,0 +1,232 @@
+"""Reading one table of an incremental snapshot in chunks, in key order, as Debezium's incremental snapshots do.
+
+Every query here may carry a signal's ``additional-condition``, text from whoever can write the signal table: it
+runs in a READ ONLY transaction under ``database.query.timeout.ms``, with the extended protocol (one statement),
+so it can neither change data nor run forever while the slot waits (see :class:`ChunkReader`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg import sql
+
+from walflow.catalog import Catalog
+from walflow.config import ConnectorConfig
+from walflow.events import Filters, Serializer, TableSchema
+from walflow.signals import SignalError, first_line
+from walflow.snapshot import SnapshotTable, _columns_sql, condition_sql, key_types
+from walflow.source import list_tables, quote_table
+from walflow.transforms import ColumnRules
+
+
+@dataclass
+class Chunk:
+    """One selected chunk waiting for its high watermark."""
+
+    id: str
+    table: SnapshotTable
+    rows: dict[bytes, list[Any]]  # dedupe key -> row values (text)
+    dedupe: list[Any]  # FieldSpecs whose values identify a row (the event key, or the surrogate key)
+    #: the selection cursor before this chunk: (table, last_key, max_key, null_phase, last_ctid)
+    cursor_before: tuple[str, list[str] | None, list[str] | None, bool, str | None]
+    in_window: bool = False
+
+
+@dataclass
+class SnapshotProgress:
+    """The persisted state of the running incremental snapshot, and the signals queued behind it."""
+
+    signal_id: str
+    tables: list[str]  # still to do, the current one first
+    condition: dict[str, str] = field(default_factory=dict)  # data collection -> additional condition
+    surrogate_key: str | None = None
+    last_key: list[str] | None = None
+    max_key: list[str] | None = None
+    null_phase: bool = False  # reading rows whose surrogate key is NULL, by ctid
+    last_ctid: str | None = None
+    paused: bool = False
+    rows: int = 0
+    chunks: int = 0
+    rows_per_table: dict[str, int] = field(default_factory=dict)
+    #: later execute-snapshot signals, in arrival order: {"signal_id", "tables", "condition", "surrogate_key"}
+    queued: list[dict[str, Any]] = field(default_factory=list)
+    #: set when the signal was stopped or failed: its outcome is recorded, it must not be resumed or completed
+    ended: bool = False
+    #: the stop-snapshot signal that dropped some of its tables: it ends "stopped", not "completed"
+    stopped_by: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def dedupe_fields(table: SnapshotTable, surrogate: str | None) -> list[Any]:
+    """The fields that tell a chunk's rows apart: the surrogate key when the signal names one, else the event key."""
+    if surrogate:
+        return [f for f in table.schema.fields if f.index == table.schema.column_names.index(surrogate)]
+    return list(table.schema.key_fields)
+
+
+def row_key(row: list[Any], fields: list[Any]) -> bytes:
+    """The identity of a snapshot row, in the converted form streamed events are compared in."""
+    return orjson.dumps([None if row[f.index] is None else f.converter.convert(row[f.index]) for f in fields])
+
+
+class ChunkReader:
+    """Plans the tables of a signal and reads their chunks on the stream's catalog connection (autocommit: the
+    stream connection holds its peek's transaction open)."""
+
+    def __init__(self, config: ConnectorConfig, conn: psycopg.Connection, filters: Filters, serializer: Serializer, rules: ColumnRules) -> None:
+        self.config = config
+        self.conn = conn
+        self.filters = filters
+        self.serializer = serializer
+        self.rules = rules
+
+    def check(self, name: str, oid: int, condition: str | None, surrogate: str | None) -> None:
+        """Try a signal's condition and surrogate key on one table before accepting the signal.
+
+        ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use (unknown columns,
+        syntax and type errors, unorderable keys) without reading a row. Errors that depend on the data can only
+        show while reading; :meth:`walflow.incremental.IncrementalSnapshots.prepare` fails the signal then. A table without a primary key and no
+        ``surrogate-key`` has no order to read it in: Debezium skips it with a warning, but a snapshot run that
+        then reports success without having read the table misleads whoever asked for it, so the signal fails.
+        """
+        if not surrogate:
+            info = Catalog(self.conn).table(oid)
+            if info is not None and not info.primary_key:
+                raise SignalError(
+                    f"table {name} has no primary key, so its rows have no order to read them in chunks by: send a "
+                    "'surrogate-key' naming a column to order by, or leave the table out of 'data-collections'"
+                )
+        if not (condition or surrogate):
+            return
+        table = self.plan(name, condition, surrogate, oid)
+        if table is None:
+            return
+        source = quote_table(table.catalog.schema, table.catalog.name)
+        # the condition alone first, then with the key's ORDER BY, so an error is blamed on what caused it
+        checks: list[tuple[str, sql.Composable, sql.Composable]] = []
+        if condition:
+            checks.append((f"'additional-condition' {condition!r}", sql.SQL(" WHERE {}").format(condition_sql(condition)), sql.SQL("")))
+        if surrogate and table.key:
+            order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key))
+            checks.append((f"'surrogate-key' {surrogate!r}", sql.SQL(""), order))
+        for what, where, order in checks:
+            try:
+                with self.reading():
+                    self.query(sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
+            except psycopg.Error as exc:
+                if self.conn.closed or self.conn.broken:
+                    raise
+                raise SignalError(f"{what} does not work on {name}: {self.describe(exc)}; send the signal again with a valid one") from None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """A READ ONLY transaction under ``database.query.timeout.ms``: every query that carries a signal's condition
+        runs in one, so no expression it calls can change data, and none can run forever while the slot waits."""
+        with self.conn.transaction():
+            self.conn.execute("SET TRANSACTION READ ONLY")
+            timeout = self.config.database_query_timeout_ms
+            if timeout:
+                self.conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")))
+            yield
+
+    def query(self, query: sql.Composable, params: list[Any]) -> psycopg.Cursor[Any]:
+        """Run a query that carries a user's condition with the extended protocol (prepared), which refuses more than
+        one statement whatever the text holds; the simple protocol, which psycopg uses for a query without
+        parameters, would run them all."""
+        return self.conn.execute(query, params, prepare=True)
+
+    def describe(self, exc: BaseException) -> str:
+        """A server error for the state table and the log; a statement timeout says which setting it hit."""
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            return (
+                f"the query was cancelled after database.query.timeout.ms={self.config.database_query_timeout_ms} "
+                "(statement timeout): narrow or index the condition, or raise the setting"
+            )
+        return first_line(exc)
+
+    def plan(self, name: str, condition: str | None, surrogate: str | None, oid: int | None = None) -> SnapshotTable | None:
+        if oid is None:
+            # names like "My.Schema.Odd Table" are ambiguous to split; find the table among the captured ones
+            oid = next((o for sch, tab, o, *_ in list_tables(self.conn, self.filters) if f"{sch}.{tab}" == name), None)
+        if oid is None:
+            return None
+        info = Catalog(self.conn).table(oid)
+        if info is None:
+            return None
+        if surrogate and surrogate not in info.columns:
+            raise SignalError(f"'surrogate-key' {surrogate!r} is not a column of {name} (its columns: {', '.join(info.columns)})")
+        key = [surrogate] if surrogate else list(info.primary_key)
+        events = TableSchema.from_catalog(self.config, self.filters, self.serializer, info, self.rules)
+        return SnapshotTable(events, info, key, key_types(info, key), condition=condition)
+
+    def max_key(self, table: SnapshotTable) -> list[str] | None:
+        keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("walflow_t", k)) for k in table.key)
+        order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier("walflow_t", k)) for k in table.key)
+        not_null = sql.SQL(" AND ").join(sql.SQL("{} IS NOT NULL").format(sql.Identifier("walflow_t", k)) for k in table.key)
+        where = [not_null]
+        if table.condition:
+            where.append(condition_sql(table.condition))
+        with self.reading():
+            row = self.query(
+                sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT 1").format(
+                    keys, quote_table(table.catalog.schema, table.catalog.name), sql.SQL(" AND ").join(where), order
+                ),
+                [],
+            ).fetchone()
+        return list(row) if row else None
+
+    def select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[list[Any]], bool, list[str] | None]:
+        """Select the next chunk's rows (text), advance the cursor, and say whether the table is done.
+
+        The third element lists the rows' ctids in the NULL-key phase, else ``None``.
+        """
+        size = self.config.incremental_snapshot_chunk_size
+        cols = _columns_sql(table)
+        ident = quote_table(table.catalog.schema, table.catalog.name)
+        where: list[sql.Composable] = []
+        params: list[Any] = []
+        if table.condition:
+            where.append(condition_sql(table.condition))
+        if progress.null_phase:
+            # rows whose surrogate key is NULL cannot be paged by key: page them by physical position
+            where.append(sql.SQL("{} IS NULL").format(sql.Identifier("walflow_t", table.key[0])))
+            if progress.last_ctid:
+                where.append(sql.SQL("walflow_t.ctid > %s::tid"))
+                params.append(progress.last_ctid)
+            query = sql.SQL("SELECT {}, walflow_t.ctid::text FROM {} AS walflow_t WHERE {} ORDER BY walflow_t.ctid LIMIT {}").format(
+                cols, ident, sql.SQL(" AND ").join(where), sql.Literal(size)
+            )
+            with self.reading():
+                rows = [list(r) for r in self.query(query, params).fetchall()]
+            if rows:
+                progress.last_ctid = rows[-1][-1]
+            return [r[:-1] for r in rows], len(rows) < size, [r[-1] for r in rows]
+        keys = sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)
+        holders = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in table.key_types)  # type: ignore[arg-type]
+        if progress.last_key is not None:
+            where.append(sql.SQL("({}) > ({})").format(keys, holders))
+            params.extend(progress.last_key)
+        where.append(sql.SQL("({}) <= ({})").format(keys, holders))
+        params.extend(progress.max_key or [])
+        query = sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT {}").format(
+            cols, ident, sql.SQL(" AND ").join(where), keys, sql.Literal(size)
+        )
+        with self.reading():
+            rows = [list(r) for r in self.query(query, params).fetchall()]
+        if rows:
+            index = [table.schema.column_names.index(k) for k in table.key]
+            progress.last_key = [rows[-1][i] for i in index]
+        if len(rows) < size:
+            if progress.surrogate_key:
+                progress.null_phase, progress.last_ctid = True, None
+                return rows, False, None
+            return rows, True, None
+        return rows, False, None
