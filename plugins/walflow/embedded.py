@@ -20,6 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+#: How the embedded Airflow opens its SQLite metadata database: waiting up to a minute for another process's write
+#: to finish instead of sqlite3's 5 s, after which a busy moment (a scheduler, an API server and several tasks
+#: writing at once on two cores) turns into an HTTP 500 or a failed task heartbeat.
+SQLITE_CONNECT_ARGS = {"timeout": 60}
+
 PROJECT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("WALFLOW_STATE_DIR", PROJECT / ".walflow"))
 PORTS_FILE = STATE / "ports.json"
@@ -253,6 +258,9 @@ def environment(ports: dict[str, int]) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        # the metadata database is one SQLite file that the scheduler, the API server and every task write to
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "walflow.embedded.SQLITE_CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "walflow.embedded.SQLITE_CONNECT_ARGS",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_POSTGRES_DEFAULT": json.dumps(
             {"conn_type": "postgres", "host": "127.0.0.1", "port": pg, "login": "postgres", "schema": "inventory"}

@@ -60,15 +60,21 @@ def producer_settings(connection_extras: dict[str, Any]) -> dict[str, Any]:
 
 
 class EventProducer:
-    """An idempotent producer that counts deliveries and remembers the first failure."""
+    """An idempotent producer that counts deliveries and remembers the first failure.
+
+    :param reachable_timeout: seconds :meth:`check_reachable` waits for a broker to answer.
+    """
 
     def __init__(
         self,
         settings: dict[str, Any],
         topic_partitions: int = 1,
         topic_replication_factor: int = -1,
+        *,
+        reachable_timeout: float = 15.0,
     ) -> None:
         self._settings = settings
+        self._reachable_timeout = reachable_timeout
         self._producer = Producer(settings)
         self._admin_settings = {k: v for k, v in settings.items() if k in _ADMIN_KEYS or k.startswith(("ssl.", "sasl."))}
         self._admin: AdminClient | None = None
@@ -114,10 +120,10 @@ class EventProducer:
             self._admin = AdminClient(self._admin_settings)
         return self._admin
 
-    def check_reachable(self, timeout: float = 15.0) -> None:
+    def check_reachable(self) -> None:
         """Fail fast, before reading the slot, when no broker answers."""
         try:
-            self._known_topics = set(self._admin_client().list_topics(timeout=timeout).topics)
+            self._known_topics = set(self._admin_client().list_topics(timeout=self._reachable_timeout).topics)
         except KafkaException as exc:
             raise DeliveryError(
                 f"Kafka at {self._settings.get('bootstrap.servers')!r} is unreachable ({exc.args[0].str()}); "

@@ -30,10 +30,10 @@ def date_days(text: str) -> int:
     year = int(year_s)
     if bc:
         year = 1 - year
-    return _civil_to_days(year, int(month_s), int(day_s))
+    return civil_to_days(year, int(month_s), int(day_s))
 
 
-def _civil_to_days(year: int, month: int, day: int) -> int:
+def civil_to_days(year: int, month: int, day: int) -> int:
     """Days since 1970-01-01 of a proleptic Gregorian date, for any year (Python's date stops at 1..9999)."""
     if 1 <= year <= 9999:
         return date(year, month, day).toordinal() - _EPOCH_ORDINAL
@@ -62,7 +62,7 @@ def jdbc_days(text: str) -> int:
         return JDBC_DATE_NEG_INF_DAYS
     if text.endswith(" BC"):
         year_s, month_s, day_s = text[:-3].rsplit("-", 2)
-        return _civil_to_days(int(year_s), int(month_s), int(day_s))
+        return civil_to_days(int(year_s), int(month_s), int(day_s))
     return date_days(text)
 
 
@@ -150,7 +150,7 @@ def format_zoned_micros(micros: int, width: int = 0) -> str:
     seconds, frac = divmod(rem, 1_000_000)
     hh, rest = divmod(seconds, 3600)
     mm, ss = divmod(rest, 60)
-    y, m, d = _days_to_civil(days)
+    y, m, d = days_to_civil(days)
     year = f"{y:04d}" if 0 <= y <= 9999 else f"{y:+05d}"
     text = f"{year}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
     if width > 0:
@@ -160,7 +160,8 @@ def format_zoned_micros(micros: int, width: int = 0) -> str:
     return text + "Z"
 
 
-def _days_to_civil(days: int) -> tuple[int, int, int]:
+def days_to_civil(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of a day number since 1970-01-01, for any year (astronomical: 1 BC is year 0)."""
     z = days + 719468
     era = z // 146097
     doe = z - era * 146097

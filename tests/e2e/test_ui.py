@@ -156,7 +156,7 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in processes:
             try:
-                proc.wait(30)
+                proc.wait(5)
             except subprocess.TimeoutExpired:  # a scheduler waits for its running tasks: do not wait for a sensor
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)

@@ -90,7 +90,8 @@ def test_server_without_logical_wal_level(replica_server: str) -> None:
 # -- Kafka unreachable at start -------------------------------------------------------------------------------------
 def unreachable_producer() -> tuple[EventProducer, str]:
     bootstrap = f"127.0.0.1:{free_port()}"  # bound and released: nothing listens there
-    return EventProducer(producer_settings({"bootstrap.servers": bootstrap})), bootstrap
+    # nothing will answer: waiting the production 15 s for it proves nothing more than 2 s does
+    return EventProducer(producer_settings({"bootstrap.servers": bootstrap}), reachable_timeout=2.0), bootstrap
 
 
 def test_kafka_unreachable_before_streaming_leaves_the_slot_untouched(database: str) -> None:

@@ -34,7 +34,7 @@ log = logging.getLogger("walflow.apply")
 ERROR_EXIT = 3
 #: the modules the executors import (the decoder and what it needs): pure Python, no Spark, no pydantic
 EXECUTOR_MODULES = ("__init__.py", "errors.py", "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/loose.py",
-                    "lake/naming.py", "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py")
+                    "lake/naming.py", "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py", "temporal.py")
 
 
 def kafka_settings(bootstrap: str | None = None) -> dict[str, Any]:

@@ -25,6 +25,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from walflow.temporal import civil_to_days, days_to_civil
+
 #: Debezium's fixed numbers for 'infinity' / '-infinity' timestamps, in every mode and precision (README,
 #: "Type mappings"); PostgreSQL's JDBC driver's PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY
 TS_POS_INF = 9223372036825200000
@@ -51,8 +53,6 @@ MIN_MICROS = MIN_DAYS * 86_400_000_000
 MAX_MICROS = (MAX_DAYS + 1) * 86_400_000_000 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
-_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
-
 
 #: Decimal arithmetic without rounding: the default context keeps 28 digits, numerics carry up to 131,072
 EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
@@ -70,34 +70,7 @@ def special_float(value: Any) -> Any:
     return value
 
 
-# -- exact text of temporal values -----------------------------------------------------------------------
-def days_to_civil(days: int) -> tuple[int, int, int]:
-    """(year, month, day) of a proleptic Gregorian day number, for any year (astronomical: 1 BC is year 0)."""
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    y = yoe + era * 400
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + 3 if mp < 10 else mp - 9
-    return y + (m <= 2), m, d
-
-
-def civil_to_days(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date of any year."""
-    if 1 <= year <= 9999:
-        return dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    mp = (month + 9) % 12
-    doy = (153 * mp + 2) // 5 + day - 1
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468
-
-
+# -- exact text of temporal values (day numbers as the stream's conversion counts them) ---------------------------
 def _year(y: int) -> str:
     return f"{y:04d}" if 0 <= y <= 9999 else f"{y:+05d}"
 
