@@ -108,6 +108,16 @@ class Api:
             time.sleep(1)
 
 
+def _forget_dags(api: Api, name: str) -> None:
+    """Delete this test's DAGs (and their runs) from the tests' Airflow database: an unpaused stream DAG left there
+    would have every later scheduler of that database start its runs, whose DAG file is gone with this test."""
+    for suffix in ("setup", "stream", "snapshot"):
+        try:
+            api(f"/api/v2/dags/{quote(f'{name}__{suffix}', safe='')}", method="DELETE")
+        except OSError:
+            pass  # the API server is gone: the DAGs stay, paused ones harmless, and the next run's names differ
+
+
 @pytest.fixture()
 def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A connector with a signal table (no lake, to keep Spark out of this test), set up, and the API server and a
@@ -152,6 +162,7 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
             pytest.fail("the Airflow API server did not start")
         yield {"name": name, "dsn": database, "env": env, "base": base, "api": Api(base)}
     finally:
+        _forget_dags(Api(base), name)
         for proc in processes:
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in processes:
