@@ -119,9 +119,8 @@ def _numeric_precision_scale(modifier: int) -> tuple[int | None, int | None]:
     if modifier < 4:
         return None, None
     value = modifier - 4
-    scale = value & 0xFFFF
-    if scale & 0x8000:  # PostgreSQL 15 allows negative scales
-        scale -= 0x10000
+    # the scale is an 11-bit two's-complement number (PostgreSQL 15 allows -1000..1000): numeric(5,-2) is 0x7fe
+    scale = ((value & 0x7FF) ^ 0x400) - 0x400
     return (value >> 16) & 0xFFFF, scale
 
 

@@ -19,7 +19,8 @@ def conv(oid: int, text: str, modifier: int = -1, settings: ConverterSettings = 
 
 
 def numeric_modifier(precision: int, scale: int) -> int:
-    return ((precision << 16) | scale) + 4
+    """The typmod PostgreSQL stores for numeric(precision, scale): the scale in 11 bits, negative ones included."""
+    return ((precision << 16) | (scale & 0x7FF)) + 4
 
 
 def test_reference_micro_timestamp() -> None:
@@ -73,6 +74,13 @@ def test_precise_decimal() -> None:
     assert base64.b64decode(conv(c.NUMERIC, "-1.00", modifier=numeric_modifier(5, 2))[1]) == b"\x9c"
     assert base64.b64decode(conv(c.NUMERIC, "-1.28", modifier=numeric_modifier(5, 2))[1]) == b"\x80"
     assert base64.b64decode(conv(c.NUMERIC, "1.28", modifier=numeric_modifier(5, 2))[1]) == b"\x00\x80"
+
+
+def test_negative_scale_decimal() -> None:
+    """numeric(5,-2) (PostgreSQL 15+) holds multiples of 100: its typmod's scale is 11-bit two's complement."""
+    schema, value = conv(c.NUMERIC, "1234600", modifier=numeric_modifier(5, -2))
+    assert schema["parameters"] == {"scale": "-2", "connect.decimal.precision": "5"}
+    assert base64.b64decode(value) == (12346).to_bytes(2, "big", signed=True)
 
 
 def test_variable_scale_decimal() -> None:
