@@ -119,9 +119,10 @@ def _numeric_precision_scale(modifier: int) -> tuple[int | None, int | None]:
     if modifier < 4:
         return None, None
     value = modifier - 4
-    # the scale is an 11-bit two's-complement number (PostgreSQL 15 allows -1000..1000): numeric(5,-2) is 0x7fe
-    scale = ((value & 0x7FF) ^ 0x400) - 0x400
-    return (value >> 16) & 0xFFFF, scale
+    # PostgreSQL 15 stores the scale as an 11-bit two's-complement number (numeric(5,-2) holds 0x7fe); Debezium
+    # reads it as the JDBC driver does, unsigned, so numeric(5,-2) has scale 2046 there. The records follow
+    # Debezium (the value is still exact: unscaled x 10^-2046 is the number); the lake turns it back into -2.
+    return (value >> 16) & 0xFFFF, value & 0xFFFF
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,11 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
         return _schema("double"), _float, "double"
     if mode == "string":
         # Debezium writes its special decimal values by name.
+        if scale is not None and scale > 1000:
+            # a negative scale read as 2048 + scale (see _numeric_precision_scale): Debezium prints the whole
+            # number with that many zeros after the point
+            zeros = "." + "0" * scale
+            return _schema("string"), lambda t: _SPECIAL_DECIMAL_NAMES.get(t) or t + zeros, "string"
         return _schema("string"), lambda t: _SPECIAL_DECIMAL_NAMES.get(t, t), "string"
     if scale is not None:
         exponent = Decimal(1).scaleb(-scale)
@@ -182,8 +188,10 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
                     # precise mode cannot carry NaN (nor ±Infinity, which only unconstrained numeric can hold
                     # since PostgreSQL 14): Debezium emits null
                     return None
+                if len(frac) < _scale:  # a negative scale read as Debezium reads it: pad, no arithmetic
+                    return b64encode(_unscaled_bytes(int(head + frac.ljust(_scale, "0")))).decode("ascii")
                 with localcontext() as ctx:
-                    ctx.prec = 1000  # numeric allows 131072 digits before the point; never round here
+                    ctx.prec = 1000 + len(text)  # never round here
                     unscaled = int(Decimal(text).quantize(_exp).scaleb(_scale))
             return b64encode(_unscaled_bytes(unscaled)).decode("ascii")
 

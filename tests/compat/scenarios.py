@@ -64,6 +64,8 @@ DEBEZIUM_TABLES = [
     " cinterval interval NOT NULL, cline line NOT NULL, clseg lseg NOT NULL, cpath path NOT NULL, cpoint point NOT NULL,"
     " cpolygon polygon NOT NULL, cchar char NOT NULL, ctext text NOT NULL, cjson json NOT NULL, cxml xml NOT NULL,"
     " cuuid uuid NOT NULL, cvarbit varbit(3) NOT NULL, cinet inet NOT NULL, ccidr cidr NOT NULL, cmacaddr macaddr NOT NULL)",
+    # PostgreSQL 15's negative scales (not in Debezium's test DDL): multiples of 100
+    "CREATE TABLE negative_scale_table (pk serial PRIMARY KEY, n numeric(5,-2))",
     'CREATE SCHEMA "Quoted_"" . Schema"',
     'CREATE TABLE "Quoted_"" . Schema"."Quoted_"" . Table" (pk serial PRIMARY KEY, "Quoted_"" . Text_Column" text)',
 ]
@@ -142,6 +144,7 @@ DEBEZIUM_ROWS = [
     " '(1,1),(0,0)', '<(1,1),1>', '1 day', '{1,2,3}', '[(0,0),(1,1)]', '((0,0),(1,1))', '(1,2)', '((0,0),(1,0),(1,1))', 'x',"
     " 'text', '{}', '<a/>', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', B'10', '10.0.0.1', '10.0.0.0/8', '08:00:2b:01:02:03')",
     'INSERT INTO "Quoted_"" . Schema"."Quoted_"" . Table" ("Quoted_"" . Text_Column") VALUES (\'some text\')',
+    "INSERT INTO negative_scale_table (n) VALUES (1234567), (-99900), (NULL)",
     # before images: an update and deletes under REPLICA IDENTITY DEFAULT (the old tuple holds only the key)
     "UPDATE numeric_table SET si = 2",
     "DELETE FROM not_null_table",

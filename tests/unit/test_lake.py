@@ -68,6 +68,7 @@ def test_spark_types() -> None:
     # beyond Spark's 38 digits the exact text; a negative scale holds whole numbers
     assert spark_type(decimal_field(2, 50)) == "string" and spark_type(decimal_field(40, 45)) == "string"
     assert spark_type(decimal_field(-2, 5)) == "decimal(7,0)"
+    assert spark_type(decimal_field(2046, 5)) == "decimal(7,0)"  # numeric(5,-2) as Debezium sends it
     assert spark_type(f("struct", "io.debezium.data.VariableScaleDecimal", fields=[])) == "string"
     assert spark_type(f("int64", "io.debezium.time.MicroTimestamp")) == "timestamp_ntz"
     assert spark_type(f("string", "io.debezium.time.ZonedTimestamp")) == "timestamp"

@@ -66,10 +66,19 @@ _PLAIN = {
 }
 
 
+#: PostgreSQL's largest numeric scale: a Decimal's scale above it is a negative scale as Debezium reads it
+#: (numeric(5,-2) arrives with scale 2046, the 11-bit two's complement read unsigned)
+_MAX_PG_SCALE = 1000
+
+
 def _decimal_shape(field: dict[str, Any]) -> tuple[int | None, int]:
+    """(precision, scale) of a Decimal field, the scale as the column declares it (negative ones restored)."""
     params = field.get("parameters") or {}
     precision = params.get("connect.decimal.precision")
-    return (int(precision) if precision is not None else None), int(params.get("scale", 0))
+    scale = int(params.get("scale", 0))
+    if scale > _MAX_PG_SCALE:
+        scale = ((scale & 0x7FF) ^ 0x400) - 0x400
+    return (int(precision) if precision is not None else None), scale
 
 
 def spark_type(field: dict[str, Any]) -> str:
@@ -133,7 +142,10 @@ def value_converter(field: dict[str, Any]) -> Converter:
         if spark_type(field) == "string":
             return lambda v: format(scaled(_unscaled(v), scale), "f")
         if scale < 0:
-            return lambda v: Decimal(_unscaled(v) * 10 ** (-scale))
+            wire = int(field["parameters"]["scale"])  # the scale the record's unscaled value goes with
+            if wire < 0:
+                return lambda v: Decimal(_unscaled(v) * 10 ** (-scale))
+            return lambda v: Decimal(_unscaled(v) // 10**wire)
         return lambda v: scaled(_unscaled(v), scale)
     if name == VARIABLE_DECIMAL:
         return lambda v: format(scaled(_unscaled(v["value"]), int(v["scale"])), "f")
