@@ -20,7 +20,7 @@ class ConfigError(WalflowError):
 
 
 class PatternError(ConfigError):
-    """A user's regular expression is invalid, or matching it took longer than the bound (runaway backtracking)."""
+    """A user's regular expression is invalid, or matching it took more than the bound of CPU time (runaway backtracking)."""
 
 
 class ExpressionError(ConfigError):

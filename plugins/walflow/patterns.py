@@ -10,6 +10,7 @@ pattern, where it came from and the name, instead of stalling the task.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 import regex
@@ -19,6 +20,11 @@ from walflow.errors import PatternError
 #: The longest one match of a user's pattern against one name may take, in seconds. Names are at most a few hundred
 #: characters, which a sane pattern matches in microseconds: only runaway backtracking comes near this.
 MATCH_TIMEOUT_S = 0.25
+#: ``regex`` bounds a match by wall-clock time, which a busy machine also spends on other threads and processes: a
+#: match that exceeds the bound is tried again (at most this many times, each bounded by :data:`RETRY_TIMEOUT_S`)
+#: and condemned only when this thread itself spent :data:`MATCH_TIMEOUT_S` of CPU time on it.
+RETRIES = 3
+RETRY_TIMEOUT_S = 1.0
 
 _FLAGS = regex.IGNORECASE | regex.VERSION0
 
@@ -46,12 +52,19 @@ class Pattern:
         try:
             return self._compiled.fullmatch(name, timeout=MATCH_TIMEOUT_S) is not None
         except TimeoutError:
-            raise PatternError(
-                f"{self.origin}: matching {self.text!r} against {name!r} took longer than {MATCH_TIMEOUT_S} s "
-                "(runaway backtracking, typically nested repetition such as (a+)+ or overlapping alternatives such as "
-                "(a|aa)+). Rewrite the pattern without nested repetition, or list the names literally "
-                "(comma-separated)."
-            ) from None
+            pass
+        for _ in range(RETRIES):
+            started = time.thread_time()
+            try:
+                return self._compiled.fullmatch(name, timeout=RETRY_TIMEOUT_S) is not None
+            except TimeoutError:
+                if time.thread_time() - started >= MATCH_TIMEOUT_S:
+                    break  # it computed all along: runaway backtracking, not a busy machine
+        raise PatternError(
+            f"{self.origin}: matching {self.text!r} against {name!r} took more than {MATCH_TIMEOUT_S} s of CPU time "
+            "(runaway backtracking, typically nested repetition such as (a+)+ or overlapping alternatives such as "
+            "(a|aa)+). Rewrite the pattern without nested repetition, or list the names literally (comma-separated)."
+        )
 
     def __repr__(self) -> str:
         return f"Pattern({self.text!r})"

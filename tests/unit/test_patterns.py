@@ -1,0 +1,40 @@
+"""walflow.patterns: a match slowed by a busy machine is not mistaken for runaway backtracking."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from walflow import patterns
+from walflow.errors import PatternError
+from walflow.patterns import Pattern
+
+
+class _Starved:
+    """A compiled pattern whose first ``misses`` matches exceed their wall-clock bound without computing."""
+
+    def __init__(self, misses: int) -> None:
+        self.misses = misses
+
+    def fullmatch(self, name: str, timeout: float) -> Any:
+        if self.misses:
+            self.misses -= 1
+            raise TimeoutError("regex timed out")
+        return object()
+
+
+def test_a_match_kept_waiting_is_tried_again() -> None:
+    pattern = Pattern("public\\..+", "'table.include.list'")
+    pattern._compiled = _Starved(misses=2)  # the first try and one retry time out while the thread waits
+    assert pattern.fullmatch("public.items")
+
+
+def test_runaway_backtracking_fails_with_the_pattern_and_the_name() -> None:
+    pattern = Pattern(r"(?:(?:a|a)|(?:a|aa))+!", "'schema.include.list'")  # defeats regex's own safeguards
+    started = time.monotonic()
+    with pytest.raises(PatternError, match=r"'schema\.include\.list'.*'a{60}'.*CPU time"):
+        pattern.fullmatch("a" * 60)
+    # the first bound plus one retry that computed all along, not every retry
+    assert time.monotonic() - started < patterns.MATCH_TIMEOUT_S + 2 * patterns.RETRY_TIMEOUT_S + 1
