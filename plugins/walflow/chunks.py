@@ -81,7 +81,9 @@ class ChunkReader:
     """Plans the tables of a signal and reads their chunks on the stream's catalog connection (autocommit: the
     stream connection holds its peek's transaction open)."""
 
-    def __init__(self, config: ConnectorConfig, conn: psycopg.Connection, filters: Filters, serializer: Serializer, rules: ColumnRules) -> None:
+    def __init__(
+        self, config: ConnectorConfig, conn: psycopg.Connection, filters: Filters, serializer: Serializer, rules: ColumnRules
+    ) -> None:
         self.config = config
         self.conn = conn
         self.filters = filters
@@ -93,9 +95,10 @@ class ChunkReader:
 
         ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use (unknown columns,
         syntax and type errors, unorderable keys) without reading a row. Errors that depend on the data can only
-        show while reading; :meth:`walflow.incremental.IncrementalSnapshots.prepare` fails the signal then. A table without a primary key and no
-        ``surrogate-key`` has no order to read it in: Debezium skips it with a warning, but a snapshot run that
-        then reports success without having read the table misleads whoever asked for it, so the signal fails.
+        show while reading; :meth:`walflow.incremental.IncrementalSnapshots.prepare` fails the signal then. A table
+        without a primary key and no ``surrogate-key`` has no order to read it in: Debezium skips it with a warning,
+        but a snapshot run that then reports success without having read the table misleads whoever asked for it, so
+        the signal fails.
         """
         if not surrogate:
             info = Catalog(self.conn).table(oid)
