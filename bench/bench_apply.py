@@ -26,6 +26,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
+from bench.workload import TABLE  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.airflow.lake import iceberg_runtime_jar, spark_conf  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
@@ -34,7 +35,6 @@ from walflow.lake.settings import LakeSettings  # noqa: E402
 from walflow.setup import ConnectorSetup  # noqa: E402
 from walflow.stream import StreamBatch  # noqa: E402
 
-TABLE = "CREATE TABLE bench (id bigint PRIMARY KEY, name text NOT NULL, price numeric(12, 2), created timestamp NOT NULL, active boolean)"
 
 
 def producer() -> EventProducer:

@@ -22,21 +22,13 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
+from bench.workload import ROWS_SQL, TABLE  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
 from walflow.setup import ConnectorSetup  # noqa: E402
 from walflow.stream import StreamBatch  # noqa: E402
 
-TABLE = """
-CREATE TABLE bench (
-    id bigint PRIMARY KEY,
-    name text NOT NULL,
-    price numeric(12, 2),
-    created timestamp NOT NULL,
-    active boolean
-)
-"""
 
 
 def producer() -> EventProducer:
@@ -54,11 +46,7 @@ def main() -> None:
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(TABLE)
-            conn.execute(
-                "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 second', "
-                "g %% 2 = 0 FROM generate_series(1, %s::bigint) g",
-                (args.rows,),
-            )
+            conn.execute(ROWS_SQL, (1, args.rows))
             conn.execute("VACUUM ANALYZE bench")
             start = time.perf_counter()
             copied = 0

@@ -24,21 +24,13 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
+from bench.workload import ROWS_SQL, TABLE  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
 from walflow.source import connect, setup_source  # noqa: E402
 from walflow.stream import StreamBatch  # noqa: E402
 
-TABLE = """
-CREATE TABLE bench (
-    id bigint PRIMARY KEY,
-    name text NOT NULL,
-    price numeric(12, 2),
-    created timestamp NOT NULL,
-    active boolean
-)
-"""
 
 
 def fill(dsn: str, rows: int, transactions: int, offset: int = 0) -> None:
@@ -46,12 +38,7 @@ def fill(dsn: str, rows: int, transactions: int, offset: int = 0) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for t in range(transactions):
             lo = offset + t * per_tx
-            conn.execute(
-                "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, "
-                "timestamp '2024-01-01' + g * interval '1 second', g %% 2 = 0 "
-                "FROM generate_series(%s::bigint, %s::bigint) g",
-                (lo, lo + per_tx - 1),
-            )
+            conn.execute(ROWS_SQL, (lo, lo + per_tx - 1))
 
 
 def peek_rate(dsn: str, slot: str, publication: str) -> tuple[int, float]:

@@ -42,6 +42,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
+from bench.workload import ROWS_SQL, TABLE  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.embedded import ensure_java  # noqa: E402
@@ -50,19 +51,6 @@ from walflow.setup import ConnectorSetup  # noqa: E402
 from walflow.source import connect, setup_source  # noqa: E402
 from walflow.stream import StreamBatch  # noqa: E402
 
-TABLE = """
-CREATE TABLE bench (
-    id bigint PRIMARY KEY,
-    name text NOT NULL,
-    price numeric(12, 2),
-    created timestamp NOT NULL,
-    active boolean
-)
-"""
-ROWS_SQL = (
-    "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 second', "
-    "g %% 2 = 0 FROM generate_series(%s::bigint, %s::bigint) g"
-)
 #: Debezium's record forms measured: Kafka Connect records as they leave the connector, and the JSON converter form.
 FORMATS = ("json", "json_keyvalue", "connect")
 #: Engine settings that let Debezium go as fast as it can here (its defaults are 2048 and 8192).
