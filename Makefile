@@ -46,14 +46,16 @@ status: venv
 demo: up
 	$(ENV) python -m walflow.demo
 
-# make test runs three lanes of tests at once (most of their time is spent waiting on PostgreSQL, the broker, Spark
-# and Airflow, not computing: two lanes kept the two cores a third busy), then alone the fault scenarios that restart
-# PostgreSQL or the broker. Lane B holds every test that uses Airflow's SQLite metadata database, lanes A and C none;
-# the rest is split to even their times. Each lane's output is printed when it ends.
+# make test runs three lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
+# and Airflow), then alone the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL,
+# a slot creation that waits for every transaction). Lane B holds every test that uses Airflow's SQLite metadata
+# database, lanes A and C none; the rest is split to even their times. Each lane's output is printed when it ends.
 LANE_B := tests/e2e
-LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration/test_lake.py tests/integration/test_incremental.py tests/integration/test_roles.py tests/integration/test_setup.py
+LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration/test_lake.py tests/integration/test_roles.py tests/integration/test_setup.py
 LANE_A := tests/unit tests/compat tests/integration $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_C)))
 LANES := a b c
+#: where the tests marked disruptive are (run after the lanes, alone)
+ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py
 PYTEST_ARGS ?=
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -66,7 +68,7 @@ test: test-up
 	  wait; \
 	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
 	  echo "== tests that need the services to themselves (restarts, server-wide WAL)"; \
-	  $(PYTEST) tests/faults tests/e2e/test_sensors.py -m disruptive; last=$$?; \
+	  $(PYTEST) $(ALONE) -m disruptive; last=$$?; \
 	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \
 	  for lane in $(LANES); do [ "$$(cat $(TEST_STATE)/lanes/lane-$$lane.rc)" = 0 ] || exit 1; done; [ $$last = 0 ]
 

@@ -197,6 +197,9 @@ def test_awkward_keys_and_names(database: str) -> None:
     )
 
 
+# alone: its second setup creates a slot, which waits for every transaction running on the server to end and for
+# the next record of them (written every 15 s), so other tests' writers made it take 90 s instead of 8
+@pytest.mark.disruptive
 def test_killed_snapshot_is_taken_again_from_the_start(database: str) -> None:
     total = 20_000
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", f"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, {total}) g")
