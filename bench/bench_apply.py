@@ -1,12 +1,26 @@
-"""Lake apply benchmark: 1,000,000 change events (80% updates, 10% inserts, 10% deletes) applied by the Spark job
-to a 1,000,000-row Iceberg table on ``local[2]``, against two limits measured in the same run: a plain Iceberg
-append of as many rows, and the MERGE alone (the same mix of changes, already in memory, merged into that table);
-plus one plain consumer reading the same records from the broker.
+"""Lake apply benchmark: the Spark job applying real change events to Iceberg on ``local[2]``, against limits
+measured in the same run. Prints one JSON line.
 
-The events are real: the table is snapshotted and the changes streamed from PostgreSQL by walflow. Prints one
-JSON line.
+Phases (all by default, ``--phases`` picks some):
 
-    python bench/bench_apply.py [--rows 1000000]
+``throughput``
+    a 1,000,000-row table snapshotted into Kafka and loaded by the job, then 1,000,000 changes (80% updates, 10%
+    deletes, 10% inserts) streamed and applied; beside it: reading the same records alone (the job's own reader,
+    same slices, same parallelism, nothing decoded), the MERGE alone (the same mix of changes already in memory,
+    merged into a plain table of as many rows), a plain Iceberg append of as many rows, and one plain consumer.
+``schemaless``
+    the same with ``key/value.converter.schemas.enable: false`` (records about a tenth of the size).
+``scaling``
+    a fixed batch of 10,000 changes (8,000 updates, 1,000 deletes, 1,000 inserts, keys spread over the whole table)
+    applied into tables of 1,000,000 and 20,000,000 rows, each built through walflow (snapshot topic loaded by the
+    job; records without schema part, so that the embedded broker, which keeps topics in memory, holds the large
+    one), with the MERGE alone of the same batch into the same table measured beside it. Each is run twice
+    (undone in between) and the faster counts, so that both sizes are compared with the JVM equally warm.
+
+The broker is restarted between phases (the embedded broker never frees a topic's memory); every phase uses
+topics of its own.
+
+    python bench/bench_apply.py [--rows 1000000] [--large-rows 20000000] [--batch 10000] [--phases throughput,schemaless,scaling]
 """
 
 from __future__ import annotations
@@ -14,41 +28,182 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import resource
+import shutil
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import TABLE  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.airflow.lake import iceberg_runtime_jar, spark_conf  # noqa: E402
-from walflow.config import parse_config  # noqa: E402
+from walflow.config import ConnectorConfig, parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
 from walflow.lake.settings import LakeSettings  # noqa: E402
+from walflow.lake.sql import TABLE_PROPERTIES  # noqa: E402
 from walflow.setup import ConnectorSetup  # noqa: E402
 from walflow.stream import StreamBatch  # noqa: E402
 
+COLUMNS = ["id", "name", "price", "created", "active"]
+META = "_walflow_op string, _walflow_lsn bigint, _walflow_source_ts_ms bigint, _walflow_applied_at timestamp"
+
+
+def log(message: str) -> None:
+    print(f"[bench-apply {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def bootstrap() -> str:
+    return os.environ["WALFLOW_KAFKA_BOOTSTRAP"]
+
+
+def restart_broker() -> None:
+    """A fresh broker on the same port: the embedded broker keeps every topic in memory until it stops."""
+    from walflow.embedded import _ports, broker_down, broker_up
+
+    broker_down()
+    broker_up(_ports()["kafka"])
 
 
 def producer() -> EventProducer:
-    return EventProducer(producer_settings({"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]}))
+    return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}))
 
 
-def kafka_read(topic: str, start: int) -> tuple[float, int, int]:
-    """One consumer reading the change records (from offset ``start`` to the end) and discarding them: the
-    Kafka side of the limit (every record carries its schema, ~3 kB)."""
+def start_spark(warehouse: str, config: ConnectorConfig, driver_memory: str, java_options: str = "") -> Any:
+    """One local[2] session for the whole run (JVM start-up is not timed), with the stream DAG's catalog settings."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]").appName("walflow-bench-apply")
+        .config("spark.jars", iceberg_runtime_jar() or "")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    for key, value in spark_conf(config).items():
+        builder = builder.config(key, value)
+    builder = builder.config(f"spark.sql.catalog.{LakeSettings.from_config(config).catalog}.warehouse", warehouse)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def make_config(name: str, warehouse: str, schemas: bool) -> ConnectorConfig:
+    return parse_config(
+        {
+            "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name,
+            "walflow.batch.max.events": 50_000_000, "walflow.batch.max.seconds": 7200, "walflow.lake.warehouse": warehouse,
+            "key.converter.schemas.enable": schemas, "value.converter.schemas.enable": schemas,
+        }
+    )
+
+
+def build_source(dsn: str, rows: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(TABLE)
+        conn.execute(ROWS_SQL, (1, rows))
+        conn.execute("VACUUM ANALYZE bench")
+
+
+def snapshot(config: ConnectorConfig, dsn: str, rows: int) -> float:
+    prod = producer()
+    started = time.perf_counter()
+    report = ConnectorSetup(config, dsn, lambda: prod).run()
+    assert report["snapshot"]["rows"] == rows, report["snapshot"]
+    return time.perf_counter() - started
+
+
+def stream_all(config: ConnectorConfig, dsn: str, expected: int) -> None:
+    prod = producer()
+    changes = 0
+    while True:
+        summary = StreamBatch(config, dsn, prod).run()
+        changes += summary.events
+        if summary.events == 0:
+            break
+    assert changes == expected, (changes, expected)
+
+
+def bulk_changes(dsn: str, rows: int) -> int:
+    """``rows`` changes: 80% updates, 10% deletes, 10% inserts (one statement, one transaction each)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id % 10 < 8")
+        conn.execute("DELETE FROM bench WHERE id % 10 = 8")
+        conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint * 11 / 10) g", (rows, rows))
+    return rows
+
+
+def spread_changes(dsn: str, rows: int, batch: int) -> int:
+    """``batch`` changes with keys spread over the whole table: 80% updates, 10% deletes, 10% inserts."""
+    updates, deletes, inserts = batch * 8 // 10, batch // 10, batch - batch * 8 // 10 - batch // 10
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id IN (SELECT 1 + k * (%s::bigint / %s) FROM generate_series(0, %s - 1) k)", (rows, updates, updates))
+        conn.execute("DELETE FROM bench WHERE id IN (SELECT 2 + k * (%s::bigint / %s) FROM generate_series(0, %s - 1) k)", (rows, deletes, deletes))
+        conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint + %s) g", (rows, rows, inserts))
+    return updates + deletes + inserts
+
+
+def source_count(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM bench").fetchone()[0])  # type: ignore[index]
+
+
+def job(spark: Any, config: ConnectorConfig, max_records: int) -> Any:
+    from walflow.lake.apply import LakeJob
+
+    settings = LakeSettings.from_config(config).model_copy(update={"max_records": max_records})
+    return LakeJob(spark, settings, {"bootstrap.servers": bootstrap()})
+
+
+def apply(spark: Any, config: ConnectorConfig, max_records: int) -> tuple[float, dict[str, Any]]:
+    lake_job = job(spark, config, max_records)
+    topic = f"{config.topic_prefix}.public.bench"
+    started = time.perf_counter()
+    result = lake_job.apply_topic(topic, [0])
+    return time.perf_counter() - started, result
+
+
+def lake_table(config: ConnectorConfig) -> str:
+    settings = LakeSettings.from_config(config)
+    return f"{settings.catalog}.`{settings.namespace}`.public__bench"
+
+
+def read_alone(spark: Any, topic: str, start: int, end: int) -> tuple[float, int]:
+    """The job's reader over the same slices with the same parallelism, records counted and dropped: what reading
+    alone costs (the broker's pace), without decoding."""
+    from walflow.lake.positions import offset_slices
+    from walflow.lake.reader import read_slice
+
+    kafka = {"bootstrap.servers": bootstrap()}
+    slices = offset_slices([(0, start, end)], spark.sparkContext.defaultParallelism)
+
+    def count(tasks: Any) -> Any:
+        for _topic, partition, begin, stop in tasks:
+            n = 0
+            for _record in read_slice(kafka, topic, partition, begin, stop):
+                n += 1
+            yield n
+
+    started = time.perf_counter()
+    records = sum(spark.sparkContext.parallelize([(topic, *s) for s in slices], len(slices)).mapPartitions(count).collect())
+    return time.perf_counter() - started, records
+
+
+def one_consumer(topic: str, start: int) -> tuple[float, int, int]:
+    """One plain consumer reading the records from ``start`` to the end and discarding them."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-         "enable.partition.eof": True, "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024}
+        {"bootstrap.servers": bootstrap(), "group.id": f"bench-{uuid.uuid4().hex[:6]}", "enable.partition.eof": True,
+         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024}
     )
     try:
         consumer.assign([TopicPartition(topic, 0, start)])
@@ -58,111 +213,241 @@ def kafka_read(topic: str, start: int) -> tuple[float, int, int]:
             batch = consumer.consume(10000, 5)
             if not batch:
                 raise RuntimeError(f"{topic}: no EOF")
-            done = False
             for msg in batch:
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
-                        done = True
-                        break
+                        return time.perf_counter() - began, records, size
                     raise RuntimeError(msg.error().str())
                 records += 1
                 size += len(msg.value() or b"")
-            if done:
-                return time.perf_counter() - began, records, size
     finally:
         consumer.close()
+
+
+def changes_frame(spark: Any, first: int, rows: int, spread: int | None = None, types: dict[str, str] | None = None) -> Any:
+    """The changes of :func:`bulk_changes` (``spread`` None) or :func:`spread_changes` (a batch of ``spread``), as
+    rows already in memory, for the MERGE alone; ``types`` casts them to a table's column types."""
+    if spread is None:
+        frame = spark.range(first, first + rows).selectExpr(
+            f"CASE WHEN id % 10 = 9 THEN id + {rows} ELSE id END AS id", "concat('name-', id) AS name",
+            "CAST((id % 100000) / 100.0 + 1 AS decimal(12,2)) AS price", "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created",
+            "id % 2 = 1 AS active", "CASE WHEN id % 10 < 8 THEN 'u' WHEN id % 10 = 8 THEN 'd' ELSE 'c' END AS op",
+        )
+    else:
+        updates, deletes = spread * 8 // 10, spread // 10
+        frame = spark.range(spread).selectExpr(
+            f"CASE WHEN id < {updates} THEN 1 + id * ({rows} DIV {updates}) WHEN id < {updates + deletes} THEN 2 + (id - {updates}) * ({rows} DIV {deletes}) "
+            f"ELSE {rows} + 1 + id - {updates + deletes} END AS id",
+            "concat('name-', id) AS name", "CAST(1.5 AS decimal(12,2)) AS price", "CAST(timestamp_seconds(1735689600) AS timestamp_ntz) AS created",
+            "true AS active", f"CASE WHEN id < {updates} THEN 'u' WHEN id < {updates + deletes} THEN 'd' ELSE 'c' END AS op",
+        )
+    frame = frame.selectExpr("*", "id AS _walflow_lsn", "id AS _walflow_source_ts_ms").withColumnRenamed("op", "_walflow_op")
+    if types:
+        # a lake table typed from records without schema part: timestamps are microseconds, decimals base64 text
+        frame = frame.selectExpr(*[_as_type(c, types[c]) if c in types else c for c in frame.columns])
+    return frame.cache()
+
+
+def _as_type(column: str, ddl: str) -> str:
+    if ddl == "bigint" and column == "created":
+        return f"unix_micros(CAST({column} AS timestamp)) AS {column}"
+    return f"CAST({column} AS {ddl}) AS {column}"
+
+
+def merge_alone(spark: Any, table: str, changes: Any) -> float:
+    """The plain MERGE of ``changes`` (already in memory) into ``table``: matched and deleted, matched and updated,
+    not matched and inserted."""
+    changes.count()
+    view = f"bench_changes_{uuid.uuid4().hex[:6]}"
+    changes.createOrReplaceTempView(view)
+    columns = [*COLUMNS, "_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms"]
+    statement = (
+        f"MERGE INTO {table} t USING {view} s ON t.id = s.id WHEN MATCHED AND s._walflow_op = 'd' THEN DELETE "
+        "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{c} = s.{c}" for c in columns) + ", t._walflow_applied_at = current_timestamp() "
+        f"WHEN NOT MATCHED AND s._walflow_op <> 'd' THEN INSERT ({', '.join(columns)}, _walflow_applied_at) "
+        f"VALUES ({', '.join('s.' + c for c in columns)}, current_timestamp())"
+    )
+    started = time.perf_counter()
+    spark.sql(statement)
+    return time.perf_counter() - started
+
+
+def current_snapshot(spark: Any, table: str) -> int:
+    return int(spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()[0][0])
+
+
+def rollback(spark: Any, config: ConnectorConfig, snapshot_id: int) -> None:
+    settings = LakeSettings.from_config(config)
+    spark.sql(f"CALL {settings.catalog}.system.rollback_to_snapshot('`{settings.namespace}`.public__bench', {snapshot_id})").collect()
+
+
+def plain_table(spark: Any, name: str, rows: int) -> str:
+    """An empty table of the bench's shape with the lake's table properties, for the limits."""
+    table = f"lake.bench_limits.{name}"
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench_limits")
+    spark.sql(
+        f"CREATE TABLE {table} (id bigint, name string, price decimal(12,2), created timestamp_ntz, active boolean, {META}) USING iceberg "
+        f"TBLPROPERTIES ({TABLE_PROPERTIES})"
+    )
+    return table
+
+
+def append_rows(spark: Any, table: str, rows: int) -> float:
+    frame = spark.range(1, rows + 1).selectExpr(
+        "id", "concat('name-', id) AS name", "CAST((id % 100000) / 100.0 AS decimal(12,2)) AS price",
+        "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created", "id % 2 = 0 AS active",
+        "'r' AS _walflow_op", "id AS _walflow_lsn", "id AS _walflow_source_ts_ms", "current_timestamp() AS _walflow_applied_at",
+    ).cache()
+    frame.count()  # materialised first: the append alone is timed
+    started = time.perf_counter()
+    frame.writeTo(table).append()
+    seconds = time.perf_counter() - started
+    frame.unpersist()
+    return seconds
+
+
+def lake_count(spark: Any, table: str) -> int:
+    return int(spark.table(table).count())
+
+
+# -- phases ----------------------------------------------------------------------------------------------
+def throughput(spark: Any, warehouse: str, rows: int, schemas: bool) -> dict[str, Any]:
+    """Load ``rows`` rows, then apply ``rows`` changes; the limits beside it."""
+    label = "with schemas" if schemas else "without schemas"
+    db = create_database("bench_apply")
+    dsn = pg_dsn(db)
+    config = make_config(f"bapply_{uuid.uuid4().hex[:6]}", warehouse, schemas)
+    topic = f"{config.topic_prefix}.public.bench"
+    try:
+        build_source(dsn, rows)
+        snapshot(config, dsn, rows)
+        bulk_changes(dsn, rows)
+        stream_all(config, dsn, rows)
+        source_rows = source_count(dsn)
+        log(f"throughput ({label}): {rows} rows and {rows} changes in Kafka")
+        load_s, load = apply(spark, config, rows)
+        assert load["records"] == rows, load
+        log(f"throughput ({label}): loaded in {load_s:.1f} s")
+        end = rows + rows + rows // 10  # snapshot, changes and the deletes' tombstones
+        read_s, read_records = read_alone(spark, topic, rows, end)
+        apply_s, applied = apply(spark, config, 10 * rows)
+        assert sum(applied["ops"].values()) == rows, applied
+        log(f"throughput ({label}): applied in {apply_s:.1f} s {applied.get('timings')}")
+        lake_rows = lake_count(spark, lake_table(config))
+        # the limits: the MERGE alone of the same mix (in memory) into a plain table of as many rows, and the append
+        table = plain_table(spark, f"merge_{uuid.uuid4().hex[:6]}", rows)
+        append_s = append_rows(spark, table, rows)
+        merge_s = merge_alone(spark, table, changes_frame(spark, 1, rows))
+        result: dict[str, Any] = {
+            "table_rows": rows, "change_events": rows, "ops": applied["ops"],
+            "load_seconds": round(load_s, 2), "load_rows_per_s": round(rows / load_s),
+            "apply_seconds": round(apply_s, 2), "apply_phases": applied.get("timings"), "apply_changes_per_s": round(rows / apply_s),
+            "read_alone_seconds": round(read_s, 2), "read_alone_records": read_records, "read_alone_records_per_s": round(read_records / read_s),
+            "merge_only_seconds": round(merge_s, 2), "merge_only_changes_per_s": round(rows / merge_s),
+            "apply_over_read_plus_merge": round(apply_s / (read_s + merge_s), 3),
+            "append_seconds": round(append_s, 2), "append_rows_per_s": round(rows / append_s), "apply_ratio_to_append": round(append_s / apply_s, 3),
+            "lake_rows_equal_source": lake_rows == source_rows,
+        }
+        if schemas:
+            one_s, one_records, one_bytes = one_consumer(topic, rows)
+            result.update({"one_consumer_records_per_s": round(one_records / one_s), "one_consumer_mb_per_s": round(one_bytes / 1e6 / one_s, 1),
+                           "record_bytes": round(one_bytes / max(one_records, 1))})
+        return result
+    finally:
+        drop_database(db)
+
+
+def scaling(spark: Any, warehouse: str, sizes: list[int], batch: int) -> dict[str, Any]:
+    """The same batch of ``batch`` spread changes into tables of each size: the job's apply and the MERGE alone."""
+    out: dict[str, Any] = {"batch": batch, "tables": []}
+    for rows in sizes:
+        db = create_database("bench_scale")
+        dsn = pg_dsn(db)
+        config = make_config(f"bscale_{uuid.uuid4().hex[:6]}", warehouse, schemas=False)
+        try:
+            build_source(dsn, rows)
+            snapshot_s = snapshot(config, dsn, rows)
+            log(f"scaling: {rows} rows snapshotted in {snapshot_s:.0f} s")
+            load_s, load = apply(spark, config, rows)
+            assert load["records"] == rows, load
+            log(f"scaling: {rows} rows loaded into the lake in {load_s:.0f} s")
+            table = lake_table(config)
+            before = current_snapshot(spark, table)
+            # the MERGE alone: the same batch, in memory, merged into the same table; twice, undone each time
+            types = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
+            merge_runs = []
+            for _ in range(2):
+                merge_runs.append(merge_alone(spark, table, changes_frame(spark, 1, rows, spread=batch, types=types)))
+                rollback(spark, config, before)
+            changes = spread_changes(dsn, rows, batch)
+            stream_all(config, dsn, changes)
+            # the job's apply of the same batch, twice: the second after undoing the first (the lake's history then
+            # leads back to the load's offsets, so it reads and applies the batch again); the first pays for the
+            # JVM's compilation of code the load did not run
+            apply_runs = []
+            for attempt in range(2):
+                apply_s, applied = apply(spark, config, 10 * rows)
+                assert sum(applied["ops"].values()) == changes, applied
+                apply_runs.append((apply_s, applied))
+                if attempt == 0:
+                    rollback(spark, config, before)
+            equal = lake_count(spark, table) == source_count(dsn)
+            apply_s, applied = min(apply_runs, key=lambda run: run[0])
+            merge_s = min(merge_runs)
+            log(f"scaling: {batch} changes into {rows} rows: apply {[round(a, 2) for a, _r in apply_runs]} s {applied.get('timings')}, MERGE alone {[round(m, 2) for m in merge_runs]} s")
+            out["tables"].append(
+                {"table_rows": rows, "snapshot_rows_per_s": round(rows / snapshot_s), "load_rows_per_s": round(rows / load_s),
+                 "apply_seconds": round(apply_s, 2), "apply_runs_seconds": [round(a, 2) for a, _r in apply_runs], "apply_phases": applied.get("timings"),
+                 "merge_only_seconds": round(merge_s, 2), "merge_only_runs_seconds": [round(m, 2) for m in merge_runs], "lake_rows_equal_source": equal}
+            )
+        finally:
+            drop_database(db)
+            restart_broker()
+    small, large = out["tables"][0], out["tables"][-1]
+    out["apply_large_over_small"] = round(large["apply_seconds"] / small["apply_seconds"], 2)
+    out["merge_only_large_over_small"] = round(large["merge_only_seconds"] / small["merge_only_seconds"], 2)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--large-rows", type=int, default=20_000_000)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--phases", default="throughput,schemaless,scaling")
+    parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument("--java-options", default="", help="the driver JVM's options (local mode: the executors' too)")
     args = parser.parse_args()
-    n = args.rows
-    db = create_database("bench_apply")
-    dsn = pg_dsn(db)
-    name = f"bapply_{uuid.uuid4().hex[:6]}"
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     warehouse = tempfile.mkdtemp(prefix="walflow-bench-apply-")
+    spark = start_spark(warehouse, make_config("bench", warehouse, True), args.driver_memory, args.java_options)
+    figures: dict[str, Any] = {"bench": "apply", "master": "local[2]"}
+    started = time.perf_counter()
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(TABLE)
-            conn.execute(
-                "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 second', "
-                "g %% 2 = 0 FROM generate_series(1, %s::bigint) g",
-                (n,),
-            )
-        config = parse_config(
-            {
-                "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name,
-                "walflow.batch.max.events": 10 * n, "walflow.batch.max.seconds": 3600, "walflow.lake.warehouse": warehouse,
-            }
-        )
-        prod = producer()
-        report = ConnectorSetup(config, dsn, lambda: prod).run()
-        assert report["snapshot"]["rows"] == n, report["snapshot"]
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            # 80% updates, 10% deletes, 10% inserts: n change events
-            conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id % 10 < 8")
-            conn.execute("DELETE FROM bench WHERE id % 10 = 8")
-            conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint * 11 / 10) g", (n, n))
-            (source_rows,) = conn.execute("SELECT count(*) FROM bench").fetchone()  # type: ignore[misc]
-        changes = 0
-        while True:
-            summary = StreamBatch(config, dsn, prod).run()
-            changes += summary.events
-            if summary.events == 0:
-                break
-        assert changes == n, changes
-
-        read_s, read_records, read_bytes = kafka_read(f"{name}.public.bench", n)
-
-        command = ["spark-submit", "--master", args.master, "--driver-memory", "6g", "--jars", iceberg_runtime_jar() or ""]
-        for key, value in spark_conf(config).items():
-            command += ["--conf", f"{key}={value}"]
-        settings = LakeSettings.from_config(config).model_dump_json()
-        command += [str(ROOT / "bench" / "spark_apply_bench.py"), "--settings", settings, "--bootstrap", os.environ["WALFLOW_KAFKA_BOOTSTRAP"], "--load", str(n), "--changes", str(n)]
-        started = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}"})
-        if result.returncode != 0:
-            useful = [line for line in result.stderr.splitlines() if " INFO " not in line and " WARN " not in line]
-            sys.exit(f"spark job failed (exit {result.returncode}):\n" + "\n".join(useful[-60:]) + "\n" + result.stdout[-2000:])
-        for phase in (line for line in result.stderr.splitlines() if "walflow.apply" in line):
-            print(phase, file=sys.stderr)
-        line = next(l for l in result.stdout.splitlines() if l.startswith("BENCH_APPLY "))
-        spark = json.loads(line.split(" ", 1)[1])
-        assert spark["lake_rows"] == source_rows, (spark["lake_rows"], source_rows)
-        apply_rate = n / spark["apply_s"]
-        append_rate = n / spark["append_s"]
-        print(
-            json.dumps(
-                {
-                    "bench": "apply",
-                    "master": args.master,
-                    "table_rows": n,
-                    "change_events": n,
-                    "ops": spark["ops"],
-                    "load_seconds": round(spark["load_s"], 2),
-                    "load_rows_per_s": round(n / spark["load_s"]),
-                    "apply_seconds": round(spark["apply_s"], 2),
-                    "apply_phases": spark["apply_timings"],
-                    "apply_changes_per_s": round(apply_rate),
-                    "append_seconds": round(spark["append_s"], 2),
-                    "append_rows_per_s": round(append_rate),
-                    "apply_ratio_to_append": round(apply_rate / append_rate, 3),
-                    "merge_only_seconds": round(spark["merge_s"], 2),
-                    "merge_only_changes_per_s": round(n / spark["merge_s"]),
-                    "apply_ratio_to_merge_only": round(apply_rate / (n / spark["merge_s"]), 3),
-                    "kafka_read_records": read_records,
-                    "kafka_read_records_per_s": round(read_records / read_s),
-                    "kafka_read_mb_per_s": round(read_bytes / 1e6 / read_s, 1),
-                    "lake_rows_equal_source": spark["lake_rows"] == source_rows,
-                    "spark_job_seconds": round(time.perf_counter() - started, 1),
-                }
-            )
-        )
+        restart_broker()
+        if "throughput" in phases:
+            figures["throughput"] = throughput(spark, warehouse, args.rows, schemas=True)
+            restart_broker()
+        if "schemaless" in phases:
+            figures["schemaless"] = throughput(spark, warehouse, args.rows, schemas=False)
+            restart_broker()
+        if "scaling" in phases:
+            figures["scaling"] = scaling(spark, warehouse, [args.rows, args.large_rows], args.batch)
+        headline: dict[str, Any] = {}
+        if "throughput" in figures:
+            t = figures["throughput"]
+            headline["apply_changes_per_s"] = t["apply_changes_per_s"]
+            headline["apply_over_read_plus_merge"] = t["apply_over_read_plus_merge"]
+        if "schemaless" in figures:
+            headline["schemaless_apply_changes_per_s"] = figures["schemaless"]["apply_changes_per_s"]
+        if "scaling" in figures:
+            headline["scaling_apply_large_over_small"] = figures["scaling"]["apply_large_over_small"]
+            headline["scaling_merge_only_large_over_small"] = figures["scaling"]["merge_only_large_over_small"]
+        figures = {**figures, **headline, "seconds": round(time.perf_counter() - started), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+        print(json.dumps(figures))
     finally:
-        drop_database(db)
-        subprocess.run(["rm", "-rf", warehouse])
+        spark.stop()
+        shutil.rmtree(warehouse, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -328,7 +328,7 @@ def start_spark() -> Any:
 
     from pyspark.sql import SparkSession
 
-    from walflow.airflow.lake import iceberg_runtime_jar
+    from walflow.airflow.lake import iceberg_runtime_jar, postgresql_jdbc_jar
     from walflow.lake.settings import default_warehouse
 
     jar = iceberg_runtime_jar()
@@ -338,7 +338,8 @@ def start_spark() -> Any:
         pytest.skip("the Iceberg runtime jar (snowpark-connect-deps-iceberg) is not installed")
     builder = (
         SparkSession.builder.master("local[2]").appName("walflow-tests")
-        .config("spark.jars", jar)
+        # PostgreSQL's JDBC driver too, for the lake's JDBC catalog
+        .config("spark.jars", ",".join(j for j in (jar, postgresql_jdbc_jar()) if j))
         .config("spark.driver.memory", "2g")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")

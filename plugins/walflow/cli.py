@@ -2,8 +2,9 @@
 
 Prints the slot's position, the WAL it retains, its lag behind the server, the time since its position was last
 confirmed (judged against the connector's limits), the last stream batch and the last lake commit of each table. The source is reached through the connector's Airflow Connection (or ``--dsn``);
-the lake is read with pyiceberg from the Hadoop-catalog warehouse (``--warehouse``, default the connector's
-``walflow.lake.warehouse``, else :func:`walflow.lake.settings.default_warehouse`).
+the lake is read with pyiceberg from its JDBC catalog (``walflow.lake.catalog.conn.id``) or else the Hadoop-catalog
+warehouse (``--warehouse``, default the connector's ``walflow.lake.warehouse``, else
+:func:`walflow.lake.settings.default_warehouse`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import argparse
 import datetime as dt
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from walflow.config import ConnectorConfig, resolve
 from walflow.errors import WalflowError
 from walflow.lake.settings import LakeSettings
+from walflow.lake.tables import JdbcCatalog
 from walflow.health import HealthLimits, assess_slot_health, health_limits, slot_health
 from walflow.source import connect
 from walflow.state import StateStore
@@ -78,16 +79,16 @@ def slot_status(
     return out
 
 
-def lake_status(warehouse: str, namespace: str) -> list[dict[str, Any]]:
-    """The current snapshot of every table of ``namespace`` in a Hadoop-catalog warehouse."""
-    from walflow.lake import OFFSETS_PROPERTY, parse_offsets, read_hadoop_table  # pyiceberg: only when a lake is read
+def lake_status(settings: LakeSettings, catalog: JdbcCatalog | None = None) -> list[dict[str, Any]]:
+    """The current snapshot of every lake table of the connector: from its JDBC catalog when it has one, else
+    from the Hadoop catalog's warehouse folder."""
+    from walflow.lake import OFFSETS_PROPERTY, lake_table_names, parse_offsets, read_lake_table  # pyiceberg: only when a lake is read
 
     tables = []
-    folder = Path(warehouse) / namespace
-    for path in sorted(p for p in folder.glob("*") if (p / "metadata").is_dir()):
-        table = read_hadoop_table(warehouse, namespace, path.name)
+    for name in lake_table_names(settings, catalog):
+        table = read_lake_table(settings, name, catalog)
         snapshot = table.current_snapshot() if table is not None else None
-        entry: dict[str, Any] = {"table": f"{namespace}.{path.name}", "snapshot_id": None}
+        entry: dict[str, Any] = {"table": f"{settings.namespace}.{name}", "snapshot_id": None}
         if snapshot is not None:
             summary = snapshot.summary.additional_properties if snapshot.summary else {}
             entry.update(
@@ -104,6 +105,15 @@ def lake_status(warehouse: str, namespace: str) -> list[dict[str, Any]]:
                     break
         tables.append(entry)
     return tables
+
+
+def lake_catalog(config: ConnectorConfig) -> JdbcCatalog | None:
+    """The connector's JDBC catalog from its Airflow Connection (``walflow.lake.catalog.conn.id``), or None."""
+    if not config.walflow_lake_catalog_conn_id:
+        return None
+    from walflow.airflow.hooks import WalflowIcebergCatalogHook
+
+    return WalflowIcebergCatalogHook(config.walflow_lake_catalog_conn_id).get_conn()
 
 
 def source_conninfo(config: ConnectorConfig, dsn: str | None) -> str:
@@ -124,7 +134,9 @@ def status(connector: str, dsn: str | None = None, warehouse: str | None = None)
     result: dict[str, Any] = {"connector": config.name, "source": source}
     if config.walflow_lake_enabled:
         lake = LakeSettings.from_config(config, **({"warehouse": warehouse} if warehouse else {}))
-        result["lake"] = {"warehouse": lake.warehouse, "tables": lake_status(lake.warehouse, lake.namespace)}
+        catalog = lake_catalog(config)
+        where = f"JDBC catalog {catalog.jdbc_url()}, warehouse {lake.warehouse}" if catalog else lake.warehouse
+        result["lake"] = {"warehouse": where, "tables": lake_status(lake, catalog)}
     return result
 
 

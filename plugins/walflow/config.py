@@ -206,6 +206,12 @@ class ConnectorConfig(BaseModel):
     walflow_lake_spark_conf: dict[str, str] = Field(default_factory=dict, alias="walflow.lake.spark.conf")
     # "<topic>:<partition>:<offset>" of records the lake job could not apply, accepted as the README says
     walflow_lake_accept_records: list[str] = Field(default_factory=list, alias="walflow.lake.accept.records")
+    # the lake's Iceberg catalog as a JDBC catalog on a PostgreSQL Connection (None: the Hadoop folder catalog)
+    walflow_lake_catalog_conn_id: str | None = Field(None, alias="walflow.lake.catalog.conn.id")
+    walflow_lake_maintain_schedule: str | None = Field("@daily", alias="walflow.lake.maintain.schedule")
+    walflow_lake_maintain_snapshot_retention_hours: float = Field(120.0, ge=0, alias="walflow.lake.maintain.snapshot.retention.hours")
+    walflow_lake_maintain_orphan_retention_hours: float = Field(72.0, ge=0, alias="walflow.lake.maintain.orphan.retention.hours")
+    walflow_lake_maintain_lock_wait_seconds: float = Field(3600.0, ge=0, alias="walflow.lake.maintain.lock.wait.seconds")
     walflow_spark_conn_id: str = Field("spark_default", alias="walflow.spark.conn.id")
     walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")
     walflow_owner: str = Field("airflow", min_length=1, alias="walflow.owner")

@@ -7,7 +7,9 @@ the DDL are the same whether an operator, a test or a user's script calls them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
@@ -480,6 +482,40 @@ def try_lock_slot(conn: psycopg.Connection, config: ConnectorConfig) -> None:
             f"another walflow task is already streaming slot {config.slot_name!r} of connector {config.name!r}; "
             "one consumer per slot. This run stops without reading anything; the next scheduled run continues."
         )
+
+
+def lake_lock_key(connector: str) -> str:
+    return f"walflow:lake:{connector}"
+
+
+@contextmanager
+def lake_lock(conninfo: str, connector: str, wait_seconds: float, poll_seconds: float = 5.0) -> Iterator[bool]:
+    """Hold the connector's lake lock (a session advisory lock on the source database) while the block runs, so
+    that its lake apply and its lake maintenance never overlap: maintenance commits rewrites that must not race a
+    MERGE, and expires snapshots a running apply may still read.
+
+    Yields True once the lock is held, or False when another task held it for ``wait_seconds`` (the block must
+    then leave the lake alone). The lock goes with the session: a task that dies releases it.
+    """
+    with connect(conninfo, application_name="walflow-lake-lock") as conn:
+        deadline = time.monotonic() + wait_seconds
+        key = lake_lock_key(connector)
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)).fetchone()
+            if row and row[0]:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                yield False
+                return
+            time.sleep(min(poll_seconds, left))
+        try:
+            yield True
+        finally:
+            try:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+            except psycopg.Error:
+                pass  # the session is gone, and its lock with it
 
 
 def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_slot_now: bool = True) -> SetupReport:

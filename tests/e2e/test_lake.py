@@ -24,7 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture()
 def lake_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     name = unique("lake")
-    env = airflow_connector(tmp_path, name, database, kafka_bootstrap, "skipped.operations: none", "walflow.lake.changelog: true")
+    env = airflow_connector(
+        tmp_path, name, database, kafka_bootstrap, "skipped.operations: none", "walflow.lake.changelog: true",
+        "walflow.lake.maintain.snapshot.retention.hours: 0",
+    )
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return {"name": name, "dsn": database}
@@ -103,17 +106,43 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str]) -> No
     assert lake_tables[f"{name}.public__accounts"]["offsets"]
     assert "retained WAL" in render(report)
 
-    # a second apply with no new events changes nothing
+    # merge-on-read: every apply into a table with rows adds a delete file and a data file
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE accounts SET balance = balance + 2 WHERE id % 5 = 0")
+        conn.execute("DELETE FROM accounts WHERE id % 9 = 0")
+    run_dag(f"{name}__stream")
+    assert_lake_equals_source(name, dsn, "accounts")
+
+    # the maintain DAG: fewer data and delete files, as many snapshots as the next apply needs, the same rows
+    files_before = _files(name, "public__accounts")
+    assert files_before["delete"] >= 1 and files_before["data"] >= 2, files_before
+    run_dag(f"{name}__maintain")
+    files_after = _files(name, "public__accounts")
+    assert files_after["data"] < files_before["data"] and files_after["delete"] == 0, (files_before, files_after)
+    assert_lake_equals_source(name, dsn, "accounts")
+
+    # an apply with no new events after it changes nothing (its offsets are read from maintenance's snapshot)
     before = lake_snapshot_id(name, "public__accounts")
     run_dag(f"{name}__stream")
     assert lake_snapshot_id(name, "public__accounts") == before
+    assert_changelog_complete(name, "accounts")
 
     # the example downstream DAG reads the table with pyiceberg
     from airflow.dag_processing.dagbag import DagBag
 
     consumer = DagBag(dag_folder=str(ROOT / "dags" / "example_lake_consumer.py")).dags["example_lake_consumer"]
-    run = consumer.test(run_conf={"namespace": name, "table": "public__accounts"})
+    run = consumer.test(run_conf={"connector": name, "table": "public__accounts"})
     assert run.state == "success"
+
+
+def _files(name: str, table: str) -> dict[str, int]:
+    """The data and delete files the table's current snapshot reads (pyiceberg's ``files`` metadata table)."""
+    import os
+
+    from walflow.lake import read_hadoop_table
+
+    files = read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], name, table).inspect.files().column("content").to_pylist()
+    return {"data": files.count(0), "delete": files.count(1) + files.count(2)}
 
 
 def test_a_record_the_lake_cannot_apply_fails_at_once_and_is_accepted_on_purpose(

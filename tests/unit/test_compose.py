@@ -37,3 +37,21 @@ def test_airflow_mounts_repo_and_names_connections() -> None:
 def test_spark_worker_joins_master() -> None:
     command = COMPOSE["services"]["spark-worker"]["command"]
     assert "spark://spark-master:7077" in command
+
+
+def test_spark_services_run_what_the_lake_job_needs() -> None:
+    """Master and workers come from the pyspark wheel on Airflow's Python with the decoder's libraries, pinned as in
+    requirements.txt; the Airflow image has the JVM the driver needs."""
+    root = Path(__file__).resolve().parents[2]
+    for service in ("spark-master", "spark-worker"):
+        assert COMPOSE["services"][service]["build"]["dockerfile"] == "include/docker/spark.Dockerfile"
+    spark = (root / "include" / "docker" / "spark.Dockerfile").read_text()
+    assert "FROM python:3.11" in spark and "openjdk-17" in spark and "requirements-spark.txt" in spark
+    pins = dict(line.split("==") for line in (root / "requirements.txt").read_text().splitlines() if "==" in line and not line.startswith("#"))
+    needed = dict(line.split("==") for line in (root / "include" / "docker" / "requirements-spark.txt").read_text().splitlines() if "==" in line and not line.startswith("#"))
+    assert set(needed) == {"pyspark", "pyarrow", "orjson", "msgspec", "confluent-kafka"}
+    assert all(pins[name] == version for name, version in needed.items()), (needed, pins)
+    airflow = COMPOSE["services"]["airflow"]
+    assert airflow["build"]["dockerfile"] == "include/docker/airflow.Dockerfile"
+    assert "openjdk-17" in (root / "include" / "docker" / "airflow.Dockerfile").read_text()
+    assert "3.11" in (root / "include" / "docker" / "airflow.Dockerfile").read_text()

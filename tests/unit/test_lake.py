@@ -126,6 +126,15 @@ def test_row_conversion_and_toast() -> None:
     assert values[8] == [("a", "1"), ("b", None)]
     assert values[9] is None and values[10] == [PLACEHOLDER, "x"]
     assert values[11] == Decimal("100000000000000000000000000000000000.01")  # 38 digits, none rounded
+    # the generated converter the decoder runs gives the same, for this row, a row of nulls and a missing column
+    compiled = shape.compiled()
+    for image in (row, dict.fromkeys(row), {k: v for k, v in row.items() if k != "price"}, {**row, "doc": "real text", "tags": None}):
+        assert compiled(image, placeholder_values(PLACEHOLDER)) == shape.convert(image, placeholder_values(PLACEHOLDER))
+    with pytest.raises(Exception):  # noqa: B017 - a value the converter cannot take fails as in convert()
+        compiled({**row, "price": 5}, placeholder_values(PLACEHOLDER))
+    # column names that are no identifiers enter the generated code only as literals
+    odd = RowShape({"fields": [{"field": "before"}, {"field": "after", "fields": [{"type": "string", "field": "a'b\"c\\n)"}]}]})
+    assert odd.compiled()({"a'b\"c\\n)": "x"}, ()) == (["x"], [])
 
 
 def test_values_outside_sparks_range_are_clamped_and_kept_as_text() -> None:
@@ -244,6 +253,26 @@ def test_undecodable_records_are_reported_with_topic_partition_offset_column_and
     assert accepted[2][C.PROBLEM] is None and accepted[2]["ts"] is None and accepted[2][C.OVERFLOW] == [("ts", "yesterday")]
 
 
+def test_events_of_the_wrong_shape_are_reported_not_decoded() -> None:
+    """The decoder parses only the fields it reads; an event whose source, transaction or row is not an object, or
+    which has no op, is a problem with its place, with or without a schema part."""
+    shapes = [
+        {"op": "c", "source": 5, "after": {"id": 1}},
+        {"op": "c", "transaction": [1], "after": {"id": 1}},
+        {"op": "u", "after": ["not", "a", "row"]},
+        {"after": {"id": 1}},
+        [1, 2, 3],
+    ]
+    for with_schema in (True, False):
+        records = [(0, i, b"k", orjson.dumps({"schema": ROW_SCHEMA, "payload": p} if with_schema else p)) for i, p in enumerate(shapes)]
+        records.append(record(len(shapes), "c", {"id": 9, "ts": 0, "doc": "fine"}, schema=ROW_SCHEMA if with_schema else None))
+        rows = decode(records)
+        problems = {r[C.OFFSET]: orjson.loads(r[C.PROBLEM])["error"] for r in rows if r[C.PROBLEM]}
+        assert set(problems) == set(range(len(shapes))), problems
+        assert "not an object" in problems[0] and "not an object" in problems[2] and "no 'op'" in problems[3]
+        assert [r["id"] for r in rows if r[C.OP] == "c"] == [9]
+
+
 def test_decoder_cuts_batches_by_bytes_for_huge_rows() -> None:
     big = _schema({"type": "int32", "field": "id", "optional": False}, {"type": "array", "items": {"type": "int32", "optional": True}, "field": "arr"})
     records = [record(i, "c", {"id": i, "arr": list(range(100_000))}, schema=big) for i in range(6)]
@@ -334,6 +363,25 @@ def test_sql_quoting_and_statements() -> None:
     assert "DELETE" not in soft and f"t.{C.DELETED} = true" in soft
     assert f"element_at(t.{C.OVERFLOW}, 'id') <=> element_at(s.{C.OVERFLOW}, 'id')" in soft
     assert sql.truncate("x", "0/1", None, 5, soft=False) == f"DELETE FROM x WHERE ({C.POSITION} IS NULL OR {C.POSITION} < '0/1')"
+    # without TOAST placeholders in the batch the statement reads none of the target's own columns
+    lean = sql.merge_keyed("lake.ns.t", "v", ["id", "v"], ["id"], [], soft=False, toast=False, prefilter="t.`id` IN (1, 2)")
+    assert "t.`v` = s.`v`" in lean and "array_contains" not in lean and "t._walflow_overflow = s._walflow_overflow" in lean
+    assert "ON t.`id` <=> s.`id` AND t.`id` IN (1, 2) WHEN" in lean
+    assert sql.insert_latest("x", "v", ["id"], soft=False).endswith("FROM v s WHERE s._walflow_op <> 'd'")
+
+
+def test_merge_prefilter_lists_keys_or_their_hashes() -> None:
+    assert sql.prefilter_kind(["bigint"]) == "values" and sql.prefilter_kind(["int", "string"]) == "hash"
+    assert sql.prefilter_kind(["decimal(12,2)", "timestamp"]) == "hash"
+    assert sql.prefilter_kind(["double"]) is None and sql.prefilter_kind(["array<int>"]) is None  # -0.0/NaN hash apart
+    assert sql.target_prefilter(["id"], ["bigint"], [3, 1, 3]) == "(t.`id` IN (1, 3))"
+    # a null key matches a null key (<=>): IN alone would drop those rows
+    assert sql.target_prefilter(["id"], ["int"], [None, 2]) == "(t.`id` IN (2) OR t.`id` IS NULL)"
+    assert sql.target_prefilter(["id"], ["int"], [None]) == "(t.`id` IS NULL)"
+    assert sql.target_prefilter(["a", "b`"], ["int", "string"], [7, -7]) == "xxhash64(CAST(t.`a` AS int), CAST(t.`b``` AS string)) IN (-7, 7)"
+    assert sql.target_prefilter(["id"], ["bigint"], []) == "false"
+    with pytest.raises(ValueError):
+        sql.target_prefilter(["f"], ["double"], [1.0])
 
 
 def test_source_position_orders_by_commit() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from walflow.airflow.docs import setup_doc, snapshot_doc, stream_doc
-from walflow.airflow.lake import apply_task
+from walflow.airflow.docs import maintain_doc, setup_doc, snapshot_doc, stream_doc
+from walflow.airflow.lake import apply_task, maintain_task
 from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.airflow.timetables import BackfillOnlyTimetable
@@ -108,6 +108,25 @@ def stream_dag(config: ConnectorConfig) -> DAG:
     return dag
 
 
+def maintain_dag(config: ConnectorConfig) -> DAG:
+    """``<name>__maintain``: compaction, delete-file rewriting, snapshot expiry and orphan removal of the connector's
+    lake tables, on ``walflow.lake.maintain.schedule`` (daily by default). Its task and the stream DAG's apply task
+    take the connector's lake lock, so they never run at the same time."""
+    with DAG(
+        dag_id=f"{config.name}__maintain",
+        description=f"walflow connector {config.name}: compact the lake tables, expire old snapshots, remove orphan files",
+        schedule=config.walflow_lake_maintain_schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_default_args(config, retries=1, retry_delay=timedelta(minutes=5)),
+        tags=["walflow", config.name, "lake"],
+        doc_md=maintain_doc(config),
+    ) as dag:
+        maintain_task(config)
+    return dag
+
+
 def _backfill_schedule(schedule: str | None) -> BackfillOnlyTimetable | None:
     """A cron expression or preset as intervals for backfills only; ``None`` (no backfills) unchanged."""
     if schedule is None or schedule in ("@once", "@continuous"):
@@ -181,6 +200,8 @@ def build_connector_dags(directory: str | None = None) -> dict[str, Any]:
     dags: dict[str, Any] = {}
     for config in load_all(directory):
         built = [setup_dag(config), stream_dag(config)]
+        if config.walflow_lake_enabled:
+            built.append(maintain_dag(config))
         if config.signal_table:
             built.append(snapshot_dag(config))
         for dag in built:

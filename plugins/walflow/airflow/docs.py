@@ -120,3 +120,24 @@ condition, for example `updated_at >= '{{{{ data_interval_start }}}}' AND update
 written; a condition the server rejects fails the signal, and the sensor with it (streaming goes on). A run whose
 sensor waits long means `{config.name}__stream` is paused or failing.
 """
+
+
+def maintain_doc(config: ConnectorConfig) -> str:
+    return f"""\
+### Maintain the lake of connector `{config.name}`
+
+Scheduled `{config.walflow_lake_maintain_schedule}`. For every table of {_lake(config)}: rewrites the data files that
+have delete files or are small (the deletes of every merge-on-read apply are applied into new files), drops the
+delete files that then apply to nothing, expires snapshots older than
+{config.walflow_lake_maintain_snapshot_retention_hours:g} h and removes unreferenced files older than
+{config.walflow_lake_maintain_orphan_retention_hours:g} h. The task log shows each table's data and delete files and
+bytes before and after.
+
+Exactly once is kept: the rewrites commit the Kafka offsets of the last apply with their snapshot, and the snapshots
+the next apply reads are never expired. This task and `{config.name}__stream`'s `apply_to_lake` hold the connector's
+lake lock while they run (an advisory lock on the source database), so they never overlap: an apply that finds the
+lock held for a minute is skipped and the next run applies its records.
+
+**When it fails**: a table changed by another writer is named with the way to undo it (the other tables are still
+maintained); a lock held longer than `walflow.lake.maintain.lock.wait.seconds` means a stuck `{config.name}__stream`.
+"""

@@ -14,7 +14,9 @@ from psycopg.conninfo import make_conninfo
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
+from airflow.sdk import BaseHook
 from walflow.kafka import EventProducer, producer_settings
+from walflow.lake.tables import JdbcCatalog
 
 #: Connection extras that are PostgresHook options rather than libpq parameters.
 _NON_LIBPQ_EXTRAS = {"iam", "redshift", "cursor", "cluster-identifier", "workgroup-name", "aws_conn_id", "sqlalchemy_scheme", "sqlalchemy_query", "azure_conn_id", "enable_log_db_messages", "log_sql"}
@@ -66,3 +68,28 @@ class WalflowKafkaHook(KafkaBaseHook):
 
     def bootstrap_servers(self) -> str:
         return str(self.get_connection(self.kafka_config_id).extra_dejson.get("bootstrap.servers", ""))
+
+
+class WalflowIcebergCatalogHook(BaseHook):
+    """The lake's Iceberg JDBC catalog, from a ``postgres`` Connection (host, port, schema = the database, login,
+    password; extras such as ``sslmode`` are passed to both drivers).
+
+    :param catalog_conn_id: the Connection of the catalog's database (``walflow.lake.catalog.conn.id``).
+    """
+
+    conn_name_attr = "catalog_conn_id"
+    default_conn_name = "lake_catalog"
+    conn_type = "postgres"
+    hook_name = "walflow Iceberg JDBC catalog (PostgreSQL)"
+
+    def __init__(self, catalog_conn_id: str = default_conn_name) -> None:
+        super().__init__()
+        self.catalog_conn_id = catalog_conn_id
+
+    def get_conn(self) -> JdbcCatalog:
+        conn = self.get_connection(self.catalog_conn_id)
+        options = {k: str(v) for k, v in conn.extra_dejson.items() if k not in _NON_LIBPQ_EXTRAS}
+        return JdbcCatalog(
+            host=conn.host or "localhost", port=int(conn.port or 5432), database=conn.schema or "postgres",
+            user=conn.login or None, password=conn.password or None, options=options,
+        )

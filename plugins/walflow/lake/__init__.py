@@ -22,12 +22,13 @@ module              responsibility
 ``apply``           :class:`~walflow.lake.apply.LakeJob`: one run over a connector's topics
 ``hooks``           observing the job's steps (the fault tests kill it there)
 ``job``             the spark-submit entry point
-``tables``          reading lake tables with pyiceberg (no Spark)
+``tables``          the catalog (Hadoop folder or JDBC), reading lake tables with pyiceberg (no Spark)
+``maintain``        compaction, delete files, snapshot expiry, orphan files (keeping exactly once)
 ==================  ========================================================================================
 
 The executors import only ``columns``, ``naming``, ``types``, ``values``, ``loose``, ``positions``, ``reader`` and
 ``decoder`` (plain Python, pyarrow, orjson, confluent-kafka), so this package's root imports nothing else
-eagerly: :class:`LakeSettings` (pydantic) and :func:`read_hadoop_table` (pyiceberg) load on first use.
+eagerly: :class:`LakeSettings` (pydantic) and the readers of :mod:`walflow.lake.tables` (pyiceberg) load on first use.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from walflow.lake.reader import partition_end, record_fingerprint
 
 __all__ = [
     "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",
-    "LakeError", "LakeSettings", "format_offsets", "parse_offsets", "partition_end", "read_hadoop_table",
+    "JdbcCatalog", "LakeError", "LakeSettings", "format_offsets", "lake_table_names", "read_lake_table", "parse_offsets", "partition_end", "read_hadoop_table",
     "record_fingerprint", "sql_quote", "sql_string", "table_name",
 ]
 
@@ -61,8 +62,8 @@ def __getattr__(name: str) -> Any:
         from walflow.lake.settings import LakeSettings
 
         return LakeSettings
-    if name == "read_hadoop_table":
-        from walflow.lake.tables import read_hadoop_table
+    if name in ("read_hadoop_table", "read_lake_table", "lake_table_names", "JdbcCatalog"):
+        from walflow.lake import tables
 
-        return read_hadoop_table
+        return getattr(tables, name)
     raise AttributeError(f"module 'walflow.lake' has no attribute {name!r}")

@@ -21,18 +21,20 @@ undecodable record is skipped and listed in the commit's summary).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import orjson
 import pyarrow as pa
 
 from walflow.lake import columns as C
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
-from walflow.lake.positions import source_position
+from walflow.lake.positions import position
 from walflow.lake.reader import Record, read_slice
 from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
@@ -72,13 +74,64 @@ class DecodePlan:
         return ", ".join(f"{sql_quote(n)} {t}" for n, t in self.columns())
 
 
-def split_records(records: Iterable[Record]) -> Iterator[tuple[str | None, str | None, int, int, bool, bytes | None, Any, int, str | None]]:
+class Source(msgspec.Struct):
+    """The fields of an event's ``source`` block the job reads (the others are skipped, not parsed into objects)."""
+
+    lsn: Any = None
+    sequence: Any = None
+    ts_ms: Any = None
+    schema: Any = None
+    table: Any = None
+
+
+class Transaction(msgspec.Struct):
+    total_order: Any = None
+
+
+class Envelope(msgspec.Struct):
+    """The fields of a change event the decoder reads. Parsing straight into these skips every other field of
+    the payload (``ts_us``, ``ts_ns``, most of ``source``...) without building it: about half of orjson's time
+    for a whole payload as a dict."""
+
+    op: Any = None
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    source: Source | None = None
+    transaction: Transaction | None = None
+
+
+_ENVELOPE = msgspec.json.Decoder(Envelope)
+
+
+def _typed(payload: bytes) -> Any:
+    """The payload as an :class:`Envelope`; a payload of another shape as orjson parses it (the decoder reports
+    it, as it reports anything that is not a change event)."""
+    try:
+        return _ENVELOPE.decode(payload)
+    except msgspec.ValidationError:
+        return orjson.loads(payload)
+
+
+def _as_envelope(payload: Any) -> Any:
+    if isinstance(payload, dict):
+        try:
+            return msgspec.convert(payload, Envelope)
+        except msgspec.ValidationError:
+            return payload
+    return payload
+
+
+def split_records(
+    records: Iterable[Record], typed: bool = False
+) -> Iterator[tuple[str | None, str | None, int, int, bool, bytes | None, Any, int, str | None]]:
     """Split each record into its schema and its parsed payload; tombstones are dropped.
 
     Yields (schema hash, schema text on the first record of that schema here else None, partition, offset, keyed,
     key, payload, size in bytes, error). The hash of a record without a schema part is "". A record that is not
-    JSON gives hash None, payload None and the error.
+    JSON gives hash None, payload None and the error. With ``typed`` a change event's payload is an
+    :class:`Envelope` (the decoder's form), anything else the value orjson parses; otherwise a dict.
     """
+    loads = _typed if typed else orjson.loads
     hashes: dict[bytes, str] = {}
     head = b""  # the previous record's bytes up to its payload, b'{"schema":...,"payload":'
     head_hash = ""
@@ -89,7 +142,7 @@ def split_records(records: Iterable[Record]) -> Iterator[tuple[str | None, str |
         try:
             if head and value.startswith(head):
                 schema_hash = head_hash
-                payload = orjson.loads(value[len(head) : -1])
+                payload = loads(value[len(head) : -1])
             else:
                 schema_bytes = None
                 if value.startswith(SCHEMA_PREFIX):
@@ -98,21 +151,28 @@ def split_records(records: Iterable[Record]) -> Iterator[tuple[str | None, str |
                     if cut > 0:
                         schema_bytes = value[len(SCHEMA_PREFIX) : cut]
                         head = value[: cut + len(PAYLOAD_SEPARATOR)]
-                        payload = orjson.loads(value[len(head) : -1])
+                        payload = loads(value[len(head) : -1])
                 if schema_bytes is None:
                     head = b""
-                    doc = orjson.loads(value)
-                    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
-                        payload = doc["payload"]
-                        schema_bytes = orjson.dumps(doc["schema"], option=orjson.OPT_SORT_KEYS) if doc["schema"] is not None else b""
+                    # a record without a schema part is the payload itself (an envelope with an op)
+                    plain = _plain_event(value) if typed else None
+                    if plain is not None:
+                        payload, schema_bytes = plain, b""
                     else:
-                        payload, schema_bytes = doc, b""
+                        doc = orjson.loads(value)
+                        if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
+                            payload = doc["payload"]
+                            schema_bytes = orjson.dumps(doc["schema"], option=orjson.OPT_SORT_KEYS) if doc["schema"] is not None else b""
+                        else:
+                            payload, schema_bytes = doc, b""
+                        if typed:
+                            payload = _as_envelope(payload)
                 schema_hash = hashes.get(schema_bytes)  # type: ignore[assignment]
                 if schema_hash is None:
                     schema_hash = hashes[schema_bytes] = hashlib.sha1(schema_bytes).hexdigest() if schema_bytes else ""
                     text = schema_bytes.decode()
                 head_hash = schema_hash
-        except orjson.JSONDecodeError as exc:
+        except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
             head = b""
             yield None, None, partition, offset, False, key, None, len(value), f"not JSON: {exc}"
             continue
@@ -121,6 +181,15 @@ def split_records(records: Iterable[Record]) -> Iterator[tuple[str | None, str |
         # a key serialised with its schema still has a payload of null for a null key
         keyed = key is not None and not (key.startswith(SCHEMA_PREFIX) and key.endswith(_NULL_KEY_END))
         yield schema_hash, text, partition, offset, keyed, key, payload, len(value), None
+
+
+def _plain_event(value: bytes) -> Envelope | None:
+    """``value`` as an :class:`Envelope` when it is a change event without a schema part, else None."""
+    try:
+        event = _ENVELOPE.decode(value)
+    except msgspec.DecodeError:
+        return None
+    return event if event.op is not None else None
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -142,8 +211,9 @@ class Decoder:
         self.temporal = [has_temporal(t) for t in self.data_types]
         self.filled = [plan.defaults.get(n) for n in self.names]
         self.watch = set(plan.watch)
-        # per schema hash: its shape and where each target column sits in its rows (-1: absent, use the default)
-        self.shapes: dict[str, tuple[RowShape, list[int]]] = {"": (self.target, list(range(self.n_data)))}
+        # per schema hash: its shape, where each target column sits in its rows (-1: absent, use the default;
+        # None: the target's own order) and its compiled converter
+        self.shapes: dict[str, tuple[RowShape, list[int] | None, Any]] = {"": (self.target, None, self.target.compiled())}
         self.unknown: dict[tuple[str, ...], list[str]] = {}
         #: the target was built for records without a schema part (their columns are typed from JSON values)
         self.plan_schemaless = any(f.get("name") == LOOSE for f in self.target.fields)
@@ -155,28 +225,56 @@ class Decoder:
             for task in batch.to_pylist():
                 yield from self.decode(read_slice(self.plan.kafka, task["topic"], task["partition"], task["start"], task["end"]))
 
-    def shape_of(self, schema_hash: str, schema_text: str | None) -> tuple[RowShape, list[int]]:
-        """The shape of a record's schema and where each target column sits in its converted values."""
+    def decode(self, records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
+        """The events of ``records`` as Arrow batches of :meth:`DecodePlan.columns` (see :meth:`_decode`).
+
+        Python's cyclic garbage collector is off meanwhile: decoding allocates millions of small objects (parsed
+        payloads, rows, decimals) that hold no reference cycles, and the collector's passes over them cost more
+        than the decoding itself (about 40% of the time with a batch of rows alive). Reference counting still
+        frees everything as it goes.
+        """
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            yield from self._decode(records)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def shape_of(self, schema_hash: str, schema_text: str | None) -> tuple[RowShape, list[int] | None, Any]:
+        """The shape of a record's schema, where each target column sits in its converted values (None: in the
+        target's order), and its compiled converter (:meth:`RowShape.compiled`)."""
         known = self.shapes.get(schema_hash)
         if known is None:
             if schema_text is None:
                 raise ValueError(f"schema {schema_hash} came without its text")
             shape = RowShape(orjson.loads(schema_text))
             positions = {n: i for i, n in enumerate(shape.names)}
-            known = self.shapes[schema_hash] = (shape, [positions.get(n, -1) for n in self.names])
+            order = [positions.get(n, -1) for n in self.names]
+            same = order == list(range(self.n_data)) and len(shape.names) == self.n_data
+            known = self.shapes[schema_hash] = (shape, None if same else order, shape.compiled())
         return known
 
-    def decode(self, records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
+    def _decode(self, records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
+        """The events of ``records`` as Arrow batches of :meth:`DecodePlan.columns`.
+
+        This loop runs once per record read, so it keeps the common case (one image, a known schema, every value
+        converted) to a few steps: each output row is one tuple of the frame's columns and the table's, turned
+        into columns when a batch is cut; the statistics columns, null on almost every row, are kept apart
+        (:class:`_Batch`).
+        """
         plan = self.plan
         placeholders, accept, topic = plan.placeholders, plan.accept, plan.topic
-        width = len(self.schema)
-        n_meta, n_data = self.n_meta, self.n_data
-        filled, empty = self.filled, [None] * n_data
-        kinds: dict[str, set[str]] = {}
-        columns: list[list[Any]] = [[] for _ in range(width)]
-        overflow: dict[int, list[tuple[str, str]]] = {}
+        batch_rows, batch_bytes = plan.batch_rows, plan.batch_bytes
+        width = len(C.FRAME_META) + self.n_data
+        filled, empty = self.filled, [None] * self.n_data
+        shapes = self.shapes
+        out = _Batch()
+        rows = out.rows
         size = 0
         last_source: tuple[Any, Any] | None = None
+        last_hash: str | None = None
+        last_keyed: bool | None = None
         key_seen = False
         # schema texts: each goes out once per slice, with the first event of its schema that is written
         texts: dict[str, str] = {}
@@ -192,79 +290,104 @@ class Decoder:
                 doc["value"] = _short(value)
             row: list[Any] = [None] * width
             row[1], row[2] = partition, offset
-            row[width - 2] = orjson.dumps(doc).decode()
-            for column_values, v in zip(columns, row):
-                column_values.append(v)
+            out.problems[len(rows)] = orjson.dumps(doc).decode()
+            out.runs(len(rows), None, None)
+            rows.append(tuple(row))
 
         def convert(shape: RowShape, image: dict[str, Any], partition: int, offset: int) -> tuple[list[Any], list[str], list[Any]] | None:
-            try:
-                values, toasted = shape.convert(image, placeholders)
-                return values, toasted, []
-            except Exception:  # noqa: BLE001 - found again below, with its column and value
-                values, toasted, failures = shape.convert_leniently(image, placeholders)
-                if (partition, offset) in accept:
-                    return values, toasted, failures
-                column, value, why = failures[0] if failures else (None, image, "conversion failed")
-                problem(partition, offset, column, value, why, schemaless=shape is self.target and self.plan_schemaless)
-                return None
+            """The careful conversion of an image whose compiled conversion failed: which value, and whether the
+            record is accepted anyway."""
+            values, toasted, failures = shape.convert_leniently(image, placeholders)
+            if (partition, offset) in accept:
+                return values, toasted, failures
+            column, value, why = failures[0] if failures else (None, image, "conversion failed")
+            problem(partition, offset, column, value, why, schemaless=shape is self.target and self.plan_schemaless)
+            return None
 
-        for schema_hash, schema_text, partition, offset, keyed, key, payload, nbytes, error in split_records(records):
+        for schema_hash, schema_text, partition, offset, keyed, key, payload, nbytes, error in split_records(records, typed=True):
             size += nbytes
             if schema_text is not None:
                 texts[schema_hash] = schema_text  # type: ignore[index]
-            accepted = (partition, offset) in accept
-            if error is not None or not isinstance(payload, dict) or "op" not in payload:
-                problem(partition, offset, None, None if error else payload, error or "not a change event (no 'op' in its payload)", accepted)
+            if error is not None or type(payload) is not Envelope or payload.op is None:
+                if error is None and isinstance(payload, dict) and payload.get("op") is not None:
+                    error = "not a change event: its 'source', 'transaction', 'before' or 'after' is not an object"
+                problem(partition, offset, None, None if error else payload, error or "not a change event (no 'op' in its payload)", (partition, offset) in accept)
+                last_hash = last_keyed = None
                 continue
             try:
-                shape, order = self.shape_of(schema_hash, texts.get(schema_hash))  # type: ignore[arg-type]
-                op = payload["op"]
-                source = payload.get("source") or {}
-                a, b, c = source_position(source, payload.get("transaction"))
-                lsn, ts = source.get("lsn"), source.get("ts_ms")
-                row = payload.get("after") if op != "d" else payload.get("before")
-                old = payload.get("before") if op == "u" and not keyed else None
+                shape, order, compiled = shapes.get(schema_hash) or self.shape_of(schema_hash, texts.get(schema_hash))  # type: ignore[arg-type]
+                op = payload.op
+                source = payload.source or _NO_SOURCE
+                transaction = payload.transaction
+                a, b, c = position(source.lsn, source.sequence, None if transaction is None else transaction.total_order)
+                lsn, ts = source.lsn, source.ts_ms
+                row = payload.after if op != "d" else payload.before
+                old = payload.before if op == "u" and not keyed else None
             except Exception as exc:  # noqa: BLE001 - a malformed event, reported with its place
-                problem(partition, offset, None, payload, f"{type(exc).__name__}: {exc}", accepted)
+                problem(partition, offset, None, payload, f"{type(exc).__name__}: {exc}", (partition, offset) in accept)
+                last_hash = last_keyed = None
                 continue
-            images: list[tuple[Any, int, bool]] = []
-            if old is not None:
+            sign = -1 if op == "d" else 1
+            failures = None
+            if old is None and row is not None:
+                try:
+                    values, toasted = compiled(row, placeholders)
+                except Exception:  # noqa: BLE001 - found again by the careful conversion, with its column and value
+                    converted = convert(shape, row, partition, offset)
+                    if converted is None:
+                        last_hash = last_keyed = None
+                        continue  # reported
+                    values, toasted, failures = converted
+            elif row is None:
+                values, toasted = empty, []
+            else:
                 # an update without a key: its old row leaves (sign -1), its new row arrives (sign +1)
-                images.append((convert(shape, old, partition, offset), -1, False))
-            images.append((convert(shape, row, partition, offset) if row is not None else (empty, [], []), -1 if op == "d" else 1, True))
-            if any(image is None for image, _sign, _event in images):
-                continue  # reported
+                old_image = convert(shape, old, partition, offset) if _fails(compiled, old, placeholders) else (*compiled(old, placeholders), None)
+                new_image = convert(shape, row, partition, offset) if _fails(compiled, row, placeholders) else (*compiled(row, placeholders), None)
+                if old_image is None or new_image is None:
+                    last_hash = last_keyed = None
+                    continue  # reported
+                old_values, old_toasted, old_failures = old_image
+                if old_failures:
+                    out.overflow.setdefault(len(rows), []).extend((n, _short(v, 10_000)) for n, v, _why in old_failures)
+                if order is not None:
+                    old_values = [old_values[j] if j >= 0 else default for j, default in zip(order, filled)]
+                if schema_hash != last_hash or keyed != last_keyed:
+                    out.runs(len(rows), schema_hash, keyed)
+                    last_hash, last_keyed = schema_hash, keyed
+                if old_toasted:
+                    out.toasted = True
+                rows.append((op, partition, offset, lsn, ts, old_toasted, a, b, c, -1, None, *old_values))
+                values, toasted, failures = new_image
             if schema_hash == "" and row is not None:
-                self._track(row, kinds)
-            name = (source.get("schema"), source.get("table"))
-            changed = name != last_source
-            last_source = name
-            for (values, toasted, failures), sign, event in images:
-                if failures:
-                    overflow.setdefault(len(columns[0]), []).extend((n, _short(v, 10_000)) for n, v, _why in failures)
-                data = values if values is empty else [values[j] if j >= 0 else default for j, default in zip(order, filled)]
-                for column_values, v in zip(columns, (op, partition, offset, lsn, ts, toasted, a, b, c, sign, None)):
-                    column_values.append(v)
-                for column_values, v in zip(columns[n_meta:], data):
-                    column_values.append(v)
-                if event:
-                    text = None
-                    if schema_hash not in sent:
-                        text = texts.get(schema_hash)  # type: ignore[arg-type]
-                        sent.add(schema_hash)  # type: ignore[arg-type]
-                    stats = (schema_hash, text, keyed, key if keyed and not key_seen else None,
-                             name[0] if changed else None, name[1] if changed else None, None, None)
-                else:
-                    stats = (schema_hash, None, keyed, None, None, None, None, None)
-                for column_values, v in zip(columns[n_meta + n_data :], stats):
-                    column_values.append(v)
-            key_seen = key_seen or keyed
-            if len(columns[0]) >= plan.batch_rows or size >= plan.batch_bytes:
-                yield self._flush(columns, overflow, kinds)
-                columns = [[] for _ in range(width)]
-                overflow, kinds, size = {}, {}, 0
-        if columns[0] or kinds:
-            yield self._flush(columns, overflow, kinds)
+                self._track(row, out.kinds)
+            if failures:
+                out.overflow.setdefault(len(rows), []).extend((n, _short(v, 10_000)) for n, v, _why in failures)
+            if order is not None and values is not empty:
+                values = [values[j] if j >= 0 else default for j, default in zip(order, filled)]
+            if toasted:
+                out.toasted = True
+            if schema_hash != last_hash or keyed != last_keyed:
+                out.runs(len(rows), schema_hash, keyed)
+                last_hash, last_keyed = schema_hash, keyed
+            name = (source.schema, source.table)
+            text = None
+            if schema_hash not in sent:
+                text = texts.get(schema_hash)  # type: ignore[arg-type]
+                sent.add(schema_hash)  # type: ignore[arg-type]
+            if text is not None or (keyed and not key_seen) or name != last_source:
+                out.sparse[len(rows)] = (text, key if keyed and not key_seen else None, *(name if name != last_source else (None, None)))
+                last_source = name
+                key_seen = key_seen or keyed
+            rows.append((op, partition, offset, lsn, ts, toasted, a, b, c, sign, None, *values))
+            if len(rows) >= batch_rows or size >= batch_bytes:
+                yield self._flush(out)
+                out = _Batch()
+                rows = out.rows
+                size = 0
+                last_hash = last_keyed = None
+        if rows or out.kinds:
+            yield self._flush(out)
 
     def _track(self, row: dict[str, Any] | None, kinds: dict[str, set[str]]) -> None:
         """Note the JSON kinds of the schemaless columns being typed, and of columns the target lacks."""
@@ -280,30 +403,100 @@ class Decoder:
             if kind is not None:
                 seen.add(kind)
 
-    def _flush(self, columns: list[list[Any]], overflow: dict[int, list[tuple[str, str]]], kinds: dict[str, set[str]]) -> pa.RecordBatch:
+    def _flush(self, out: _Batch) -> pa.RecordBatch:
+        """One Arrow batch of :meth:`DecodePlan.columns` from the rows and statistics gathered in ``out``."""
         n_meta, width = self.n_meta, len(self.schema)
-        if not columns[0]:  # only kinds to report: one row that is no event
-            for column_values in columns:
-                column_values.append(None)
-        if kinds:
-            columns[-1][-1] = orjson.dumps({n: sorted(k) for n, k in kinds.items()}).decode()
-        arrays: dict[int, pa.Array] = {}
+        rows = out.rows
+        if not rows:  # only kinds to report: one row that is no event
+            out.runs(0, None, None)
+            rows.append((None,) * (n_meta + self.n_data))
+        n = len(rows)
+        columns: list[Any] = list(zip(*rows))
+        problems = out.problems
+        arrays: list[pa.Array | None] = [None] * width
         for i in range(n_meta, n_meta + self.n_data):
             array, fitted = column_array(columns[i], self.schema.field(i).type, self.temporal[i - n_meta])
             name = self.names[i - n_meta]
             for row, (status, text) in fitted.items():
-                overflow.setdefault(row, []).append((name, text))
+                out.overflow.setdefault(row, []).append((name, text))
                 where = (columns[1][row], columns[2][row])
-                if status == INVALID and where not in self.plan.accept and columns[width - 2][row] is None:
+                if status == INVALID and where not in self.plan.accept and row not in problems:
                     # a value of the wrong kind for its column: the record is malformed; the driver stops with it
-                    columns[width - 2][row] = orjson.dumps(
+                    problems[row] = orjson.dumps(
                         {"topic": self.plan.topic, "partition": where[0], "offset": where[1], "column": name, "value": _short(text),
                          "error": f"not a value of the column's type ({self.schema.field(i).type})", "schemaless": self.plan_schemaless}
                     ).decode()
             arrays[i] = array
-        columns[_OVERFLOW_AT] = [overflow.get(row) for row in range(len(columns[0]))]
-        batch = [arrays[i] if i in arrays else pa.array(values, type=self.schema.field(i).type) for i, values in enumerate(columns)]
-        return pa.RecordBatch.from_arrays(batch, schema=self.schema)
+        for i in range(n_meta):
+            kind = self.schema.field(i).type
+            if i == _OVERFLOW_AT:
+                arrays[i] = pa.array(_spread(n, out.overflow), type=kind) if out.overflow else pa.nulls(n, kind)
+            elif i == _TOAST_AT and not out.toasted:
+                arrays[i] = pa.repeat(pa.scalar([], type=kind), n)
+            else:
+                arrays[i] = pa.array(columns[i], type=kind)
+        # statistics: the schema hash and whether the record had a key change in runs; the rest on a few rows
+        stats = n_meta + self.n_data
+        hashes, keyed = [], []
+        bounds = [*out.run_starts, n]
+        for (start, schema_hash, has_key), end in zip(out.run_values, bounds[1:]):
+            hashes.append(pa.repeat(pa.scalar(schema_hash, pa.string()), end - start))
+            keyed.append(pa.repeat(pa.scalar(has_key, pa.bool_()), end - start))
+        arrays[stats] = pa.concat_arrays(hashes)
+        arrays[stats + 2] = pa.concat_arrays(keyed)
+        for k, i in enumerate((stats + 1, stats + 3, stats + 4, stats + 5)):
+            kind = self.schema.field(i).type
+            arrays[i] = pa.array(_spread(n, {r: v[k] for r, v in out.sparse.items()}), type=kind) if out.sparse else pa.nulls(n, kind)
+        arrays[stats + 6] = pa.array(_spread(n, problems), type=pa.string()) if problems else pa.nulls(n, pa.string())
+        kinds = orjson.dumps({name: sorted(k) for name, k in out.kinds.items()}).decode() if out.kinds else None
+        arrays[stats + 7] = pa.array([None] * (n - 1) + [kinds], type=pa.string()) if kinds else pa.nulls(n, pa.string())
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
+class _Batch:
+    """What :meth:`Decoder.decode` gathers for one output batch: a tuple per row (the frame's columns and the
+    table's), and the statistics columns apart (null on almost every row): the schema hash and whether the record
+    had a key in runs of equal values, the sparse ones (schema text, key, source names) by row, problems by row,
+    the JSON kinds of schemaless columns, the overflow entries by row, and whether any row holds a placeholder."""
+
+    __slots__ = ("kinds", "overflow", "problems", "rows", "run_starts", "run_values", "sparse", "toasted")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+        self.run_starts: list[int] = []
+        self.run_values: list[tuple[int, str | None, bool | None]] = []
+        self.sparse: dict[int, tuple[Any, Any, Any, Any]] = {}
+        self.problems: dict[int, str] = {}
+        self.kinds: dict[str, set[str]] = {}
+        self.overflow: dict[int, list[tuple[str, str]]] = {}
+        self.toasted = False
+
+    def runs(self, row: int, schema_hash: str | None, keyed: bool | None) -> None:
+        """From ``row`` on, the rows have this schema hash and key flag (until the next call)."""
+        if self.run_starts and self.run_starts[-1] == row:
+            self.run_values[-1] = (row, schema_hash, keyed)
+            return
+        self.run_starts.append(row)
+        self.run_values.append((row, schema_hash, keyed))
+
+
+def _spread(n: int, values: dict[int, Any]) -> list[Any]:
+    """A column of ``n`` rows holding ``values`` (row -> value) and null elsewhere."""
+    column: list[Any] = [None] * n
+    for row, value in values.items():
+        column[row] = value
+    return column
+
+
+def _fails(compiled: Any, image: dict[str, Any], placeholders: tuple[Any, ...]) -> bool:
+    """Whether the compiled conversion of ``image`` raises (the careful one then says which value)."""
+    try:
+        compiled(image, placeholders)
+    except Exception:  # noqa: BLE001 - any failure: the careful conversion reports it
+        return True
+    return False
+
+
+_NO_SOURCE = Source()
 _OVERFLOW_AT = [name for name, _t in C.FRAME_META].index(C.OVERFLOW)
+_TOAST_AT = [name for name, _t in C.FRAME_META].index(C.TOAST)

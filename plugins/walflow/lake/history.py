@@ -22,9 +22,25 @@ def table_exists(spark: SparkSession, ident: str) -> bool:
     return bool(spark.catalog.tableExists(ident))
 
 
+def holds_no_rows(spark: SparkSession, ident: str) -> bool:
+    """True when the table's current snapshot has no data file (a new table, or one whose files were all deleted)."""
+    return int(spark.sql(f"SELECT count(*) FROM {ident}.data_files").collect()[0][0]) == 0
+
+
 def stored_position(spark: SparkSession, ident: str, topic: str, rollback: tuple[str, str, str]) -> tuple[dict[int, int], dict[int, str]]:
     """The offsets committed with the newest walflow snapshot that has them, and the fingerprints of the last
-    record applied from each partition (committed alongside).
+    record applied from each partition (committed alongside). See :func:`offsets_snapshot`."""
+    found = offsets_snapshot(spark, ident, rollback)
+    if found is None:
+        return {}, {}
+    summary = found[1]
+    prints = orjson.loads(summary.get(C.FINGERPRINTS_PROPERTY) or "{}").get(topic, {})
+    return parse_offsets(summary[C.OFFSETS_PROPERTY]).get(topic, {}), {int(p): v for p, v in prints.items()}
+
+
+def offsets_snapshot(spark: SparkSession, ident: str, rollback: tuple[str, str, str]) -> tuple[int, dict[str, str]] | None:
+    """How many snapshots back from the current one the newest that carries walflow's offsets is (0: the current
+    one), and its summary; None for a table that has none (or does not exist).
 
     The walk follows the current snapshot's ancestry (a rollback leaves the rolled-back snapshots out). Every
     snapshot on the way must be walflow's (it carries ``walflow.commit`` or offsets) or a compaction
@@ -33,15 +49,15 @@ def stored_position(spark: SparkSession, ident: str, topic: str, rollback: tuple
     namespace, table name) for the message's advice.
     """
     if not table_exists(spark, ident):
-        return {}, {}
+        return None
     snapshots = {r["snapshot_id"]: r for r in spark.sql(f"SELECT snapshot_id, parent_id, operation, committed_at, summary FROM {ident}.snapshots").collect()}
     refs = spark.sql(f"SELECT snapshot_id FROM {ident}.refs WHERE name = 'main'").collect()
     current = refs[0]["snapshot_id"] if refs else None
+    distance = 0
     while current is not None and current in snapshots:
         row = snapshots[current]
         summary = row["summary"] or {}
-        text = summary.get(C.OFFSETS_PROPERTY)
-        if row["operation"] != "replace" and C.COMMIT_PROPERTY not in summary and not text:
+        if row["operation"] != "replace" and C.COMMIT_PROPERTY not in summary and not summary.get(C.OFFSETS_PROPERTY):
             catalog, namespace, name = rollback
             raise LakeHistoryError(
                 f"lake table {ident} was changed by another writer: its snapshot {current} ({row['operation']}, "
@@ -49,23 +65,23 @@ def stored_position(spark: SparkSession, ident: str, topic: str, rollback: tuple
                 "source, and walflow will not apply changes on top of it. Undo that change with CALL "
                 f"{sql_quote(catalog)}.system.rollback_to_snapshot({sql_string(sql_quote(namespace) + '.' + sql_quote(name))}, {row['parent_id']}) "
                 "(the snapshot before it), or drop the lake table and re-snapshot the source; only compaction "
-                "(rewrite_data_files, operation 'replace') may run on walflow's tables."
+                "(rewrite_data_files, operation 'replace', or walflow's own <name>__maintain DAG) may run on walflow's tables."
             )
-        if text:
-            prints = orjson.loads(summary.get(C.FINGERPRINTS_PROPERTY) or "{}").get(topic, {})
-            return parse_offsets(text).get(topic, {}), {int(p): v for p, v in prints.items()}
+        if summary.get(C.OFFSETS_PROPERTY):
+            return distance, dict(summary)
         current = row["parent_id"]
+        distance += 1
     if current is not None:
         # The ancestry ends at an expired snapshot before any that carries offsets: starting again from offset
         # 0 would apply every event twice (and duplicate the rows of keyless tables), so stop instead.
         raise LakeHistoryError(
             f"lake table {ident}: the snapshots since walflow last committed offsets do not reach back to one that "
             f"has them (snapshot {current} was expired), so the job cannot tell which Kafka records it already applied. "
-            "When expiring snapshots, keep the newest one walflow committed (summary 'walflow.commit'), e.g. "
-            "expire_snapshots(retain_last => 1) only right after a walflow run; now drop the lake table and re-snapshot "
-            "the source, or apply into a new walflow.lake.namespace."
+            "Expire snapshots with walflow's <name>__maintain DAG, which keeps the ones the next run needs (or keep "
+            "the newest one walflow committed, summary 'walflow.offsets', when expiring by hand); now drop the lake "
+            "table and re-snapshot the source, or apply into a new walflow.lake.namespace."
         )
-    return {}, {}
+    return None
 
 
 def commit(spark: SparkSession, statement: str, properties: dict[str, str], kind: str) -> None:

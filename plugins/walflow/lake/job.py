@@ -1,11 +1,12 @@
-"""The lake job's entry point: ``include/spark/apply_changes.py`` calls :func:`main` under spark-submit.
+"""The lake jobs' entry points: ``include/spark/apply_changes.py`` calls :func:`main` under spark-submit,
+``include/spark/maintain_lake.py`` :func:`maintain_main`.
 
     spark-submit --jars iceberg-spark-runtime-3.5_2.12-1.10.2.jar --conf spark.sql.catalog.lake=... \\
         include/spark/apply_changes.py --settings '<LakeSettings JSON>'
 
 The Kafka client settings (``bootstrap.servers``, TLS, SASL) come from ``$WALFLOW_KAFKA_CONFIG`` (JSON), the Airflow
-task's environment, never from the command line. ``$WALFLOW_APPLY_HOOKS`` may name hooks to call at each step
-(:mod:`walflow.lake.hooks`).
+task's environment, never from the command line, as do Spark settings holding secrets (``$WALFLOW_LAKE_CATALOG_CONF``:
+the JDBC catalog's password). ``$WALFLOW_APPLY_HOOKS`` may name hooks to call at each step (:mod:`walflow.lake.hooks`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import walflow
 from walflow.errors import WalflowError
 from walflow.lake.apply import LakeJob
 from walflow.lake.hooks import load_hooks
-from walflow.lake.settings import KAFKA_ENV, LakeSettings
+from walflow.lake.maintain import LakeMaintenance
+from walflow.lake.settings import CATALOG_ENV, KAFKA_ENV, LakeSettings
 
 log = logging.getLogger("walflow.apply")
 #: the exit status of a run stopped by a walflow error (its JSON is in the --result file)
@@ -67,25 +69,49 @@ def ship_walflow(spark: SparkSession) -> None:
     spark.sparkContext.addPyFile(str(executor_archive(Path(tempfile.mkdtemp(prefix="walflow-pyfiles-")))))
 
 
+def catalog_secrets(spark: SparkSession) -> None:
+    """Spark settings that hold secrets (the JDBC catalog's password) from ``$WALFLOW_LAKE_CATALOG_CONF`` (JSON),
+    set before the catalog is first used: they never appear on spark-submit's command line."""
+    text = os.environ.get(CATALOG_ENV, "").strip()
+    for key, value in (orjson.loads(text) if text else {}).items():
+        spark.conf.set(key, str(value))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="apply a walflow connector's change events to Iceberg")
+    """``include/spark/apply_changes.py``: apply the connector's topics to its lake tables."""
+    return _run("apply", argv)
+
+
+def maintain_main(argv: list[str] | None = None) -> int:
+    """``include/spark/maintain_lake.py``: compact, rewrite deletes, expire and clean the connector's lake tables."""
+    return _run("maintain", argv)
+
+
+def _run(task: str, argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(description=f"{task} a walflow connector's Iceberg tables")
     parser.add_argument("--settings", required=True, help="the connector's LakeSettings as JSON")
-    parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers, over those of $WALFLOW_KAFKA_CONFIG")
-    parser.add_argument("--topics", default="", help="comma-separated topics (default: every table topic of the connector)")
+    if task == "apply":
+        parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers, over those of $WALFLOW_KAFKA_CONFIG")
+        parser.add_argument("--topics", default="", help="comma-separated topics (default: every table topic of the connector)")
     parser.add_argument("--result", default="", help="write the JSON summary to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     settings = LakeSettings.from_argument(args.settings)
-    kafka = kafka_settings(args.bootstrap)
-    spark = SparkSession.builder.appName(f"walflow-apply-{settings.connector}").getOrCreate()
+    kafka = kafka_settings(args.bootstrap) if task == "apply" else {}
+    # the application's name is spark-submit's --name (the Airflow task gives walflow-<task>-<connector>)
+    spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    if not spark.sparkContext.master.startswith("local"):
+    catalog_secrets(spark)
+    if task == "apply" and not spark.sparkContext.master.startswith("local"):
         ship_walflow(spark)
     started = time.monotonic()
-    only = [t.strip() for t in args.topics.split(",") if t.strip()] or None
     try:
-        results = LakeJob(spark, settings, kafka, load_hooks()).run(only)
+        if task == "apply":
+            only = [t.strip() for t in args.topics.split(",") if t.strip()] or None
+            results = LakeJob(spark, settings, kafka, load_hooks()).run(only)
+        else:
+            results = LakeMaintenance(spark, settings).run()
     except WalflowError as exc:
         # the cause and the fix, without a Python or JVM stack trace in front of them; the task reads the result
         # file to know whether running again can help (a LakeError cannot: it needs a person)
@@ -96,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         return ERROR_EXIT
     summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}
     text = orjson.dumps(summary, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-    print(f"WALFLOW_APPLY_SUMMARY {text}")
+    print(f"WALFLOW_{task.upper()}_SUMMARY {text}")
     if args.result:
         Path(args.result).write_text(text)
     spark.stop()

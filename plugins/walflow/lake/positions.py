@@ -15,7 +15,14 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def source_position(source: dict[str, Any], transaction: dict[str, Any] | None) -> tuple[int, int, int]:
-    """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``.
+    """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``,
+    from its ``source`` and ``transaction`` blocks (see :func:`position`)."""
+    return position(source.get("lsn"), source.get("sequence"), None if transaction is None else transaction.get("total_order"))
+
+
+def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
+    """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``,
+    from ``source.lsn``, ``source.sequence`` and ``transaction.total_order``.
 
     Streamed events carry ``source.sequence`` = [LSN of the previous commit, this change's LSN]: the first grows
     from one transaction to the next in commit order and the second inside a transaction, so the commit position
@@ -27,21 +34,23 @@ def source_position(source: dict[str, Any], transaction: dict[str, Any] | None) 
     initial snapshot the slot's consistent point, for an incremental snapshot the high watermark where the rows
     were emitted (DBLog: every change after the watermark is newer, the chunk dropped its rows changed before).
 
-    Only ``lsn`` and ``sequence`` of the source block are read, and only ``total_order`` of the transaction block,
-    so fields a newer Debezium adds (``ts_us``, ``ts_ns``, ``origin``...) change nothing.
+    Only these fields are read, so fields a newer Debezium adds (``ts_us``, ``ts_ns``, ``origin``...) change
+    nothing.
     """
-    lsn = _int(source.get("lsn"))
-    sequence = source.get("sequence")
-    order = _int((transaction or {}).get("total_order"))
+    if type(lsn) is not int:  # this runs for every event: the common case (an int) skips the conversion
+        lsn = _int(lsn)
+    order = 0 if total_order is None else _int(total_order)
     if sequence:
-        # '["<previous>","<change>"]' as the stream writes it, without a JSON parse (this runs for every event)
-        if isinstance(sequence, str) and sequence.startswith('["') and sequence.endswith('"]') and sequence.count('"') == 4:
-            previous, change = sequence[2:-2].split('","')
-        else:
-            try:
-                previous, change = orjson.loads(sequence) if isinstance(sequence, str) else sequence
-            except (ValueError, TypeError):
-                previous, change = None, None
+        # '["<previous>","<change>"]' as the stream writes it, without a JSON parse
+        if type(sequence) is str and sequence[:2] == '["' and sequence[-2:] == '"]':
+            parts = sequence[2:-2].split('","')
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                previous, change = int(parts[0]), int(parts[1])
+                return (previous if previous > change else change), change, order
+        try:
+            previous, change = orjson.loads(sequence) if isinstance(sequence, str) else sequence
+        except (ValueError, TypeError):
+            previous, change = None, None
         change_lsn = _int(change, lsn)
         return max(_int(previous), change_lsn), change_lsn, order
     return lsn, 0, order

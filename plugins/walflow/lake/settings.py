@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 #: the repository's root, whose ``.walflow/warehouse`` is the embedded runtime's warehouse
 PROJECT = Path(__file__).resolve().parents[3]
 KAFKA_ENV = "WALFLOW_KAFKA_CONFIG"
+#: Spark settings with secrets (a JDBC catalog's password), JSON, in the lake job's environment
+CATALOG_ENV = "WALFLOW_LAKE_CATALOG_CONF"
 
 
 def default_warehouse() -> str:
@@ -50,6 +52,10 @@ class LakeSettings(BaseModel):
     toasted_value_placeholder: str
     #: "<topic>:<partition>:<offset>" of records whose unconvertible values are accepted (README)
     accept_records: tuple[str, ...] = ()
+    #: maintenance: snapshots older than this are expired (never the ones the next apply needs)
+    snapshot_retention_hours: float = 120.0
+    #: maintenance: files in a table's folder that no snapshot references and older than this are removed
+    orphan_retention_hours: float = 72.0
 
     @field_validator("accept_records")
     @classmethod
@@ -77,6 +83,8 @@ class LakeSettings(BaseModel):
             "changelog": config.walflow_lake_changelog,
             "toasted_value_placeholder": config.toasted_value_placeholder,
             "accept_records": tuple(config.walflow_lake_accept_records),
+            "snapshot_retention_hours": config.walflow_lake_maintain_snapshot_retention_hours,
+            "orphan_retention_hours": config.walflow_lake_maintain_orphan_retention_hours,
         }
         values.update(overrides)
         try:

@@ -1,22 +1,110 @@
-"""Reading lake tables without Spark (pyiceberg): for ``walflow status``, the demo, downstream DAGs and tests."""
+"""Reading lake tables without Spark (pyiceberg), and the lake's catalog: for ``walflow status``, the demo,
+downstream DAGs and tests.
+
+The lake's Iceberg catalog is either a Hadoop catalog on a folder (the default: no service, each table's metadata
+names its current version) or Iceberg's JDBC catalog on a PostgreSQL database (:class:`JdbcCatalog`): two tables,
+``iceberg_tables`` and ``iceberg_namespace_properties``, that Spark (Iceberg's Java ``JdbcCatalog``) and pyiceberg
+(``SqlCatalog``) both read and write, so that other engines and services find the tables by name.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyiceberg.table import StaticTable
+if TYPE_CHECKING:
+    from walflow.lake.settings import LakeSettings
 
 
 def read_hadoop_table(warehouse: str, namespace: str, table: str) -> Any | None:
     """A lake table of a Hadoop catalog opened with pyiceberg, or None if it does not exist.
 
     The Hadoop catalog keeps no catalog service: the table is ``<warehouse>/<namespace>/<table>``, and
-    ``metadata/version-hint.text`` names its current metadata file. For REST, Hive or JDBC catalogs use
-    ``pyiceberg.catalog.load_catalog`` instead.
+    ``metadata/version-hint.text`` names its current metadata file.
     """
+    from pyiceberg.table import StaticTable
+
     folder = Path(warehouse) / namespace / table / "metadata"
     hint = folder / "version-hint.text"
     if not hint.exists():
         return None
     return StaticTable.from_metadata(str(folder / f"v{hint.read_text().strip()}.metadata.json"))
+
+
+@dataclass(frozen=True)
+class JdbcCatalog:
+    """Iceberg's JDBC catalog on a PostgreSQL database (from an Airflow Connection: see
+    :class:`walflow.airflow.hooks.WalflowIcebergCatalogHook`).
+
+    Spark writes it through Iceberg's ``JdbcCatalog`` (catalog type ``jdbc``, schema version ``V1``, whose
+    ``iceberg_type`` column pyiceberg's ``SqlCatalog`` also reads); pyiceberg reads it through SQLAlchemy on
+    psycopg 3. Both name the catalog as Spark does (``walflow.lake.catalog``): it is a column of its rows.
+    """
+
+    host: str
+    port: int
+    database: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    #: libpq/JDBC connection options both drivers understand (``sslmode``, ``sslrootcert``...)
+    options: dict[str, str] = field(default_factory=dict)
+
+    def jdbc_url(self) -> str:
+        query = "&".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        return f"jdbc:postgresql://{self.host}:{self.port}/{self.database}" + (f"?{query}" if query else "")
+
+    def spark_conf(self, catalog: str, warehouse: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Spark settings of the catalog named ``catalog``: those that may be shown, and those that hold secrets
+        (the password), which reach the job through its environment, never its command line."""
+        prefix = f"spark.sql.catalog.{catalog}"
+        public = {
+            prefix: "org.apache.iceberg.spark.SparkCatalog",
+            f"{prefix}.type": "jdbc",
+            f"{prefix}.uri": self.jdbc_url(),
+            # V1 adds the iceberg_type column (tables or views) that pyiceberg's SqlCatalog reads and writes too
+            f"{prefix}.jdbc.schema-version": "V1",
+            f"{prefix}.warehouse": warehouse,
+        }
+        if self.user:
+            public[f"{prefix}.jdbc.user"] = self.user
+        secret = {f"{prefix}.jdbc.password": self.password} if self.password else {}
+        return public, secret
+
+    def sqlalchemy_url(self) -> str:
+        from sqlalchemy.engine import URL
+
+        url = URL.create("postgresql+psycopg", username=self.user, password=self.password, host=self.host, port=self.port, database=self.database, query=self.options)
+        return url.render_as_string(hide_password=False)
+
+    def pyiceberg(self, catalog: str, warehouse: str) -> Any:
+        """pyiceberg's ``SqlCatalog`` on the same tables as Spark's catalog ``catalog``."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        return SqlCatalog(catalog, uri=self.sqlalchemy_url(), warehouse=warehouse)
+
+
+def read_lake_table(settings: LakeSettings, table: str, catalog: JdbcCatalog | None = None) -> Any | None:
+    """The lake table ``table`` (``<schema>__<table>``) of a connector opened with pyiceberg, or None if it does
+    not exist: through the JDBC catalog when there is one, else from the Hadoop catalog's folder."""
+    if catalog is None:
+        return read_hadoop_table(settings.warehouse, settings.namespace, table)
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.pyiceberg(settings.catalog, settings.warehouse).load_table((settings.namespace, table))
+    except NoSuchTableError:
+        return None
+
+
+def lake_table_names(settings: LakeSettings, catalog: JdbcCatalog | None = None) -> list[str]:
+    """The names of the connector's lake tables (its namespace's)."""
+    if catalog is None:
+        folder = Path(settings.warehouse) / settings.namespace
+        return sorted(p.name for p in folder.glob("*") if (p / "metadata").is_dir())
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        return sorted(ident[-1] for ident in catalog.pyiceberg(settings.catalog, settings.warehouse).list_tables(settings.namespace))
+    except NoSuchNamespaceError:
+        return []
