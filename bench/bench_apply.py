@@ -17,8 +17,8 @@ Phases (all by default, ``--phases`` picks some):
     one), with the MERGE alone of the same batch into the same table measured beside it. Each is run twice
     (undone in between) and the faster counts, so that both sizes are compared with the JVM equally warm.
 
-The broker is restarted between phases (the embedded broker never frees a topic's memory); every phase uses
-topics of its own.
+Each phase runs in a process and a Spark session (JVM) of its own, as each run of the lake job is a spark-submit of
+its own; the broker is restarted between phases (the embedded broker never frees a topic's memory).
 
     python bench/bench_apply.py [--rows 1000000] [--large-rows 20000000] [--batch 10000] [--phases throughput,schemaless,scaling]
 """
@@ -30,6 +30,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -76,7 +77,7 @@ def producer() -> EventProducer:
     return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}))
 
 
-def start_spark(warehouse: str, config: ConnectorConfig, driver_memory: str, java_options: str = "") -> Any:
+def start_spark(warehouse: str, config: ConnectorConfig, driver_memory: str, java_options: str = "", extra_conf: str = "") -> Any:
     """One local[2] session for the whole run (JVM start-up is not timed), with the stream DAG's catalog settings."""
     from pyspark.sql import SparkSession
 
@@ -91,6 +92,8 @@ def start_spark(warehouse: str, config: ConnectorConfig, driver_memory: str, jav
     for key, value in spark_conf(config).items():
         builder = builder.config(key, value)
     builder = builder.config(f"spark.sql.catalog.{LakeSettings.from_config(config).catalog}.warehouse", warehouse)
+    for key, value in (json.loads(extra_conf) if extra_conf else {}).items():
+        builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
@@ -146,7 +149,8 @@ def spread_changes(dsn: str, rows: int, batch: int) -> int:
     updates, deletes, inserts = batch * 8 // 10, batch // 10, batch - batch * 8 // 10 - batch // 10
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id IN (SELECT 1 + k * (%s::bigint / %s) FROM generate_series(0, %s - 1) k)", (rows, updates, updates))
-        conn.execute("DELETE FROM bench WHERE id IN (SELECT 2 + k * (%s::bigint / %s) FROM generate_series(0, %s - 1) k)", (rows, deletes, deletes))
+        # between the updated ids (step / 2 after one of them), so that no key is both updated and deleted
+        conn.execute("DELETE FROM bench WHERE id IN (SELECT 1 + %s / 2 + k * %s * 8 FROM generate_series(0, %s - 1) k)", (rows // updates, rows // updates, deletes))
         conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint + %s) g", (rows, rows, inserts))
     return updates + deletes + inserts
 
@@ -236,7 +240,7 @@ def changes_frame(spark: Any, first: int, rows: int, spread: int | None = None, 
     else:
         updates, deletes = spread * 8 // 10, spread // 10
         frame = spark.range(spread).selectExpr(
-            f"CASE WHEN id < {updates} THEN 1 + id * ({rows} DIV {updates}) WHEN id < {updates + deletes} THEN 2 + (id - {updates}) * ({rows} DIV {deletes}) "
+            f"CASE WHEN id < {updates} THEN 1 + id * {rows // updates} WHEN id < {updates + deletes} THEN 1 + {rows // updates // 2} + (id - {updates}) * {rows // updates * 8} "
             f"ELSE {rows} + 1 + id - {updates + deletes} END AS id",
             "concat('name-', id) AS name", "CAST(1.5 AS decimal(12,2)) AS price", "CAST(timestamp_seconds(1735689600) AS timestamp_ntz) AS created",
             "true AS active", f"CASE WHEN id < {updates} THEN 'u' WHEN id < {updates + deletes} THEN 'd' ELSE 'c' END AS op",
@@ -409,45 +413,64 @@ def scaling(spark: Any, warehouse: str, sizes: list[int], batch: int) -> dict[st
     return out
 
 
+def run_phase(phase: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One phase in this process's own Spark session (JVM start-up not timed)."""
+    warehouse = tempfile.mkdtemp(prefix="walflow-bench-apply-")
+    spark = start_spark(warehouse, make_config("bench", warehouse, True), args.driver_memory, args.java_options, args.spark_conf)
+    try:
+        restart_broker()
+        if phase == "throughput":
+            return throughput(spark, warehouse, args.rows, schemas=True)
+        if phase == "schemaless":
+            return throughput(spark, warehouse, args.rows, schemas=False)
+        if phase == "scaling":
+            return scaling(spark, warehouse, [args.rows, args.large_rows], args.batch)
+        raise SystemExit(f"unknown phase {phase!r}")
+    finally:
+        spark.stop()
+        shutil.rmtree(warehouse, ignore_errors=True)
+        restart_broker()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--large-rows", type=int, default=20_000_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--phases", default="throughput,schemaless,scaling")
+    parser.add_argument("--phase", default="", help=argparse.SUPPRESS)  # one phase, in this process (internal)
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--java-options", default="", help="the driver JVM's options (local mode: the executors' too)")
+    parser.add_argument("--spark-conf", default="", help="more Spark settings, as a JSON object")
     args = parser.parse_args()
-    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    warehouse = tempfile.mkdtemp(prefix="walflow-bench-apply-")
-    spark = start_spark(warehouse, make_config("bench", warehouse, True), args.driver_memory, args.java_options)
+    if args.phase:
+        result = run_phase(args.phase, args)
+        result["driver_python_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        print("BENCH_PHASE " + json.dumps(result))
+        return
+    # Each phase runs in a process (and a JVM) of its own, as each run of the lake job is a spark-submit of its own:
+    # no phase profits from code another one compiled.
     figures: dict[str, Any] = {"bench": "apply", "master": "local[2]"}
     started = time.perf_counter()
-    try:
-        restart_broker()
-        if "throughput" in phases:
-            figures["throughput"] = throughput(spark, warehouse, args.rows, schemas=True)
-            restart_broker()
-        if "schemaless" in phases:
-            figures["schemaless"] = throughput(spark, warehouse, args.rows, schemas=False)
-            restart_broker()
-        if "scaling" in phases:
-            figures["scaling"] = scaling(spark, warehouse, [args.rows, args.large_rows], args.batch)
-        headline: dict[str, Any] = {}
-        if "throughput" in figures:
-            t = figures["throughput"]
-            headline["apply_changes_per_s"] = t["apply_changes_per_s"]
-            headline["apply_over_read_plus_merge"] = t["apply_over_read_plus_merge"]
-        if "schemaless" in figures:
-            headline["schemaless_apply_changes_per_s"] = figures["schemaless"]["apply_changes_per_s"]
-        if "scaling" in figures:
-            headline["scaling_apply_large_over_small"] = figures["scaling"]["apply_large_over_small"]
-            headline["scaling_merge_only_large_over_small"] = figures["scaling"]["merge_only_large_over_small"]
-        figures = {**figures, **headline, "seconds": round(time.perf_counter() - started), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
-        print(json.dumps(figures))
-    finally:
-        spark.stop()
-        shutil.rmtree(warehouse, ignore_errors=True)
+    for phase in [p.strip() for p in args.phases.split(",") if p.strip()]:
+        command = [sys.executable, __file__, "--phase", phase, "--rows", str(args.rows), "--large-rows", str(args.large_rows),
+                   "--batch", str(args.batch), "--driver-memory", args.driver_memory, f"--java-options={args.java_options}",
+                   f"--spark-conf={args.spark_conf}"]
+        result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH_PHASE ")]
+        if result.returncode != 0 or not lines:
+            sys.exit(f"phase {phase} failed (exit {result.returncode})")
+        figures[phase] = json.loads(lines[-1].split(" ", 1)[1])
+    if "throughput" in figures:
+        figures["apply_changes_per_s"] = figures["throughput"]["apply_changes_per_s"]
+        figures["apply_over_read_plus_merge"] = figures["throughput"]["apply_over_read_plus_merge"]
+    if "schemaless" in figures:
+        figures["schemaless_apply_changes_per_s"] = figures["schemaless"]["apply_changes_per_s"]
+    if "scaling" in figures:
+        figures["scaling_apply_large_over_small"] = figures["scaling"]["apply_large_over_small"]
+        figures["scaling_merge_only_large_over_small"] = figures["scaling"]["merge_only_large_over_small"]
+    figures["seconds"] = round(time.perf_counter() - started)
+    print(json.dumps(figures))
 
 
 if __name__ == "__main__":

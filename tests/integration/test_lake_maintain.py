@@ -91,3 +91,33 @@ def test_rounds_then_maintenance_then_rounds_keep_the_lake_exact(spark: Any, dat
         runs += [r for r in apply_lake(spark, config) if r["committed"]]
         _assert_equal(dsn, name)
     _assert_applied_once(name, runs)
+
+
+def test_apply_and_maintenance_never_overlap(database: str) -> None:
+    """The connector's lake lock: a second holder waits, then is told no (and gets it once the first lets go); the
+    Airflow tasks skip the apply or fail the maintenance on that answer, with the reason."""
+    import time
+
+    import airflow.sdk.exceptions as exceptions
+
+    from tests.privileges import as_connector
+    from walflow.airflow.lake import WalflowApplyOperator, WalflowMaintainOperator
+    from walflow.source import lake_lock
+
+    conninfo = as_connector(database)
+    with lake_lock(conninfo, "c1", wait_seconds=0) as held:
+        assert held
+        started = time.monotonic()
+        with lake_lock(conninfo, "c1", wait_seconds=1.0, poll_seconds=0.2) as second:
+            assert not second and time.monotonic() - started >= 1.0
+        with lake_lock(conninfo, "other", wait_seconds=0) as other:  # another connector's lock is its own
+            assert other
+    with lake_lock(conninfo, "c1", wait_seconds=0) as again:
+        assert again
+    config = connector(unique("lock"))
+    apply = WalflowApplyOperator(task_id="apply_to_lake", connector=config.name, application="x.py")
+    with pytest.raises(exceptions.AirflowSkipException, match="maintenance"):
+        apply._lock_busy(config)
+    maintain = WalflowMaintainOperator(task_id="maintain_lake", connector=config.name, application="x.py")
+    with pytest.raises(exceptions.AirflowException, match="held the lake lock"):
+        maintain._lock_busy(config)
