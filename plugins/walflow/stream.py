@@ -186,6 +186,20 @@ class StreamBatch:
             previous_batch = (store.get("last_batch") or {}) if store.exists() else {}
             events.previous_commit_lsn = previous_batch.get("last_commit_lsn")
             events.last_commit_us = previous_batch.get("last_commit_us")
+            # A server crash can roll a logical slot back to its last checkpointed position, behind the position
+            # the previous batch advanced it to (its state row is WAL-logged, the slot's advance is not). What lies
+            # in between is in Kafka already (the slot only moves after the flush): skip it, as Debezium skips
+            # what its offsets say it processed, rather than produce it again with a newer source.sequence.
+            confirmed_to = previous_batch.get("confirmed_to")
+            skip_before = str_to_lsn(confirmed_to) if confirmed_to else None
+            if skip_before is not None and skip_before > str_to_lsn(slot.confirmed_flush_lsn):
+                log.warning(
+                    "connector %s: slot %s is at %s, behind %s where the previous batch left it (the server "
+                    "restarted without a checkpoint); the transactions in between are in Kafka already and are skipped",
+                    config.name, config.slot_name, slot.confirmed_flush_lsn, confirmed_to,
+                )  # fmt: skip
+            else:
+                skip_before = None
             inc = self._inc
             # One round = select incremental-snapshot chunks (if any), stream up to the current WAL position,
             # flush, advance the slot, save progress. Without a running incremental snapshot there is one round.
@@ -212,7 +226,7 @@ class StreamBatch:
                     config.walflow_batch_max_seconds,
                 )
                 summary.stopped_by = "end"
-                advance_to = self._stream(conn, upto_text, info.version_num, summary, started)
+                advance_to = self._stream(conn, upto_text, info.version_num, summary, started, skip_before)
                 if config.heartbeat_interval_ms > 0 and not summary.heartbeat_sent:
                     # A batch runs far less often than a Debezium heartbeat interval, so each batch sends one.
                     events.send_heartbeat()
@@ -356,7 +370,12 @@ class StreamBatch:
         server_version: int,
         summary: BatchSummary,
         started: float,
+        skip_before: int | None = None,
     ) -> int | None:
+        """Stream the slot up to ``upto_text`` and return where the slot may advance to (None: nowhere yet).
+
+        Transactions that commit before ``skip_before`` were produced by an earlier batch and are read past
+        (their Relation messages still refresh the schema cache)."""
         config = self.config
         producer = self.producer
         decoder = PgOutputDecoder()
@@ -377,6 +396,8 @@ class StreamBatch:
         # constant part for the few transactions of bookkeeping a batch writes, which the next one decodes too).
         upto_nchanges = max_events * 3 + 64 + (8 * len(inc.chunks) if inc is not None else 0)
         returned = 0
+        skipping = False
+        skipped = 0
         conn.autocommit = False
         try:
             with conn.cursor(name="walflow_peek", binary=True) as cur:
@@ -395,13 +416,23 @@ class StreamBatch:
                     for lsn_value, data in rows:
                         msg = decoder.decode(data)
                         cls = type(msg)
+                        if skipping and cls is not Commit and cls is not Relation:
+                            continue
                         if cls is Insert or cls is Update or cls is Delete:
                             assert tx is not None
                             events.change(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Begin:
+                            if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
+                                skipping = True
+                                continue
                             tx = Transaction(msg, lsn_value)  # type: ignore[arg-type]
                             self._fault("before_produce")
                         elif cls is Commit:
+                            if skipping:
+                                skipping = False
+                                skipped += 1
+                                last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
+                                continue
                             assert tx is not None
                             events.tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
                             summary.transactions += 1
@@ -431,6 +462,8 @@ class StreamBatch:
                             assert tx is not None
                             events.truncate(msg, tx, lsn_value, summary, per_topic)
                         elif cls is Message:
+                            if tx is None and skip_before is not None and lsn_value < skip_before:
+                                continue  # a non-transactional message an earlier batch read
                             if msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
                                 if inc is not None:
                                     inc.on_watermark(msg.content, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
@@ -459,6 +492,8 @@ class StreamBatch:
                 conn.rollback()
                 conn.autocommit = True
         summary.events_per_topic = dict(per_topic)
+        if skipped:
+            log.warning("connector %s: skipped %d transaction(s) an earlier batch produced", config.name, skipped)
         if complete and returned >= upto_nchanges:
             # PostgreSQL stopped at upto_nchanges, before upto: only what was read may be confirmed.
             complete = False

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -157,6 +158,42 @@ def test_postgres_restarted_mid_batch(spark: Any, database: str, tmp_path: Path,
             found, duplicates = check_topic(all_records(config), database)
             check_lake(spark, config, database, str(tmp_path / "lake"))
         record(f"PostgreSQL restart -m {mode} ({cut} batches cut)", iterations, writer.written, found, duplicates)
+
+
+@pytest.mark.disruptive
+def test_slot_rolled_back_by_a_crash(database: str) -> None:
+    """A crash rolls the slot back to its last checkpointed position, behind where the last batch advanced it:
+    the next batch reads past what Kafka holds already (no duplicate, no newer source.sequence on an old change)
+    and streams what follows with the sequence the earlier batch left."""
+    from walflow.embedded import restart_pg
+
+    seed_table(database, 10)
+    with connector_role(database, "public.t") as role:
+        _raw, config = make_connector(role)
+        # PostgreSQL writes a slot's advance to disk at once only when the advance also moves its restart_lsn
+        # (after decoding a running-transactions record with no older transaction open); otherwise at the next
+        # checkpoint. A transaction left open across the batch, as on any busy server, keeps it in memory.
+        holder = psycopg.connect(database)
+        holder.execute("SELECT txid_current()")
+        with psycopg.connect(database, autocommit=True) as conn:
+            for i in range(20):
+                conn.execute("UPDATE t SET v = %s WHERE id = 1", (i,))
+        first = stream(config, role.dsn)
+        assert first.events == 20
+        advanced = confirmed(role.dsn, config.slot_name)
+        restart_pg("immediate")
+        holder.close()
+        assert confirmed(role.dsn, config.slot_name) != advanced, "the crash did not roll the slot back"
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("UPDATE t SET v = 100 WHERE id = 1")
+        second = stream(config, role.dsn)
+        assert second.events == 1, f"the batch after the crash streamed {second.events} event(s), not only the new change"
+        changes = [r.payload for r in all_records(config) if r.value is not None and r.payload["op"] == "u"]
+        assert [p["after"]["v"] for p in changes] == [*range(20), 100]
+        # the new change's sequence starts at the end of the last commit the first batch read
+        last_commit = orjson.loads(changes[-1]["source"]["sequence"])[0]
+        assert last_commit is not None and int(last_commit) > changes[-2]["source"]["lsn"]
+        assert confirmed(role.dsn, config.slot_name) >= advanced
 
 
 def test_two_runs_at_once(spark: Any, database: str, tmp_path: Path) -> None:
