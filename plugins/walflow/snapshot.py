@@ -7,14 +7,14 @@ WAL position is recorded (the reference's isolation approach): changes between t
 the snapshot may be streamed again after it, which replays to the same state.
 
 Tables are read in keyset-ordered chunks of ``snapshot.fetch.size`` rows (the primary key, compared as a row
-value), so nothing holds a whole table in memory; ``snapshot.max.threads`` readers work in parallel, each
-on its own connection that imports the same snapshot.
+value), so nothing holds a whole table in memory. With ``snapshot.max.threads`` above 1, that many reader processes
+read key ranges of the tables in parallel, each on its own connection that imports the same snapshot and with its
+own producer (:mod:`walflow.snapshot_workers`).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -178,19 +178,12 @@ class SnapshotEmitter:
             sequence=f'[null,"{lsn}"]' if lsn is not None else None, tx_id=self.xid, lsn=lsn,
         )  # fmt: skip
 
-    def table_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> int:
-        """Emit every row of one table; return how many.
-
-        Values are assembled from pre-serialised parts (schema, source block) around one ``orjson.dumps`` of
-        the row: snapshots are the hottest path walflow has. Each record is sent one row late, so that the
-        table's last row can be held back for its ``last``/``last_in_data_collection`` marker.
-        """
+    def encoder(self, table: TableSchema, marker: str, middle: bytes | None = None) -> Callable[..., tuple[bytes | None, dict[str, Any], bytes]]:
+        """``encode(values, middle=None)``: a row's key, event row and record value, the value assembled from
+        pre-serialised parts (schema, source block with ``marker`` or the given ``middle``, or the one passed to
+        ``encode``) around one ``orjson.dumps`` of the row: snapshots are the hottest path walflow has."""
         ser = self._ser
         fmt = self.fmt
-        incremental = self.kind == "incremental"
-        send = self.producer.send
-        headers = fmt.context_headers or None
-        topic = table.topic
         key_prefix = table.key_schema_json
         has_key = table.has_key
         key_names = [f.name for f in table.key_fields]
@@ -201,33 +194,52 @@ class SnapshotEmitter:
         tail = fmt.processing_tail()
         if ser.value_schemas:
             head, tail = table.value_schema_json + head, tail + b"}"
-        source_key, after_source = fmt.envelope_parts("r")
-
-        def middle(marker: str) -> bytes:
-            return source_key + dumps(self.source(table, marker)) + after_source
-
-        regular = middle("incremental" if incremental else "true")
-        is_first_table = not incremental and table.data_collection == self.first_table
-        first = regular if incremental else middle("first" if is_first_table else "first_in_data_collection")
+        regular = middle if middle is not None else self.middle(table, marker)
         ts = fmt.processing_time()
+        count = 0
+
+        def encode(values: list[Any], middle: bytes | None = None) -> tuple[bytes | None, dict[str, Any], bytes]:
+            nonlocal count, ts
+            after = table.row(values)
+            if has_key:
+                key = ser.key(key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values))
+            else:
+                key = None
+            count += 1
+            if count & 0x1FFF == 0:
+                ts = fmt.processing_time()
+            return key, after, join((head, dumps(after), regular if middle is None else middle, ts, tail))
+
+        return encode
+
+    def middle(self, table: TableSchema, marker: str) -> bytes:
+        """The serialised part of a value from its source block (with ``marker``) to its processing time."""
+        source_key, after_source = self.fmt.envelope_parts("r")
+        return source_key + orjson.dumps(self.source(table, marker)) + after_source
+
+    def table_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> int:
+        """Emit every row of one table; return how many.
+
+        Each record is sent one row late, so that the table's last row can be held back for its
+        ``last``/``last_in_data_collection`` marker.
+        """
+        incremental = self.kind == "incremental"
+        send = self.producer.send
+        headers = self.fmt.context_headers or None
+        topic = table.topic
+        encode = self.encoder(table, "incremental" if incremental else "true")
+        is_first_table = not incremental and table.data_collection == self.first_table
+        first = None if incremental else self.middle(table, "first" if is_first_table else "first_in_data_collection")
         pending_key: bytes | None = None
         pending_value = b""
         pending_after: dict[str, Any] | None = None
         count = 0
         try:
             for values in rows:
-                after = table.row(values)
-                if has_key:
-                    key = ser.key(key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values))
-                else:
-                    key = None
                 if pending_after is not None:
                     send(topic, pending_key, pending_value, headers)
                 count += 1
-                if count & 0x1FFF == 0:
-                    ts = fmt.processing_time()
-                pending_key, pending_after = key, after
-                pending_value = join((head, dumps(after), first if count == 1 else regular, ts, tail))
+                pending_key, pending_after, pending_value = encode(values, first if count == 1 else None)
             if pending_after is not None:
                 if incremental:
                     send(topic, pending_key, pending_value, headers)
@@ -426,7 +438,7 @@ class InitialSnapshot:
         if config.snapshot_delay_ms:
             self._progress(f"snapshot.delay.ms: waiting {config.snapshot_delay_ms} ms before the snapshot")
             time.sleep(config.snapshot_delay_ms / 1000)
-        threads = max(1, min(config.snapshot_max_threads, len(tables) or 1))
+        threads = max(1, config.snapshot_max_threads) if tables else 1
         leader = connect(self.conninfo, autocommit=True, application_name=f"walflow:{config.name}:snapshot")
         try:
             _begin_snapshot_transaction(leader, self.snapshot_name, config.database_query_timeout_ms)
@@ -447,46 +459,32 @@ class InitialSnapshot:
                 f"snapshot of {len(tables)} table(s) at LSN {summary.position_lsn} with {threads} reader(s): "
                 + ", ".join(t.name for t in tables)
             )
-            work: queue.Queue[SnapshotTable] = queue.Queue()
-            for table in tables:
-                work.put(table)
-            errors: list[BaseException] = []
+            if threads > 1:
+                # reader processes, each importing this snapshot (snapshot_workers: key ranges, markers kept)
+                from walflow.snapshot_workers import RangeEmitter, ReaderSpec, SnapshotReaders
 
-            def reader(conn: psycopg.Connection) -> None:
-                try:
-                    while not errors:
-                        try:
-                            table = work.get_nowait()
-                        except queue.Empty:
-                            return
-                        try:
-                            summary.rows_per_table[table.name] = self._read(conn, table, emitter)
-                        except psycopg.errors.QueryCanceled:
-                            raise SnapshotError(
-                                f"reading table {table.name} for the snapshot was cancelled after "
-                                f"database.query.timeout.ms={config.database_query_timeout_ms} (statement timeout, per "
-                                "chunk of snapshot.fetch.size rows): raise the setting (0 turns it off) or lower "
-                                "snapshot.fetch.size, then run the setup again"
-                            ) from None
-                except BaseException as exc:  # noqa: BLE001 - reported by the coordinator
-                    errors.append(exc)
-
-            conns = [leader] + [connect(self.conninfo, autocommit=True, application_name=f"walflow:{config.name}:snapshot") for _ in range(threads - 1)]
-            try:
-                for conn in conns[1:]:
-                    _begin_snapshot_transaction(conn, snapshot_name, config.database_query_timeout_ms)
-                workers = [threading.Thread(target=reader, args=(c,), name=f"walflow-snapshot-{i}") for i, c in enumerate(conns)]
-                for w in workers:
-                    w.start()
-                for w in workers:
-                    w.join()
-            finally:
-                for conn in conns[1:]:
-                    conn.close()
-            if errors:
-                raise errors[0]
-            emitter.finish()
-            summary.rows = emitter.rows
+                spec = ReaderSpec(
+                    config, self.conninfo, self.producer.settings, self.producer.partitions, snapshot_name, self.position_lsn, xid,
+                    database, emitter.started_us, tuple(t.name for t in tables), config.walflow_kafka_flush_timeout_s,
+                )
+                coordinator = RangeEmitter(config, self.producer, database, self.position_lsn, xid, table_order=[t.name for t in tables])
+                coordinator.started_us = emitter.started_us
+                rows = SnapshotReaders(spec, threads, self._progress).run(tables, coordinator)
+                summary.rows_per_table.update(rows)
+                summary.rows = sum(rows.values())
+            else:
+                for table in tables:
+                    try:
+                        summary.rows_per_table[table.name] = self._read(leader, table, emitter)
+                    except psycopg.errors.QueryCanceled:
+                        raise SnapshotError(
+                            f"reading table {table.name} for the snapshot was cancelled after "
+                            f"database.query.timeout.ms={config.database_query_timeout_ms} (statement timeout, per "
+                            "chunk of snapshot.fetch.size rows): raise the setting (0 turns it off) or lower "
+                            "snapshot.fetch.size, then run the setup again"
+                        ) from None
+                emitter.finish()
+                summary.rows = emitter.rows
         finally:
             leader.close()
         summary.seconds = round(time.monotonic() - started, 3)

@@ -11,6 +11,8 @@ delivery, as with Debezium.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -59,6 +61,8 @@ log = logging.getLogger(__name__)
 
 #: How many rows the server-side cursor hands over per round trip.
 FETCH_ROWS = 2000
+#: blocks of FETCH_ROWS rows fetched ahead of the one being converted
+PREFETCH_BLOCKS = 2
 #: Seconds between two progress lines in the task log.
 PROGRESS_EVERY_S = 10.0
 
@@ -98,6 +102,54 @@ class BatchSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+class _Prefetch:
+    """Blocks of the slot's rows fetched by a thread of their own while the previous block is converted.
+
+    The wait for PostgreSQL (decoding the WAL, sending the rows) releases the interpreter lock, so it overlaps
+    the conversion instead of following it. Memory stays bounded: at most ``depth`` blocks wait in the queue.
+    The thread alone uses the cursor until :meth:`close` returns; errors (a server restart) reach the caller at
+    its next :meth:`next`.
+    """
+
+    def __init__(self, cursor: Any, rows: int, depth: int = PREFETCH_BLOCKS) -> None:
+        self._cursor = cursor
+        self._rows = rows
+        self._blocks: queue.Queue[list[Any] | BaseException] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fetch, name="walflow-stream-fetch", daemon=True)
+        self._thread.start()
+
+    def _fetch(self) -> None:
+        try:
+            while not self._stop.is_set():
+                block = self._cursor.fetchmany(self._rows)
+                if not self._put(block) or not block:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+            self._put(exc)
+
+    def _put(self, item: list[Any] | BaseException) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._blocks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def next(self) -> list[Any]:
+        """The next block of rows ([] at the end)."""
+        item = self._blocks.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop fetching and wait for a fetch under way to return (the connection is then free again)."""
+        self._stop.set()
+        self._thread.join()
 
 
 class StreamBatch:
@@ -408,80 +460,84 @@ class StreamBatch:
                     + ")",
                     (config.slot_name, upto_text, upto_nchanges, *options),
                 )
-                while True:
-                    rows = cur.fetchmany(FETCH_ROWS)
-                    if not rows:
-                        break
-                    returned += len(rows)
-                    for lsn_value, data in rows:
-                        msg = decoder.decode(data)
-                        cls = type(msg)
-                        if skipping and cls is not Commit and cls is not Relation:
-                            continue
-                        if cls is Insert or cls is Update or cls is Delete:
-                            assert tx is not None
-                            events.change(msg, tx, lsn_value, summary, per_topic)
-                        elif cls is Begin:
-                            if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
-                                skipping = True
+                blocks = _Prefetch(cur, FETCH_ROWS)
+                try:
+                    while True:
+                        rows = blocks.next()
+                        if not rows:
+                            break
+                        returned += len(rows)
+                        for lsn_value, data in rows:
+                            msg = decoder.decode(data)
+                            cls = type(msg)
+                            if skipping and cls is not Commit and cls is not Relation:
                                 continue
-                            tx = Transaction(msg, lsn_value)  # type: ignore[arg-type]
-                            self._fault("before_produce")
-                        elif cls is Commit:
-                            if skipping:
-                                skipping = False
-                                skipped += 1
+                            if cls is Insert or cls is Update or cls is Delete:
+                                assert tx is not None
+                                events.change(msg, tx, lsn_value, summary, per_topic)
+                            elif cls is Begin:
+                                if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
+                                    skipping = True
+                                    continue
+                                tx = Transaction(msg, lsn_value)  # type: ignore[arg-type]
+                                self._fault("before_produce")
+                            elif cls is Commit:
+                                if skipping:
+                                    skipping = False
+                                    skipped += 1
+                                    last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
+                                    continue
+                                assert tx is not None
+                                events.tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
+                                summary.transactions += 1
                                 last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
-                                continue
-                            assert tx is not None
-                            events.tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
-                            summary.transactions += 1
-                            last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
-                            # Debezium's "last commit LSN": the position it reports for the commit, its end
-                            events.previous_commit_lsn = last_commit_end
-                            events.last_commit_us = tx.commit_us
-                            if summary.first_lsn is None and tx.total:
-                                summary.first_lsn = lsn_to_str(tx.final_lsn)
-                            if tx.total:
-                                summary.last_lsn = lsn_to_str(tx.final_lsn)
-                                summary.last_event_commit_ms = tx.commit_ms
-                            tx = None
-                            if summary.events >= max_events:
-                                summary.stopped_by = "walflow.batch.max.events"
-                                complete = False
-                                break
-                            if time.monotonic() >= deadline:
-                                summary.stopped_by = "walflow.batch.max.seconds"
-                                complete = False
-                                break
-                        elif cls is Relation:
-                            previous = self._schemas.pop(msg.relation_id, None)  # type: ignore[attr-defined]
-                            self._captured_before[msg.relation_id] = previous is not None  # type: ignore[attr-defined]
-                            self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
-                        elif cls is Truncate:
-                            assert tx is not None
-                            events.truncate(msg, tx, lsn_value, summary, per_topic)
-                        elif cls is Message:
-                            if tx is None and skip_before is not None and lsn_value < skip_before:
-                                continue  # a non-transactional message an earlier batch read
-                            if msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
-                                if inc is not None:
-                                    inc.on_watermark(msg.content, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
-                            else:
-                                events.message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
-                        elif cls is Origin and tx is not None:
-                            tx.origin, tx.origin_lsn = msg.name, msg.lsn  # type: ignore[attr-defined]
-                            # pgoutput sends the Begin of a replayed transaction together with its Origin, and the
-                            # streaming protocol then reports no LSN for the Begin: Debezium's BEGIN id has LSN 0
-                            tx.begin_lsn = 0
-                    else:
-                        now = time.monotonic()
-                        if now >= next_progress:
-                            next_progress = now + PROGRESS_EVERY_S
-                            self._progress(summary, producer, lsn_value, started)
-                        self._fault("produced")
-                        continue
-                    break
+                                # Debezium's "last commit LSN": the position it reports for the commit, its end
+                                events.previous_commit_lsn = last_commit_end
+                                events.last_commit_us = tx.commit_us
+                                if summary.first_lsn is None and tx.total:
+                                    summary.first_lsn = lsn_to_str(tx.final_lsn)
+                                if tx.total:
+                                    summary.last_lsn = lsn_to_str(tx.final_lsn)
+                                    summary.last_event_commit_ms = tx.commit_ms
+                                tx = None
+                                if summary.events >= max_events:
+                                    summary.stopped_by = "walflow.batch.max.events"
+                                    complete = False
+                                    break
+                                if time.monotonic() >= deadline:
+                                    summary.stopped_by = "walflow.batch.max.seconds"
+                                    complete = False
+                                    break
+                            elif cls is Relation:
+                                previous = self._schemas.pop(msg.relation_id, None)  # type: ignore[attr-defined]
+                                self._captured_before[msg.relation_id] = previous is not None  # type: ignore[attr-defined]
+                                self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
+                            elif cls is Truncate:
+                                assert tx is not None
+                                events.truncate(msg, tx, lsn_value, summary, per_topic)
+                            elif cls is Message:
+                                if tx is None and skip_before is not None and lsn_value < skip_before:
+                                    continue  # a non-transactional message an earlier batch read
+                                if msg.prefix == WATERMARK_PREFIX:  # type: ignore[attr-defined]
+                                    if inc is not None:
+                                        inc.on_watermark(msg.content, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
+                                else:
+                                    events.message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
+                            elif cls is Origin and tx is not None:
+                                tx.origin, tx.origin_lsn = msg.name, msg.lsn  # type: ignore[attr-defined]
+                                # pgoutput sends the Begin of a replayed transaction together with its Origin, and the
+                                # streaming protocol then reports no LSN for the Begin: Debezium's BEGIN id has LSN 0
+                                tx.begin_lsn = 0
+                        else:
+                            now = time.monotonic()
+                            if now >= next_progress:
+                                next_progress = now + PROGRESS_EVERY_S
+                                self._progress(summary, producer, lsn_value, started)
+                            self._fault("produced")
+                            continue
+                        break
+                finally:
+                    blocks.close()
         except (RecordTooLargeError, DriftError) as exc:
             # Everything before this transaction is confirmed once acknowledged; the run then fails with the fix.
             self._stop_error = exc

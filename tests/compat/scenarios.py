@@ -536,6 +536,8 @@ SNAPSHOT_MODES = Scenario(
         Variant("defaults"),
         Variant("include_order", {"table.include.list": r"public\.z_first,public\.m_one,public\.a_empty"}),
         Variant("threads", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}),
+        # reader processes on key ranges of one or two rows (the last one empty): markers moved to the range ends
+        Variant("key_ranges", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}, walflow={"walflow.snapshot.range.rows": 1}),
         Variant("one_row_first", {"table.include.list": r"public\.m_one,public\.z_first"}),
         Variant("override", {"snapshot.select.statement.overrides": "public.z_first",
                              "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2"}),

@@ -223,6 +223,68 @@ def test_killed_snapshot_is_taken_again_from_the_start(database: str) -> None:
     assert state_of(read_topic(f"{name}.public.t")) == rows(database, "t")
 
 
+@pytest.mark.disruptive
+def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again(database: str) -> None:
+    """snapshot.max.threads=2: a SIGKILL of one reader process fails the setup with a retryable error naming the
+    reader; streaming is refused; the next setup takes the whole snapshot again and nothing is lost."""
+    import psutil
+
+    total = 240_000
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        f"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, {total}) g",
+        "ANALYZE t",
+    )
+    name = unique("killreader")
+    config = connector(name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 1000})
+    failure: list[BaseException] = []
+
+    def run_setup() -> None:
+        try:
+            setup(config, database)
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            failure.append(exc)
+
+    def readers() -> list[Any]:
+        found = []
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if "walflow.snapshot_workers" in child.cmdline():
+                    found.append(child)
+            except psutil.Error:  # gone, or a zombie of another test's child
+                continue
+        return found
+
+    runner = threading.Thread(target=run_setup)
+    runner.start()
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and runner.is_alive() and time.monotonic() < deadline:
+        for child in readers():
+            try:
+                if child.cpu_times().user > 0.5:
+                    child.send_signal(signal.SIGKILL)
+                    killed = child.pid
+                    break
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    runner.join(timeout=300)
+    assert killed is not None, "no reader process was seen at work"
+    assert failure and isinstance(failure[0], SnapshotError), failure
+    assert f"pid {killed}" in str(failure[0]) and "killed by signal 9" in str(failure[0])
+    assert getattr(failure[0], "retryable", False)
+    assert not readers(), "reader processes outlived the failed snapshot"
+    with pytest.raises(SlotError, match="has not completed"):
+        stream(config, database)
+    report = setup(config, database)
+    assert report["snapshot"]["ran"] and report["snapshot"]["rows"] == total
+    run_sql(database, "UPDATE t SET v = 'x' WHERE id = 1", "DELETE FROM t WHERE id = 2")
+    stream(config, database)
+    assert state_of(read_topic(f"{name}.public.t")) == rows(database, "t")
+
+
 def test_golden_types_snapshot_path(database: str) -> None:
     """The snapshot reads values in the same text form as pgoutput: a row looks the same either way."""
     cases = [c for c in CASES if not c.mode]
