@@ -182,6 +182,12 @@ class EventProducer:
             limit=self.max_record_bytes,
         ) from None
 
+    def add_sent(self, records: int, size: int) -> None:
+        """Count records other processes produced, and saw acknowledged, for the work this producer reports on
+        (the snapshot's reader processes), so that records and bytes in summaries cover them."""
+        self.sent += records
+        self.bytes += size
+
     @property
     def settings(self) -> dict[str, Any]:
         """The librdkafka settings this producer was made with (another process's producer uses the same)."""

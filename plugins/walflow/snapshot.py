@@ -469,7 +469,9 @@ class InitialSnapshot:
                 )
                 coordinator = RangeEmitter(config, self.producer, database, self.position_lsn, xid, table_order=[t.name for t in tables])
                 coordinator.started_us = emitter.started_us
-                rows = SnapshotReaders(spec, threads, self._progress).run(tables, coordinator)
+                readers = SnapshotReaders(spec, threads, self._progress)
+                rows = readers.run(tables, coordinator)
+                self.producer.add_sent(readers.records, readers.bytes)
                 summary.rows_per_table.update(rows)
                 summary.rows = sum(rows.values())
             else:

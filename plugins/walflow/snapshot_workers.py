@@ -229,7 +229,7 @@ def reader_main(inbox: Any, outbox: Any) -> int:
             send(outbox, ("unit", unit, count - reported, first, last))
         producer.flush(spec.flush_timeout_s)
         conn.close()
-        send(outbox, ("done", producer.sent))
+        send(outbox, ("done", producer.sent, producer.bytes))
         return 0
     except BaseException as exc:  # noqa: BLE001 - reported to the coordinator, which fails the snapshot with it
         if isinstance(exc, psycopg.errors.QueryCanceled):
@@ -286,6 +286,9 @@ class SnapshotReaders:
         self.spec = spec
         self.readers = readers
         self._progress = progress
+        #: records and bytes the readers' producers sent (all acknowledged: a reader reports them after its flush)
+        self.records = 0
+        self.bytes = 0
 
     def plan(self, tables: list[SnapshotTable]) -> list[ReadUnit]:
         units = []
@@ -322,6 +325,8 @@ class SnapshotReaders:
                     held[(unit.table, unit.part)] = (first, last)
                 elif kind == "done":
                     reader.done = True
+                    self.records += message[1]
+                    self.bytes += message[2]
                 elif kind == "error":
                     _kind, name, text, retryable = message
                     error = SnapshotError(f"snapshot reader {index} failed ({name}): {text}")
