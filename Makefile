@@ -51,7 +51,7 @@ demo: up
 # a slot creation that waits for every transaction). Lane B holds every test that uses Airflow's SQLite metadata
 # database, lanes A and C none; the rest is split to even their times. Each lane's output is printed when it ends.
 LANE_B := tests/e2e
-LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration/test_incremental.py tests/integration/test_lake.py tests/integration/test_roles.py tests/integration/test_setup.py
+LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration/test_incremental.py tests/integration/test_lake.py tests/integration/test_roles.py tests/integration/test_setup.py tests/integration/test_snapshot.py
 LANE_A := tests/unit tests/compat tests/integration $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_C)))
 LANES := a b c
 #: where the tests marked disruptive are (run after the lanes, alone)

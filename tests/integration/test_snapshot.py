@@ -229,7 +229,7 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
     reader; streaming is refused; the next setup takes the whole snapshot again and nothing is lost."""
     import psutil
 
-    total = 240_000
+    total = 100_000
     run_sql(
         database,
         "CREATE TABLE t (id int PRIMARY KEY, v text)",
@@ -237,7 +237,7 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
         "ANALYZE t",
     )
     name = unique("killreader")
-    config = connector(name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 1000})
+    config = connector(name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 500, "walflow.snapshot.range.rows": 10_000})
     failure: list[BaseException] = []
 
     def run_setup() -> None:
@@ -260,16 +260,23 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
     runner.start()
     killed = None
     deadline = time.monotonic() + 120
+    watcher = psycopg.connect(database, autocommit=True)
     while killed is None and runner.is_alive() and time.monotonic() < deadline:
-        for child in readers():
-            try:
-                if child.cpu_times().user > 0.5:
+        # a reader is at work once its connection reads the table
+        (reading,) = watcher.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND query LIKE '%%FROM \"public\".\"t\"%%'",
+            (f"walflow:{name}:snapshot-%",),
+        ).fetchone()
+        if reading:
+            for child in readers():
+                try:
                     child.send_signal(signal.SIGKILL)
                     killed = child.pid
                     break
-            except psutil.Error:
-                continue
-        time.sleep(0.05)
+                except psutil.Error:
+                    continue
+        time.sleep(0.02)
+    watcher.close()
     runner.join(timeout=300)
     assert killed is not None, "no reader process was seen at work"
     assert failure and isinstance(failure[0], SnapshotError), failure
