@@ -55,7 +55,7 @@ LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration
 LANE_A := tests/unit tests/compat tests/integration $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_C)))
 LANES := a b c
 #: where the tests marked disruptive are (run after the lanes, alone)
-ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py
+ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
 PYTEST_ARGS ?=
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -259,7 +259,7 @@ class ChangeEvents:
             return
         inc = self.inc
         if inc is not None and inc.window_tables and table.data_collection in inc.window_tables:
-            self._window_change(inc, table, msg)
+            self._window_change(inc, table, msg, tx.xid)
         if type(msg) is Insert:
             if self._skip_c:
                 summary.filtered += 1
@@ -292,14 +292,14 @@ class ChangeEvents:
             if self.config.tombstones_on_delete:
                 self._tombstone(table, key)
 
-    def _window_change(self, inc: IncrementalSnapshots, table: TableSchema, msg: Insert | Update | Delete) -> None:
-        """A change inside an open watermark window drops the buffered snapshot rows it makes stale."""
+    def _window_change(self, inc: IncrementalSnapshots, table: TableSchema, msg: Insert | Update | Delete, xid: int) -> None:
+        """A change of a table with a chunk buffered drops the chunk's rows it makes stale (see ``on_change``)."""
         if type(msg) is Delete:
-            inc.on_change(table.data_collection, table.row(msg.old))
+            inc.on_change(table.data_collection, table.row(msg.old), xid=xid)
         elif type(msg) is Update:
-            inc.on_change(table.data_collection, table.row(msg.new), table.row(msg.old) if msg.old is not None else None)
+            inc.on_change(table.data_collection, table.row(msg.new), table.row(msg.old) if msg.old is not None else None, xid=xid)
         else:
-            inc.on_change(table.data_collection, table.row(msg.new))
+            inc.on_change(table.data_collection, table.row(msg.new), xid=xid)
 
     def _key_change(
         self,

@@ -42,6 +42,26 @@ class Chunk:
     unique: bool = False
     #: the rows' physical positions, for rows without a key value (no streamed change can name them)
     ctids: list[str] | None = None
+    #: the transactions the SELECT's snapshot did not see as committed, as (32-bit ids in progress, the first id
+    #: not yet completed): one of them can have written its commit before the low watermark and still be invisible
+    #: to the SELECT (its commit waits for the WAL flush or a synchronous standby before it shows), so its changes
+    #: make rows stale even though they are streamed before the window opens
+    unseen: tuple[frozenset[int], int] | None = None
+
+    @property
+    def watched(self) -> bool:
+        """Whether a streamed change of the chunk's table can make one of its rows stale now."""
+        return self.in_window or self.unseen is not None
+
+    def stale_by(self, xid: int | None) -> bool:
+        """Whether a change of transaction ``xid`` streamed now makes the chunk's rows with its keys stale."""
+        if self.in_window:
+            return True
+        if self.unseen is None or xid is None:
+            return False
+        in_progress, xmax = self.unseen
+        # xid >= xmax in PostgreSQL's circular order of 32-bit ids
+        return xid in in_progress or ((xid - xmax) & 0xFFFFFFFF) < 0x80000000
 
     def current(self) -> tuple[list[Sequence[Any]], int]:
         """The rows to emit when the window closes, and how many were dropped as stale.
@@ -152,11 +172,12 @@ class ChunkReader:
                 raise SignalError(f"{what} does not work on {name}: {self.describe(exc)}; send the signal again with a valid one") from None
 
     @contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self, repeatable: bool = False) -> Iterator[None]:
         """A READ ONLY transaction under ``database.query.timeout.ms``: every query that carries a signal's condition
-        runs in one, so no expression it calls can change data, and none can run forever while the slot waits."""
+        runs in one, so no expression it calls can change data, and none can run forever while the slot waits.
+        ``repeatable``: its statements share one snapshot."""
         with self.conn.transaction():
-            self.conn.execute("SET TRANSACTION READ ONLY")
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY" if repeatable else "SET TRANSACTION READ ONLY")
             timeout = self.config.database_query_timeout_ms
             if timeout:
                 self.conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")))
@@ -208,10 +229,20 @@ class ChunkReader:
             ).fetchone()
         return list(row) if row else None
 
-    def select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[Sequence[Any]], bool, list[str] | None]:
+    def _unseen(self) -> tuple[frozenset[int], int]:
+        """The current transaction's snapshot (taken here, when it is the first query): the transactions in progress
+        and the first not yet completed, as the 32-bit ids pgoutput reports (:attr:`Chunk.unseen`)."""
+        xmax, xip = self.conn.execute(
+            "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x) "
+            "FROM pg_current_snapshot() AS s"
+        ).fetchone()  # type: ignore[misc]
+        return frozenset(int(x) & 0xFFFFFFFF for x in xip), int(xmax) & 0xFFFFFFFF
+
+    def select(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[list[Sequence[Any]], bool, list[str] | None, tuple[frozenset[int], int]]:
         """Select the next chunk's rows (text), advance the cursor, and say whether the table is done.
 
-        The third element lists the rows' ctids in the NULL-key phase, else ``None``.
+        The third element lists the rows' ctids in the NULL-key phase, else ``None``; the fourth the transactions
+        the SELECT's snapshot did not see although they may commit before the low watermark (:attr:`Chunk.unseen`).
         """
         size = self.config.incremental_snapshot_chunk_size
         cols = _columns_sql(table)
@@ -229,11 +260,12 @@ class ChunkReader:
             query = sql.SQL("SELECT {}, walflow_t.ctid::text FROM {} AS walflow_t WHERE {} ORDER BY walflow_t.ctid LIMIT {}").format(
                 cols, ident, sql.SQL(" AND ").join(where), sql.Literal(size)
             )
-            with self.reading():
+            with self.reading(repeatable=True):
+                unseen = self._unseen()
                 rows = self.query(query, params).fetchall()
             if rows:
                 progress.last_ctid = rows[-1][-1]
-            return [r[:-1] for r in rows], len(rows) < size, [r[-1] for r in rows]
+            return [r[:-1] for r in rows], len(rows) < size, [r[-1] for r in rows], unseen
         keys = sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)
         holders = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in table.key_types)  # type: ignore[arg-type]
         if progress.last_key is not None:
@@ -244,7 +276,8 @@ class ChunkReader:
         query = sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT {}").format(
             cols, ident, sql.SQL(" AND ").join(where), keys, sql.Literal(size)
         )
-        with self.reading():
+        with self.reading(repeatable=True):
+            unseen = self._unseen()
             rows = self.query(query, params).fetchall()
         if rows:
             index = [table.schema.column_names.index(k) for k in table.key]
@@ -252,6 +285,6 @@ class ChunkReader:
         if len(rows) < size:
             if progress.surrogate_key:
                 progress.null_phase, progress.last_ctid = True, None
-                return rows, False, None
-            return rows, True, None
-        return rows, False, None
+                return rows, False, None, unseen
+            return rows, True, None, unseen
+        return rows, False, None, unseen

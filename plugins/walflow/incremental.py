@@ -329,7 +329,7 @@ class IncrementalSnapshots:
         progress.tables = left
         for chunk_id in dropped:
             del self.chunks[chunk_id]
-        self.window_tables = {c.table.name for c in self.chunks.values() if c.in_window}
+        self.window_tables = {c.table.name for c in self.chunks.values() if c.watched}
         progress.stopped_by = signal_id
         if current is not None and (not left or left[0] != current):
             # the cursor belonged to the table just dropped
@@ -359,9 +359,15 @@ class IncrementalSnapshots:
             self._tables[name] = planned
         return planned
 
-    def _emit_watermark(self, chunk_id: str, kind: str) -> None:
+    def _emit_watermark(self, chunk_id: str, kind: str, wait: bool = True) -> None:
+        """Write a watermark; ``wait=False``: its commit does not wait for its WAL to reach disk."""
         content = orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
-        self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
+        if wait:
+            self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
+            return
+        with self.conn.transaction():
+            self.conn.execute("SET LOCAL synchronous_commit TO off")
+            self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
 
     def prepare(self, max_rows: int) -> int:
         """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows; return the count.
@@ -371,12 +377,11 @@ class IncrementalSnapshots:
         stream goes on; only a lost connection propagates.
         """
         selected = 0
-        # The watermarks commit without waiting for their WAL to reach disk (two commits per chunk would wait for
-        # a flush each); one commit that waits at the end flushes them all, since logical decoding reads only
-        # flushed WAL. Losing them in a crash loses nothing: a chunk whose high watermark never shows is selected
-        # again by the next batch.
-        previous = self.conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-        self.conn.execute("SET synchronous_commit TO off")
+        # A high watermark commits without waiting for its WAL to reach disk; one commit that waits, at the end,
+        # flushes them all, since logical decoding reads only flushed WAL (a crash before it loses nothing: a chunk
+        # whose high watermark never shows is selected again by the next batch). A low watermark waits: a
+        # transaction whose commit was written before it becomes visible only after its own flush, and must not be
+        # missed by the SELECT that follows (see Chunk.unseen for what remains).
         try:
             while self.active and selected < max_rows:
                 progress = self.progress
@@ -389,10 +394,8 @@ class IncrementalSnapshots:
                         raise
                     self._fail(progress, name, exc)
         finally:
-            if not (self.conn.closed or self.conn.broken):
-                self.conn.execute("SELECT set_config('synchronous_commit', %s, false)", (previous,))
-                if selected:
-                    self._emit_watermark("", "flush")
+            if selected and not (self.conn.closed or self.conn.broken):
+                self._emit_watermark("", "flush")
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
@@ -443,10 +446,10 @@ class IncrementalSnapshots:
         self._emit_watermark(chunk_id, "low")
         saved = (progress.last_key, progress.null_phase, progress.last_ctid)
         try:
-            rows, table_done, ctids = self.reader.select(table, progress)
+            rows, table_done, ctids, unseen = self.reader.select(table, progress)
             if self._chunk_hook is not None:
                 self._chunk_hook(name, rows)
-            self._emit_watermark(chunk_id, "high")
+            self._emit_watermark(chunk_id, "high", wait=False)
         except BaseException:
             # the cursor must not skip rows that were never buffered
             progress.last_key, progress.null_phase, progress.last_ctid = saved
@@ -455,7 +458,8 @@ class IncrementalSnapshots:
         primary = {table.schema.column_names.index(k) for k in table.catalog.primary_key}
         unique = not progress.surrogate_key and bool(primary) and {f.index for f in fields} == primary
         # rows without a key value (ctids): only their physical position tells them apart
-        self.chunks[chunk_id] = Chunk(chunk_id, table, rows, fields, cursor, unique=unique, ctids=ctids)
+        self.chunks[chunk_id] = Chunk(chunk_id, table, rows, fields, cursor, unique=unique, ctids=ctids, unseen=unseen)
+        self.window_tables.add(name)  # watched from now on (Chunk.unseen), not only once its window opens
         progress.chunks += 1
         self._dirty = True
         if table_done:
@@ -495,12 +499,13 @@ class IncrementalSnapshots:
             self._fail(self.progress, chunk.table.name, exc)
             return
         del self.chunks[chunk.id]
-        self.window_tables = {c.table.name for c in self.chunks.values() if c.in_window}
+        self.window_tables = {c.table.name for c in self.chunks.values() if c.watched}
 
-    def on_change(self, table_name: str, *rows: dict[str, Any] | None) -> None:
-        """A streamed change inside a window: buffered rows with the same key (old or new) are stale."""
+    def on_change(self, table_name: str, *rows: dict[str, Any] | None, xid: int | None = None) -> None:
+        """A streamed change of transaction ``xid`` inside a window, or of a transaction the chunk's SELECT did not
+        see (:attr:`Chunk.unseen`): buffered rows with the same key (old or new) are stale."""
         for chunk in self.chunks.values():
-            if chunk.in_window and chunk.table.name == table_name:
+            if chunk.table.name == table_name and chunk.stale_by(xid):
                 for row in rows:
                     if row is not None:
                         chunk.stale.add(orjson.dumps([row.get(f.name) for f in chunk.dedupe]))

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -428,3 +429,58 @@ def test_table_without_primary_key_needs_a_surrogate_key(database: str) -> None:
     status = signal_status(database, config, unorderable)
     assert status["status"] == "failed" and status["error"].startswith("'surrogate-key' 'doc' does not work on public.nokey"), status
     assert read_topic(f"{config.topic_prefix}.public.nokey") == []
+
+
+# alone: it makes every commit on the server wait for a synchronous standby that does not exist
+@pytest.mark.disruptive
+def test_a_delete_committed_before_the_window_but_unseen_by_the_select_is_not_undone(database: str) -> None:
+    """A transaction writes its commit before the low watermark yet is still invisible when the chunk's SELECT takes
+    its snapshot (here: waiting for a synchronous standby; on any server, for a moment: waiting for its WAL flush).
+    Its delete is streamed before the window opens, so only the SELECT's snapshot (transactions not yet completed)
+    tells that the row it read is stale."""
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    # walflow's own commits must not wait for the absent standby
+    config = make(database, **{"database.initial.statements": "SET synchronous_commit TO local"})
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+    deleter = psycopg.connect(database)
+    pid = deleter.info.backend_pid
+    committing = threading.Thread(target=deleter.commit)  # written to the WAL, then waits for the standby
+
+    def delete_before_the_first_chunk(stage: str) -> None:
+        # the round that reads the signal has streamed; the next one is about to select the first chunk
+        if stage != "incremental_chunk" or committing.is_alive() or committing.ident:
+            return
+        deleter.execute("DELETE FROM t WHERE id = 50")
+        committing.start()
+        with psycopg.connect(database, autocommit=True) as watcher:
+            for _ in range(500):
+                (waiting,) = watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'", (pid,)).fetchone()
+                if waiting:
+                    return
+                threading.Event().wait(0.01)
+        raise AssertionError("the delete never waited for the standby")
+
+    released: list[int] = []
+
+    def release(_table: str, rows: list[Any]) -> None:
+        # the SELECT has run without seeing the delete; now let the delete show (it committed before the window)
+        if not released and committing.is_alive():
+            released.append(len(rows))
+            run_sql(database, f"SELECT pg_cancel_backend({pid})")
+            committing.join(timeout=30)
+
+    try:
+        run_sql(database, "ALTER SYSTEM SET synchronous_standby_names = 'walflow_absent_standby'", "SELECT pg_reload_conf()")
+        time.sleep(1.0)  # the reload reaches the server's processes asynchronously
+        stream(config, database, fault_hook=delete_before_the_first_chunk, chunk_hook=release)
+        assert released and released[0] == 100
+    finally:
+        run_sql(database, "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()")
+        if committing.is_alive():
+            run_sql(database, f"SELECT pg_cancel_backend({pid})")
+            committing.join(timeout=30)
+        deleter.close()
+    drain(config, database)
+    snapshot_ids = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t") if r.op == "r"]
+    assert 50 not in snapshot_ids and len(snapshot_ids) == 299
+    assert topic_state(config) == table_state(database, "t")
