@@ -258,7 +258,7 @@ class ChangeEvents:
             summary.filtered += 1
             return
         inc = self.inc
-        if inc is not None and inc.window_tables and table.data_collection in inc.window_tables:
+        if inc is not None and inc.window_tables and table.data_collection in inc.window_tables and inc.watches(table.data_collection, tx.xid):
             self._window_change(inc, table, msg, tx.xid)
         if type(msg) is Insert:
             if self._skip_c:

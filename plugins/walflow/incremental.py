@@ -359,15 +359,9 @@ class IncrementalSnapshots:
             self._tables[name] = planned
         return planned
 
-    def _emit_watermark(self, chunk_id: str, kind: str, wait: bool = True) -> None:
-        """Write a watermark; ``wait=False``: its commit does not wait for its WAL to reach disk."""
+    def _emit_watermark(self, chunk_id: str, kind: str) -> None:
         content = orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
-        if wait:
-            self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
-            return
-        with self.conn.transaction():
-            self.conn.execute("SET LOCAL synchronous_commit TO off")
-            self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
+        self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
 
     def prepare(self, max_rows: int) -> int:
         """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows; return the count.
@@ -377,11 +371,13 @@ class IncrementalSnapshots:
         stream goes on; only a lost connection propagates.
         """
         selected = 0
-        # A high watermark commits without waiting for its WAL to reach disk; one commit that waits, at the end,
-        # flushes them all, since logical decoding reads only flushed WAL (a crash before it loses nothing: a chunk
-        # whose high watermark never shows is selected again by the next batch). A low watermark waits: a
-        # transaction whose commit was written before it becomes visible only after its own flush, and must not be
-        # missed by the SELECT that follows (see Chunk.unseen for what remains).
+        # Watermarks commit without waiting for their WAL to reach disk (two commits per chunk would wait for a
+        # flush each); one commit that waits, at the end, flushes them all, since logical decoding reads only
+        # flushed WAL (a crash before it loses nothing: a chunk whose high watermark never shows is selected again by
+        # the next batch). A transaction whose commit was written before a low watermark but is still waiting for
+        # its own flush when the SELECT runs is then more likely: Chunk.unseen covers it.
+        previous = self.conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
+        self.conn.execute("SET synchronous_commit TO off")
         try:
             while self.active and selected < max_rows:
                 progress = self.progress
@@ -394,8 +390,10 @@ class IncrementalSnapshots:
                         raise
                     self._fail(progress, name, exc)
         finally:
-            if selected and not (self.conn.closed or self.conn.broken):
-                self._emit_watermark("", "flush")
+            if not (self.conn.closed or self.conn.broken):
+                self.conn.execute("SELECT set_config('synchronous_commit', %s, false)", (previous,))
+                if selected:
+                    self._emit_watermark("", "flush")
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
@@ -449,7 +447,7 @@ class IncrementalSnapshots:
             rows, table_done, ctids, unseen = self.reader.select(table, progress)
             if self._chunk_hook is not None:
                 self._chunk_hook(name, rows)
-            self._emit_watermark(chunk_id, "high", wait=False)
+            self._emit_watermark(chunk_id, "high")
         except BaseException:
             # the cursor must not skip rows that were never buffered
             progress.last_key, progress.null_phase, progress.last_ctid = saved
@@ -500,6 +498,11 @@ class IncrementalSnapshots:
             return
         del self.chunks[chunk.id]
         self.window_tables = {c.table.name for c in self.chunks.values() if c.watched}
+
+    def watches(self, table_name: str, xid: int | None) -> bool:
+        """Whether a change of ``table_name`` by transaction ``xid`` can make a buffered row stale (before its rows
+        are converted for :meth:`on_change`)."""
+        return any(chunk.table.name == table_name and chunk.stale_by(xid) for chunk in self.chunks.values())
 
     def on_change(self, table_name: str, *rows: dict[str, Any] | None, xid: int | None = None) -> None:
         """A streamed change of transaction ``xid`` inside a window, or of a transaction the chunk's SELECT did not
