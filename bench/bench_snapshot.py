@@ -22,12 +22,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, incremental_snapshot  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
 from walflow.setup import ConnectorSetup  # noqa: E402
-from walflow.stream import StreamBatch  # noqa: E402
 
 
 
@@ -74,19 +73,8 @@ def main() -> None:
         assert report["snapshot"]["rows"] == args.rows, report["snapshot"]
         initial_bytes = prod.bytes
 
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": [\"public.bench\"]}')"
-            )
         prod = producer()
-        start = time.perf_counter()
-        rows = 0
-        while True:
-            summary = StreamBatch(config, dsn, prod).run()
-            rows += summary.snapshot_rows
-            if summary.snapshot_rows == 0 and summary.signals == 0:
-                break
-        incremental_s = time.perf_counter() - start
+        rows, incremental_s = incremental_snapshot(config, dsn, prod)
         assert rows == args.rows, rows
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         copy_rate = args.rows / copy_s

@@ -46,7 +46,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, incremental_snapshot  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.embedded import ensure_java  # noqa: E402
@@ -221,19 +221,7 @@ def bench_snapshot(folder: Path, rows: int) -> dict[str, float]:
         readers_s = time.perf_counter() - start
         assert report["snapshot"]["rows"] == rows, report["snapshot"]
         # an incremental snapshot of it through the first connector's signal table, batch after batch
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": [\"public.bench\"]}')"
-            )
-        prod_inc = producer()
-        start = time.perf_counter()
-        incremental_rows = 0
-        while True:
-            summary = StreamBatch(config, dsn, prod_inc).run()
-            incremental_rows += summary.snapshot_rows
-            if summary.snapshot_rows == 0 and summary.signals == 0:
-                break
-        incremental_s = time.perf_counter() - start
+        incremental_rows, incremental_s = incremental_snapshot(config, dsn, producer())
         assert incremental_rows == rows, incremental_rows
         rates = {}
         for fmt in FORMATS:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 #: The benchmarks' table: a key and the common types (text, numeric, timestamp, boolean).
 TABLE = """
 CREATE TABLE bench (
@@ -18,3 +21,21 @@ ROWS_SQL = (
     "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 second', "
     "g %% 2 = 0 FROM generate_series(%s::bigint, %s::bigint) g"
 )
+
+
+def incremental_snapshot(config: Any, dsn: str, producer: Any) -> tuple[int, float]:
+    """Signal an incremental snapshot of the benchmarks' table through the connector's signal table and run stream
+    batches until one finds nothing left; return the rows emitted and the seconds from the signal on."""
+    import psycopg
+
+    from walflow.stream import StreamBatch
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": [\"public.bench\"]}')")
+    start = time.perf_counter()
+    rows = 0
+    while True:
+        summary = StreamBatch(config, dsn, producer).run()
+        rows += summary.snapshot_rows
+        if summary.snapshot_rows == 0 and summary.signals == 0:
+            return rows, time.perf_counter() - start
