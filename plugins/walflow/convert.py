@@ -17,15 +17,22 @@ import math
 import re
 import struct
 from base64 import b64encode
-from binascii import b2a_base64
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal, localcontext
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from walflow.arrays import flatten_outer, parse_array, read_quoted, value_depth
+from walflow.decimals import (
+    SPECIAL_DECIMAL_NAMES,
+    fixed_scale,
+    numeric_precision_scale,
+    unscaled_base64,
+    variable_scale,
+    variable_scale_schema,
+)
 from walflow.envelope import java_hash_map_order
 from walflow.temporal import (
     date_days,
@@ -109,23 +116,7 @@ def _bytea(text: str) -> str:
     return base64.b64encode(bytes.fromhex(text[2:])).decode("ascii")
 
 
-def _unscaled_bytes(unscaled: int) -> bytes:
-    # Java's BigInteger.toByteArray(): the shortest two's-complement form, sign bit included.
-    length = ((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8) // 8
-    return unscaled.to_bytes(length, "big", signed=True)
-
-
 # -- converter factory ----------------------------------------------------------------------------
-def _numeric_precision_scale(modifier: int) -> tuple[int | None, int | None]:
-    if modifier < 4:
-        return None, None
-    value = modifier - 4
-    # PostgreSQL 15 stores the scale as an 11-bit two's-complement number (numeric(5,-2) holds 0x7fe); Debezium
-    # reads it as the JDBC driver does, unsigned, so numeric(5,-2) has scale 2046 there. The records follow
-    # Debezium (the value is still exact: unscaled x 10^-2046 is the number); the lake turns it back into -2.
-    return (value >> 16) & 0xFFFF, value & 0xFFFF
-
-
 @dataclass(frozen=True)
 class ConverterSettings:
     """The connector settings that change how values are represented."""
@@ -163,70 +154,22 @@ def _schema(type_: str, name: str | None = None, parameters: dict[str, str] | No
 
 
 def _decimal_converter(settings: ConverterSettings, modifier: int) -> tuple[dict[str, Any], Callable[[str], Any], str]:
-    precision, scale = _numeric_precision_scale(modifier)
+    precision, scale = numeric_precision_scale(modifier)
     mode = settings.decimal_handling_mode
     if mode == "double":
         return _schema("double"), _float, "double"
     if mode == "string":
         # Debezium writes its special decimal values by name.
         if scale is not None and scale > 1000:
-            # a negative scale read as 2048 + scale (see _numeric_precision_scale): Debezium prints the whole
+            # a negative scale read as 2048 + scale (see numeric_precision_scale): Debezium prints the whole
             # number with that many zeros after the point
             zeros = "." + "0" * scale
-            return _schema("string"), lambda t: _SPECIAL_DECIMAL_NAMES.get(t) or t + zeros, "string"
-        return _schema("string"), lambda t: _SPECIAL_DECIMAL_NAMES.get(t, t), "string"
+            return _schema("string"), lambda t: SPECIAL_DECIMAL_NAMES.get(t) or t + zeros, "string"
+        return _schema("string"), lambda t: SPECIAL_DECIMAL_NAMES.get(t, t), "string"
     if scale is not None:
-        exponent = Decimal(1).scaleb(-scale)
-
-        def fixed(text: str, _scale: int = scale, _exp: Decimal = exponent, _b64: Callable[..., bytes] = b2a_base64) -> str | None:
-            # PostgreSQL prints numeric(p, s) with exactly s fraction digits, so the unscaled value is the
-            # digits without the point; anything else (NaN, negative scales) takes the Decimal path. The common
-            # case is written out (no helper calls): it runs for every value of every numeric column.
-            head, dot, frac = text.partition(".")
-            if dot and len(frac) == _scale:
-                unscaled = int(head + frac)
-                length = ((unscaled if unscaled >= 0 else ~unscaled).bit_length() + 8) >> 3
-                return _b64(unscaled.to_bytes(length, "big", signed=True), newline=False).decode("ascii")
-            if not dot and _scale == 0 and text not in _SPECIAL_DECIMAL_NAMES:
-                unscaled = int(text)
-            else:
-                if text in _SPECIAL_DECIMAL_NAMES:
-                    # precise mode cannot carry NaN (nor ±Infinity, which only unconstrained numeric can hold
-                    # since PostgreSQL 14): Debezium emits null
-                    return None
-                if len(frac) < _scale:  # a negative scale read as Debezium reads it: pad, no arithmetic
-                    return b64encode(_unscaled_bytes(int(head + frac.ljust(_scale, "0")))).decode("ascii")
-                with localcontext() as ctx:
-                    ctx.prec = 1000 + len(text)  # never round here
-                    unscaled = int(Decimal(text).quantize(_exp).scaleb(_scale))
-            return b64encode(_unscaled_bytes(unscaled)).decode("ascii")
-
         params = {"scale": str(scale), "connect.decimal.precision": str(precision)}
-        return _schema("bytes", "org.apache.kafka.connect.data.Decimal", params, 1), fixed, "decimal"
-
-    def variable(text: str) -> dict[str, Any] | None:
-        if text in _SPECIAL_DECIMAL_NAMES:
-            return None
-        # PostgreSQL prints numeric in plain notation; digits after the point are the value's scale, without
-        # trailing zeros (Debezium strips them: 3.0 has scale 0, 100 stays 100 with scale 0). Working on the text
-        # keeps every digit (Decimal arithmetic would round at its context precision).
-        head, _, frac = text.partition(".")
-        frac = frac.rstrip("0")
-        unscaled = int(head + frac) if head not in ("-", "") else int(head + (frac or "0"))
-        return {"scale": len(frac), "value": b64encode(_unscaled_bytes(unscaled)).decode("ascii")}
-
-    schema = {
-        "type": "struct",
-        "fields": [
-            {"type": "int32", "optional": False, "field": "scale"},
-            {"type": "bytes", "optional": False, "field": "value"},
-        ],
-        "optional": True,
-        "name": "io.debezium.data.VariableScaleDecimal",
-        "version": 1,
-        "doc": "Variable scaled decimal",
-    }
-    return schema, variable, "variable_decimal"
+        return _schema("bytes", "org.apache.kafka.connect.data.Decimal", params, 1), fixed_scale(scale), "decimal"
+    return variable_scale_schema(), variable_scale, "variable_decimal"
 
 
 def _binary_converter(settings: ConverterSettings) -> tuple[dict[str, Any], Callable[[str], Any]]:
@@ -374,7 +317,6 @@ def _named(type_: str, name: str | None) -> dict[str, Any]:
     return _schema(type_, name, None, 1 if name else None)
 
 
-_SPECIAL_DECIMAL_NAMES = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIVE_INFINITY"}
 
 INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE = 3904, 3926, 3906, 3908, 3910, 3912
 INT4MULTIRANGE, NUMMULTIRANGE, TSMULTIRANGE, TSTZMULTIRANGE, DATEMULTIRANGE, INT8MULTIRANGE = 4451, 4532, 4533, 4534, 4535, 4536
@@ -416,8 +358,7 @@ def _money_converter(settings: ConverterSettings) -> ColumnConverter:
         return ColumnConverter(_schema("string"), plain, semantic="string")
 
     def precise(text: str) -> str:
-        unscaled = int(Decimal(plain(text)).scaleb(2))
-        return b64encode(_unscaled_bytes(unscaled)).decode("ascii")
+        return unscaled_base64(int(Decimal(plain(text)).scaleb(2)))
 
     schema = _schema("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2"}, 1)
     return ColumnConverter(schema, precise, semantic="decimal")
