@@ -15,7 +15,6 @@ own producer (:mod:`walflow.snapshot_workers`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -137,7 +136,7 @@ class SnapshotEmitter:
     """Turns snapshot rows into ``r`` events and sends them; holds each table's last event back.
 
     ``source.snapshot`` follows Debezium: ``last`` for the snapshot's very last row, ``first`` for the first row of
-    the first table (only when one thread reads the tables in order), then ``last_in_data_collection`` and
+    the first table, then ``last_in_data_collection`` and
     ``first_in_data_collection`` for each table's last and first rows, ``true`` otherwise. Holding one event per
     table back until the end lets the very last one become ``last`` whichever table it is from.
 
@@ -165,11 +164,9 @@ class SnapshotEmitter:
         self.table_order = table_order or []
         self.first_table = self.table_order[0] if self.table_order else None
         self._ser = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
-        #: held last rows: (topic, key, table, after, whether it is also the first row of the first table)
-        self._held: list[tuple[str, bytes | None, TableSchema, dict[str, Any], bool]] = []
-        self._held_lock = threading.Lock()
+        #: held last rows: (key, table, after, whether it is also the first row of the first table)
+        self._held: list[tuple[bytes | None, TableSchema, dict[str, Any], bool]] = []
         self.rows = 0
-        self._count_lock = threading.Lock()
 
     def source(self, table: TableSchema, marker: str) -> dict[str, Any]:
         lsn = self.position_lsn
@@ -244,32 +241,29 @@ class SnapshotEmitter:
                 if incremental:
                     send(topic, pending_key, pending_value, headers)
                 else:
-                    with self._held_lock:
-                        self._held.append((topic, pending_key, table, pending_after, is_first_table and count == 1))
+                    self._held.append((pending_key, table, pending_after, is_first_table and count == 1))
         except RecordTooLargeError as exc:
             raise self._too_large(exc, table, pending_after) from None
-        with self._count_lock:
-            self.rows += count
+        self.rows += count
         return count
 
     def finish(self) -> None:
-        """Send the held last events: the final one is the snapshot's ``last``."""
-        ser = self._ser
-        headers = self.fmt.context_headers or None
-        # in the tables' order, whichever thread finished first: the last table's last row is the snapshot's last
-        order = {name: i for i, name in enumerate(self.table_order)}
-        self._held.sort(key=lambda held: order.get(held[2].data_collection, len(order)))
-        for i, (topic, key, table, after, only_row_of_first_table) in enumerate(self._held):
+        """Send the held last events (the tables were read in order): the final one is the snapshot's ``last``."""
+        for i, (key, table, after, only_row_of_first_table) in enumerate(self._held):
             if i == len(self._held) - 1:
                 marker = "last"
             else:
                 marker = "first" if only_row_of_first_table else "last_in_data_collection"
-            payload = self.fmt.envelope(None, after, self.source(table, marker), "r", None)
-            try:
-                self.producer.send(topic, key, ser.value(table.value_schema_json, payload), headers)
-            except RecordTooLargeError as exc:
-                raise self._too_large(exc, table, after) from None
+            self.send_marked(table, key, after, marker)
         self._held.clear()
+
+    def send_marked(self, table: TableSchema, key: bytes | None, after: dict[str, Any], marker: str) -> None:
+        """Send one row held back for its ``source.snapshot`` marker."""
+        payload = self.fmt.envelope(None, after, self.source(table, marker), "r", None)
+        try:
+            self.producer.send(table.topic, key, self._ser.value(table.value_schema_json, payload), self.fmt.context_headers or None)
+        except RecordTooLargeError as exc:
+            raise self._too_large(exc, table, after) from None
 
     def _too_large(self, exc: RecordTooLargeError, table: TableSchema, row: dict[str, Any] | None) -> RecordTooLargeError:
         key = {f.name: row.get(f.name) for f in table.key_fields} if (row is not None and table.has_key) else None
@@ -461,13 +455,13 @@ class InitialSnapshot:
             )
             if threads > 1:
                 # reader processes, each importing this snapshot (snapshot_workers: key ranges, markers kept)
-                from walflow.snapshot_workers import RangeEmitter, ReaderSpec, SnapshotReaders
+                from walflow.snapshot_workers import ReaderSpec, SnapshotReaders
 
                 spec = ReaderSpec(
                     config, self.conninfo, self.producer.settings, self.producer.partitions, snapshot_name, self.position_lsn, xid,
                     database, emitter.started_us, tuple(t.name for t in tables), config.walflow_kafka_flush_timeout_s,
                 )
-                coordinator = RangeEmitter(config, self.producer, database, self.position_lsn, xid, table_order=[t.name for t in tables])
+                coordinator = SnapshotEmitter(config, self.producer, database, self.position_lsn, xid)
                 coordinator.started_us = emitter.started_us
                 readers = SnapshotReaders(spec, threads, self._progress)
                 rows = readers.run(tables, coordinator)

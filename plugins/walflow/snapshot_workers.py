@@ -124,14 +124,6 @@ class RangeEmitter(SnapshotEmitter):
             raise self._too_large(exc, table, after) from None
         return count, first, (pending[0], pending[1]) if pending is not None else None
 
-    def held_row(self, table: TableSchema, held: HeldRow, marker: str) -> None:
-        key, after = held
-        payload = self.fmt.envelope(None, after, self.source(table, marker), "r", None)
-        try:
-            self.producer.send(table.topic, key, self._ser.value(table.value_schema_json, payload), self.fmt.context_headers or None)
-        except RecordTooLargeError as exc:
-            raise self._too_large(exc, table, after) from None
-
 
 def key_ranges(
     conninfo: str, table: SnapshotTable, parts: int, min_rows: int
@@ -300,7 +292,7 @@ class SnapshotReaders:
                 self._progress(f"snapshot {table.name}: {len(ranges)} key ranges")
         return units
 
-    def run(self, tables: list[SnapshotTable], emitter: RangeEmitter) -> dict[str, int]:
+    def run(self, tables: list[SnapshotTable], emitter: SnapshotEmitter) -> dict[str, int]:
         """Read every table with the reader processes; then write the rows they held back, marked; return the rows
         per table. ``emitter`` is the coordinator's own (its producer writes the held rows)."""
         units = self.plan(tables)
@@ -357,7 +349,7 @@ class SnapshotReaders:
             self._progress(f"snapshot {table.name}: done, {rows[table.name]} row(s)")
         return rows
 
-    def _write_held(self, tables: list[SnapshotTable], held: dict[tuple[str, int], tuple[HeldRow | None, HeldRow | None]], emitter: RangeEmitter) -> None:
+    def _write_held(self, tables: list[SnapshotTable], held: dict[tuple[str, int], tuple[HeldRow | None, HeldRow | None]], emitter: SnapshotEmitter) -> None:
         """The rows the readers held back, with Debezium's markers: per table (in the snapshot's order) the first
         row of its first non-empty range and the last row of its last, and ``last`` for the snapshot's last row."""
         ordered: list[tuple[SnapshotTable, HeldRow, str]] = []
@@ -376,7 +368,7 @@ class SnapshotReaders:
                     marker = "true"
                 ordered.append((table, row, marker))
         for i, (table, row, marker) in enumerate(ordered):
-            emitter.held_row(table.schema, row, "last" if i == len(ordered) - 1 else marker)
+            emitter.send_marked(table.schema, *row, "last" if i == len(ordered) - 1 else marker)
 
 
 def _main() -> int:
