@@ -123,9 +123,14 @@ class EventProducer:
         return self._admin
 
     def check_reachable(self) -> None:
-        """Fail fast, before reading the slot, when no broker answers."""
+        """Fail fast, before reading the slot, when no broker answers.
+
+        The producer's own metadata request, not an admin client's: it also starts the idempotent producer's
+        request for its producer id at once. Otherwise librdkafka, which asks for the id before any broker
+        connection is up, retries on a timer, and the first flush of every batch waited 0.5-1 s for it (measured on
+        the embedded broker: 0.5-1.0 s for one record, 0.05 s after this request)."""
         try:
-            self._known_topics = set(self._admin_client().list_topics(timeout=self._reachable_timeout).topics)
+            self._known_topics = set(self._producer.list_topics(timeout=self._reachable_timeout).topics)
         except KafkaException as exc:
             raise DeliveryError(
                 f"Kafka at {self._settings.get('bootstrap.servers')!r} is unreachable ({exc.args[0].str()}); "

@@ -196,6 +196,7 @@ def reader_main(inbox: Any, outbox: Any) -> int:
         only = [re.escape(name) for name in spec.tables]
         tables = {t.name: t for t in plan_tables(conn, config, only=only)}
         producer = EventProducer(spec.producer_settings, spec.topic_partitions)
+        producer.check_reachable()  # also has the producer fetch its id now rather than stall its first flush
         emitter = RangeEmitter(config, producer, spec.database, spec.position_lsn, spec.xid)
         emitter.started_us = spec.started_us
         while True:
