@@ -170,6 +170,9 @@ def read_topic(topic: str, timeout: float = 10.0) -> list[Record]:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            # at the end of a partition the broker holds a fetch this long before it answers with nothing new
+            # (librdkafka's default is 500 ms, half a second per read to EOF)
+            "fetch.wait.max.ms": 10,
         }
     )
     try:
