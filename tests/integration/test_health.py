@@ -56,7 +56,7 @@ def test_slot_health_follows_writes_and_batches(database: str) -> None:
         caught_up = slot_health(conn, config.slot_name, state_of(database, config))
         now = str_to_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
     # WAL is the whole server's, and the other test lanes write theirs meanwhile: what the slot still lags behind
-    # must all be WAL written after the 2000 rows (the batch's own bookkeeping included), none of theirs
+    # must all be WAL written after the 2000 rows (by the batch's bookkeeping or by other lanes); the rows are confirmed
     assert caught_up.confirmed_lag_bytes is not None and caught_up.confirmed_lag_bytes <= now - written_to
     assert str_to_lsn(caught_up.confirmed_to) >= written_to
     assert caught_up.confirmed_to == summary.advanced_to
