@@ -161,6 +161,11 @@ class Record:
         return f"Record({self.topic}@{self.offset}, key={self.key_payload}, op={self.op})"
 
 
+#: Consumer settings of the tests' reads to a partition's end: at the end the broker holds a fetch this long before
+#: it answers with nothing new (librdkafka's default is 500 ms, half a second per read to EOF).
+READ_TO_END = {"fetch.wait.max.ms": 10}
+
+
 def read_topic(topic: str, timeout: float = 10.0) -> list[Record]:
     """Every record of ``topic`` (all partitions), read to the end (EOF), in offset order per partition."""
     consumer = Consumer(
@@ -170,9 +175,7 @@ def read_topic(topic: str, timeout: float = 10.0) -> list[Record]:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-            # at the end of a partition the broker holds a fetch this long before it answers with nothing new
-            # (librdkafka's default is 500 ms, half a second per read to EOF)
-            "fetch.wait.max.ms": 10,
+            **READ_TO_END,
         }
     )
     try:

@@ -292,7 +292,7 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 10,  # not half a second at each partition's end (see tests.support.read_topic)
+            **support.READ_TO_END,
         }
     )
     try:

@@ -41,7 +41,6 @@ def test_slot_health_follows_writes_and_batches(database: str) -> None:
 
     write(database, 2000)
     with connect(as_connector(database)) as conn:
-        written_to = str_to_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
         behind = slot_health(conn, config.slot_name)
         assert behind.confirmed_lag_bytes is not None and behind.confirmed_lag_bytes > 400_000
         assert behind.retained_wal_bytes is not None and behind.retained_wal_bytes >= behind.confirmed_lag_bytes
@@ -54,9 +53,10 @@ def test_slot_health_follows_writes_and_batches(database: str) -> None:
     assert summary.events == 2000
     with connect(as_connector(database)) as conn:
         caught_up = slot_health(conn, config.slot_name, state_of(database, config))
-        now = str_to_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
     # WAL is the whole server's, and the other test lanes write theirs meanwhile: what the slot still lags behind
     # must all be WAL written after the 2000 rows (by the batch's bookkeeping or by other lanes); the rows are confirmed
+    written_to = str_to_lsn(behind.current_wal_lsn)  # the server's position just after the rows
+    now = str_to_lsn(caught_up.current_wal_lsn)
     assert caught_up.confirmed_lag_bytes is not None and caught_up.confirmed_lag_bytes <= now - written_to
     assert str_to_lsn(caught_up.confirmed_to) >= written_to
     assert caught_up.confirmed_to == summary.advanced_to
