@@ -6,13 +6,15 @@ A signal is a row inserted into the signal table (``signal.data.collection``: co
 Per chunk, the stream task writes a low watermark, selects the next ``incremental.snapshot.chunk.size`` rows
 by key (keyset: ``(key) > (last key) AND (key) <= (max key)``), and writes a high watermark. While it then
 streams the WAL, every change of that table between the two watermarks removes the buffered row with the same
-key (both keys for a key change): the streamed event is newer. At the high watermark the rows left are
-emitted as ``op: r`` events with ``source.snapshot = incremental``.
+key (both keys for a key change): the streamed event is newer, and so is every change of a transaction the
+SELECT's snapshot did not see, wherever it is streamed before the high watermark (:attr:`Chunk.unseen`). At the
+high watermark the rows left are emitted as ``op: r`` events with ``source.snapshot = incremental``.
 
-Watermarks are ``pg_logical_emit_message(true, 'walflow.watermark', ...)`` messages rather than signal-table
-rows: they need no table writes (nothing to clean up, no INSERT grant), are transactional so they sit at
-their commit position in the stream, and carry the connector's name so several connectors on one database
-ignore each other's. They need PostgreSQL 14 or newer (pgoutput's ``messages`` option).
+Watermarks are ``pg_logical_emit_message(..., 'walflow.watermark', ...)`` messages rather than signal-table rows:
+they need no table writes (nothing to clean up, no INSERT grant), sit at their position in the stream, and carry the
+connector's name so several connectors on one database ignore each other's. The low one is written by the chunk's
+read-only transaction itself, the high one in a transaction of its own after it (:meth:`ChunkReader.window` says
+why). They need PostgreSQL 14 or newer (pgoutput's ``messages`` option).
 
 Progress (tables left, current table, last key, maximum key) lives in walflow's state table and is saved
 after the chunk's events were acknowledged and the slot advanced past them, so a killed stream task resumes
@@ -359,9 +361,11 @@ class IncrementalSnapshots:
             self._tables[name] = planned
         return planned
 
+    def _watermark(self, chunk_id: str, kind: str) -> str:
+        return orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
+
     def _emit_watermark(self, chunk_id: str, kind: str) -> None:
-        content = orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
-        self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, content))
+        self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, self._watermark(chunk_id, kind)))
 
     def prepare(self, max_rows: int) -> int:
         """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows; return the count.
@@ -371,13 +375,6 @@ class IncrementalSnapshots:
         stream goes on; only a lost connection propagates.
         """
         selected = 0
-        # Watermarks commit without waiting for their WAL to reach disk (two commits per chunk would wait for a
-        # flush each); one commit that waits, at the end, flushes them all, since logical decoding reads only
-        # flushed WAL (a crash before it loses nothing: a chunk whose high watermark never shows is selected again by
-        # the next batch). A transaction whose commit was written before a low watermark but is still waiting for
-        # its own flush when the SELECT runs is then more likely: Chunk.unseen covers it.
-        previous = self.conn.execute("SHOW synchronous_commit").fetchone()[0]  # type: ignore[index]
-        self.conn.execute("SET synchronous_commit TO off")
         try:
             while self.active and selected < max_rows:
                 progress = self.progress
@@ -390,10 +387,12 @@ class IncrementalSnapshots:
                         raise
                     self._fail(progress, name, exc)
         finally:
-            if not (self.conn.closed or self.conn.broken):
-                self.conn.execute("SELECT set_config('synchronous_commit', %s, false)", (previous,))
-                if selected:
-                    self._emit_watermark("", "flush")
+            if selected and not (self.conn.closed or self.conn.broken):
+                # logical decoding reads only flushed WAL, and the chunks' watermarks are written without waiting
+                # for it: one transactional message, committed as the session commits (waiting for the flush
+                # unless synchronous_commit says otherwise), makes them readable (a crash before it loses nothing: a
+                # chunk whose high watermark never shows is selected again by the next batch)
+                self._emit_watermark("", "flush")
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
@@ -441,13 +440,12 @@ class IncrementalSnapshots:
                 progress.null_phase = True
             progress.max_key = max_key
         chunk_id = uuid.uuid4().hex
-        self._emit_watermark(chunk_id, "low")
         saved = (progress.last_key, progress.null_phase, progress.last_ctid)
         try:
-            rows, table_done, ctids, unseen = self.reader.select(table, progress)
-            if self._chunk_hook is not None:
-                self._chunk_hook(name, rows)
-            self._emit_watermark(chunk_id, "high")
+            with self.reader.window(WATERMARK_PREFIX, self._watermark(chunk_id, "low"), self._watermark(chunk_id, "high")) as unseen:
+                rows, table_done, ctids = self.reader.select(table, progress)
+                if self._chunk_hook is not None:
+                    self._chunk_hook(name, rows)
         except BaseException:
             # the cursor must not skip rows that were never buffered
             progress.last_key, progress.null_phase, progress.last_ctid = saved

@@ -484,3 +484,38 @@ def test_a_delete_committed_before_the_window_but_unseen_by_the_select_is_not_un
     snapshot_ids = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t") if r.op == "r"]
     assert 50 not in snapshot_ids and len(snapshot_ids) == 299
     assert topic_state(config) == table_state(database, "t")
+
+
+def test_a_change_committed_after_the_high_watermark_sorts_after_the_chunk_rows(database: str) -> None:
+    """A transaction writes a change before a chunk's SELECT and commits only after the chunk's high watermark: the
+    SELECT does not see it, the chunk emits the old row, and the change is streamed after it. The change must come
+    last by source position too (what the lake orders by), or the lake keeps the old row: the high watermark needs
+    a commit of its own between the chunk's rows and the changes streamed after them."""
+    from walflow.lake.positions import source_position
+
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    config = make(database)
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+    writer = psycopg.connect(database)
+    chunks: list[int] = []
+
+    def change_before_the_first_chunk(stage: str) -> None:
+        if stage == "incremental_chunk" and not chunks and writer.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            writer.execute("UPDATE t SET v = 'late' WHERE id = 50")  # row 50 is in the first chunk (ids 1-100)
+
+    def commit_after_the_first_window(_table: str, rows: list[Any]) -> None:
+        chunks.append(len(rows))
+        if len(chunks) == 2:  # the first chunk's high watermark is written
+            writer.commit()
+
+    try:
+        stream(config, database, fault_hook=change_before_the_first_chunk, chunk_hook=commit_after_the_first_window)
+    finally:
+        writer.close()
+    assert len(chunks) >= 2
+    drain(config, database)
+    records = [r for r in read_topic(f"{config.topic_prefix}.public.t") if r.key_payload["id"] == 50]
+    assert [(r.op, (r.payload["after"] or {}).get("v")) for r in records] == [("r", "v50"), ("u", "late")]
+    snapshot_row, change = (source_position(r.payload["source"], r.payload.get("transaction")) for r in records)
+    assert snapshot_row < change, (records[0].payload["source"], records[1].payload["source"])
+    assert topic_state(config) == table_state(database, "t")
