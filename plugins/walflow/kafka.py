@@ -155,7 +155,12 @@ class EventProducer:
         (the caller adds which table, key and position it was)."""
         producer = self._producer
         try:
-            producer.produce(topic, value, key, headers=headers)
+            if headers is None:
+                # without the keyword: confluent-kafka parses keyword arguments on every call, and an explicit
+                # headers=None alone made each call a fifth slower (measured: 1.02 -> 1.21 us for a 2.5 kB record)
+                producer.produce(topic, value, key)
+            else:
+                producer.produce(topic, value, key, headers=headers)
         except BufferError:
             # The local queue is full: serve delivery reports until there is room. This is what bounds
             # memory, whatever the size of the transaction being streamed.
