@@ -387,11 +387,12 @@ class IncrementalSnapshots:
                         raise
                     self._fail(progress, name, exc)
         finally:
-            if selected and not (self.conn.closed or self.conn.broken):
+            if self.chunks and not (self.conn.closed or self.conn.broken):
                 # logical decoding reads only flushed WAL, and the chunks' watermarks are written without waiting
                 # for it: one transactional message, committed as the session commits (waiting for the flush
                 # unless synchronous_commit says otherwise), makes them readable (a crash before it loses nothing: a
-                # chunk whose high watermark never shows is selected again by the next batch)
+                # chunk whose high watermark never shows is selected again by the next batch). Also after a chunk
+                # that found no rows: its high watermark must be read for the table to count as done.
                 self._emit_watermark("", "flush")
         return selected
 
