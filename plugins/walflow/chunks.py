@@ -179,10 +179,15 @@ class ChunkReader:
         forever while the slot waits."""
         with self.conn.transaction():
             self.conn.execute("SET TRANSACTION READ ONLY")
-            timeout = self.config.database_query_timeout_ms
-            if timeout:
-                self.conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")))
+            limit = self._timeout_sql()
+            if limit is not None:
+                self.conn.execute(limit)
             yield
+
+    def _timeout_sql(self) -> sql.Composed | None:
+        """``SET LOCAL statement_timeout`` to ``database.query.timeout.ms`` (None when it is 0: no limit)."""
+        timeout = self.config.database_query_timeout_ms
+        return sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")) if timeout else None
 
     def query(self, query: sql.Composable, params: list[Any]) -> psycopg.Cursor[Any]:
         """Run a query that carries a user's condition with the extended protocol (prepared), which refuses more than
@@ -249,15 +254,14 @@ class ChunkReader:
         once per round). Three round trips per chunk instead of eight (measured on loopback: selecting the chunks of
         a 1M-row snapshot took 1.39 s instead of 1.61 s), which counts for more where the database is farther away.
         """
-        timeout = self.config.database_query_timeout_ms
-        limit = sql.SQL("SET LOCAL statement_timeout = {}; ").format(sql.Literal(f"{timeout}ms")) if timeout else sql.SQL("")
+        limit = self._timeout_sql()
         # no parameters: psycopg sends this with the simple protocol, several statements in one round trip; only
         # walflow's own literals are in it (the signal's condition goes into the chunk's SELECT alone)
         opening = sql.SQL(
             "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {}"
             "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x), "
             "pg_logical_emit_message(false, {}, {}) FROM pg_current_snapshot() AS s"
-        ).format(limit, sql.Literal(prefix), sql.Literal(low))
+        ).format(limit + sql.SQL("; ") if limit is not None else sql.SQL(""), sql.Literal(prefix), sql.Literal(low))
         try:
             cursor = self.conn.execute(opening)
             while cursor.description is None and cursor.nextset():
