@@ -10,6 +10,10 @@ Phases (all by default, ``--phases`` picks some):
     merged into a plain table of as many rows), a plain Iceberg append of as many rows, and one plain consumer.
 ``schemaless``
     the same with ``key/value.converter.schemas.enable: false`` (records about a tenth of the size).
+``first-merge``
+    the MERGE alone of the throughput phase's changes as the first MERGE of a fresh JVM (after an append of the
+    table's rows, as the apply's MERGE follows the load's append): the like of the apply's MERGE, whose JVM has not
+    compiled a MERGE's code yet, where the throughput phase's MERGE alone runs after the apply.
 ``scaling``
     a fixed batch of 10,000 changes (8,000 updates, 1,000 deletes, 1,000 inserts, keys spread over the whole table)
     applied into tables of 1,000,000 and 20,000,000 rows, each built through walflow (snapshot topic loaded by the
@@ -20,7 +24,10 @@ Phases (all by default, ``--phases`` picks some):
 Each phase runs in a process and a Spark session (JVM) of its own, as each run of the lake job is a spark-submit of
 its own; the broker is restarted between phases (the embedded broker never frees a topic's memory).
 
-    python bench/bench_apply.py [--rows 1000000] [--large-rows 20000000] [--batch 10000] [--phases throughput,schemaless,scaling]
+The applies and MERGEs of the throughput phases also report the CPU they used (:class:`CpuMeter`): the JVM's, the
+part of it the JIT compilers took, and how many of the machine's cores were busy.
+
+    python bench/bench_apply.py [--rows 1000000] [--large-rows 20000000] [--batch 10000] [--phases throughput,schemaless,first-merge,scaling]
 """
 
 from __future__ import annotations
@@ -59,6 +66,44 @@ META = "_walflow_op string, _walflow_lsn bigint, _walflow_source_ts_ms bigint, _
 
 def log(message: str) -> None:
     print(f"[bench-apply {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class CpuMeter:
+    """The CPU a timed step used, read before and after it: the Spark JVM's own (utime + stime of its /proc entry;
+    in local mode the executors are that JVM, the Python workers are not), the part the JVM's JIT compilers took
+    (the CompilationMXBean's accumulated compile time, summed over compiler threads), and the machine's busy cores
+    on average (/proc/stat: JVM, Python workers, broker and PostgreSQL together), against ``os.cpu_count()``."""
+
+    def __init__(self, spark: Any) -> None:
+        jvm = spark._jvm
+        self._compilation = jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        self._stat = f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/stat"
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def _jvm_cpu(self) -> float:
+        with open(self._stat) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self._tick  # utime, stime
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return sum(values), values[3] + values[4]  # all, idle + iowait
+
+    def start(self) -> None:
+        self._began = (time.perf_counter(), self._jvm_cpu(), self._compilation.getTotalCompilationTime(), self._machine())
+
+    def figures(self) -> dict[str, float]:
+        wall, jvm, jit, (total, idle) = self._began
+        total2, idle2 = self._machine()
+        return {
+            "jvm_cpu_s": round(self._jvm_cpu() - jvm, 1),
+            "jit_compile_s": round((self._compilation.getTotalCompilationTime() - jit) / 1000, 1),
+            "busy_cores": round((os.cpu_count() or 1) * (1 - (idle2 - idle) / max(total2 - total, 1)), 2),
+            "cores": os.cpu_count() or 1,
+            "wall_s": round(time.perf_counter() - wall, 2),
+        }
 
 
 def bootstrap() -> str:
@@ -258,9 +303,9 @@ def _as_type(column: str, ddl: str) -> str:
     return f"CAST({column} AS {ddl}) AS {column}"
 
 
-def merge_alone(spark: Any, table: str, changes: Any) -> float:
+def merge_alone(spark: Any, table: str, changes: Any, meter: CpuMeter | None = None) -> float:
     """The plain MERGE of ``changes`` (already in memory) into ``table``: matched and deleted, matched and updated,
-    not matched and inserted."""
+    not matched and inserted (``meter`` started right before it)."""
     changes.count()
     view = f"bench_changes_{uuid.uuid4().hex[:6]}"
     changes.createOrReplaceTempView(view)
@@ -271,6 +316,8 @@ def merge_alone(spark: Any, table: str, changes: Any) -> float:
         f"WHEN NOT MATCHED AND s._walflow_op <> 'd' THEN INSERT ({', '.join(columns)}, _walflow_applied_at) "
         f"VALUES ({', '.join('s.' + c for c in columns)}, current_timestamp())"
     )
+    if meter is not None:
+        meter.start()
     started = time.perf_counter()
     spark.sql(statement)
     return time.perf_counter() - started
@@ -334,20 +381,25 @@ def throughput(spark: Any, warehouse: str, rows: int, schemas: bool) -> dict[str
         log(f"throughput ({label}): loaded in {load_s:.1f} s")
         end = rows + rows + rows // 10  # snapshot, changes and the deletes' tombstones
         read_s, read_records = read_alone(spark, topic, rows, end)
+        meter = CpuMeter(spark)
+        meter.start()
         apply_s, applied = apply(spark, config, 10 * rows)
+        apply_cpu = meter.figures()
         assert sum(applied["ops"].values()) == rows, applied
         log(f"throughput ({label}): applied in {apply_s:.1f} s {applied.get('timings')}")
         lake_rows = lake_count(spark, lake_table(config))
         # the limits: the MERGE alone of the same mix (in memory) into a plain table of as many rows, and the append
         table = plain_table(spark, f"merge_{uuid.uuid4().hex[:6]}", rows)
         append_s = append_rows(spark, table, rows)
-        merge_s = merge_alone(spark, table, changes_frame(spark, 1, rows))
+        merge_s = merge_alone(spark, table, changes_frame(spark, 1, rows), meter)
+        merge_cpu = meter.figures()
         result: dict[str, Any] = {
             "table_rows": rows, "change_events": rows, "ops": applied["ops"],
             "load_seconds": round(load_s, 2), "load_rows_per_s": round(rows / load_s),
             "apply_seconds": round(apply_s, 2), "apply_phases": applied.get("timings"), "apply_changes_per_s": round(rows / apply_s),
+            "apply_cpu": apply_cpu,
             "read_alone_seconds": round(read_s, 2), "read_alone_records": read_records, "read_alone_records_per_s": round(read_records / read_s),
-            "merge_only_seconds": round(merge_s, 2), "merge_only_changes_per_s": round(rows / merge_s),
+            "merge_only_seconds": round(merge_s, 2), "merge_only_changes_per_s": round(rows / merge_s), "merge_only_cpu": merge_cpu,
             "apply_over_read_plus_merge": round(apply_s / (read_s + merge_s), 3),
             "append_seconds": round(append_s, 2), "append_rows_per_s": round(rows / append_s), "apply_ratio_to_append": round(append_s / apply_s, 3),
             "lake_rows_equal_source": lake_rows == source_rows,
@@ -359,6 +411,17 @@ def throughput(spark: Any, warehouse: str, rows: int, schemas: bool) -> dict[str
         return result
     finally:
         drop_database(db)
+
+
+def first_merge(spark: Any, rows: int) -> dict[str, Any]:
+    """The throughput phase's MERGE alone as the first MERGE of this JVM, after an append of the table's rows (the
+    apply's MERGE follows the load's append the same way)."""
+    table = plain_table(spark, f"first_{uuid.uuid4().hex[:6]}", rows)
+    append_s = append_rows(spark, table, rows)
+    meter = CpuMeter(spark)
+    merge_s = merge_alone(spark, table, changes_frame(spark, 1, rows), meter)
+    log(f"first-merge: {rows} changes merged in {merge_s:.1f} s")
+    return {"table_rows": rows, "append_seconds": round(append_s, 2), "merge_only_seconds": round(merge_s, 2), "merge_only_cpu": meter.figures()}
 
 
 def scaling(spark: Any, warehouse: str, sizes: list[int], batch: int) -> dict[str, Any]:
@@ -423,6 +486,8 @@ def run_phase(phase: str, args: argparse.Namespace) -> dict[str, Any]:
             return throughput(spark, warehouse, args.rows, schemas=True)
         if phase == "schemaless":
             return throughput(spark, warehouse, args.rows, schemas=False)
+        if phase == "first-merge":
+            return first_merge(spark, args.rows)
         if phase == "scaling":
             return scaling(spark, warehouse, [args.rows, args.large_rows], args.batch)
         raise SystemExit(f"unknown phase {phase!r}")
@@ -437,7 +502,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--large-rows", type=int, default=20_000_000)
     parser.add_argument("--batch", type=int, default=10_000)
-    parser.add_argument("--phases", default="throughput,schemaless,scaling")
+    parser.add_argument("--phases", default="throughput,schemaless,first-merge,scaling")
     parser.add_argument("--phase", default="", help=argparse.SUPPRESS)  # one phase, in this process (internal)
     parser.add_argument("--driver-memory", default="8g")
     parser.add_argument("--java-options", default="", help="the driver JVM's options (local mode: the executors' too)")
@@ -464,6 +529,12 @@ def main() -> None:
     if "throughput" in figures:
         figures["apply_changes_per_s"] = figures["throughput"]["apply_changes_per_s"]
         figures["apply_over_read_plus_merge"] = figures["throughput"]["apply_over_read_plus_merge"]
+    if "throughput" in figures and "first-merge" in figures:
+        # against a MERGE alone whose JVM, like the apply's, runs its first MERGE
+        throughput = figures["throughput"]
+        figures["apply_over_read_plus_first_merge"] = round(
+            throughput["apply_seconds"] / (throughput["read_alone_seconds"] + figures["first-merge"]["merge_only_seconds"]), 3
+        )
     if "schemaless" in figures:
         figures["schemaless_apply_changes_per_s"] = figures["schemaless"]["apply_changes_per_s"]
     if "scaling" in figures:
