@@ -82,6 +82,22 @@ def _check_patterns(patterns: list[str]) -> None:
             raise ValueError(str(exc).removeprefix(": ")) from None
 
 
+#: the list settings whose items are regular expressions, each checked when the configuration is read
+_PATTERN_LISTS = (
+    "schema_include_list",
+    "schema_exclude_list",
+    "table_include_list",
+    "table_exclude_list",
+    "column_include_list",
+    "column_exclude_list",
+    "message_prefix_include_list",
+    "message_prefix_exclude_list",
+    "snapshot_include_collection_list",
+    "column_propagate_source_type",
+    "datatype_propagate_source_type",
+)
+
+
 class ConnectorConfig(BaseModel):
     """A validated connector configuration.
 
@@ -226,22 +242,7 @@ class ConnectorConfig(BaseModel):
     column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
     snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
 
-    @field_validator(
-        "schema_include_list",
-        "schema_exclude_list",
-        "table_include_list",
-        "table_exclude_list",
-        "column_include_list",
-        "column_exclude_list",
-        "message_prefix_include_list",
-        "message_prefix_exclude_list",
-        "snapshot_include_collection_list",
-        "column_propagate_source_type",
-        "datatype_propagate_source_type",
-        "snapshot_select_statement_overrides",
-        "walflow_lake_accept_records",
-        mode="before",
-    )
+    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> list[str]:
         return _split_list(value)
@@ -257,19 +258,7 @@ class ConnectorConfig(BaseModel):
             raise ValueError(f"unknown operation(s) {bad}; allowed: c, u, d, t or none")
         return ops
 
-    @field_validator(
-        "schema_include_list",
-        "schema_exclude_list",
-        "table_include_list",
-        "table_exclude_list",
-        "column_include_list",
-        "column_exclude_list",
-        "message_prefix_include_list",
-        "message_prefix_exclude_list",
-        "snapshot_include_collection_list",
-        "column_propagate_source_type",
-        "datatype_propagate_source_type",
-    )
+    @field_validator(*_PATTERN_LISTS)
     @classmethod
     def _regexes(cls, value: list[str]) -> list[str]:
         _check_patterns(value)
