@@ -44,46 +44,79 @@ def decode(tasks: DataFrame, plan: DecodePlan) -> DataFrame:
 
 def run_stats(frame: DataFrame) -> dict[str, Any]:
     """What the run holds, computed by Spark over the decoded (cached) frame: op counts, schemas and the newest,
-    a key, TOAST placeholders, changes without key, source tables, problems and schemaless JSON kinds."""
+    a key, TOAST placeholders, changes without key, source tables, problems and schemaless JSON kinds.
+
+    Two passes over the cache rather than one: the counts over every row are sums, which Spark runs as generated
+    code, while collecting sets and lists makes an aggregate run row by row through its interpreted path (in one
+    aggregate with them, the sums ran that way too: the most sampled frame of a cold apply). The collected values
+    sit on a few rows only (the decoder writes each once per slice, or where it changes), which the second pass
+    selects before collecting.
+    """
     is_event = F.col(C.OP).isNotNull() & ~((F.col(C.OP) == "u") & (F.col(C.SIGN) < 0))
-    order = F.struct(*[F.col(c) for c in C.ORDER])
-    summary = frame.agg(
-        *[F.sum(F.when(is_event & (F.col(C.OP) == op), 1).otherwise(0)).alias(f"n_{op}") for op in EVENT_OPS],
-        F.map_from_entries(F.collect_set(F.when(is_event & ~F.col(C.OP).isin(*EVENT_OPS), F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
-        F.max_by(C.HASH, F.when((F.col(C.HASH) != "") & F.col(C.OP).isNotNull(), order)).alias("newest"),
+    other = is_event & ~F.col(C.OP).isin(*EVENT_OPS)
+
+    def count_if(condition: Column, name: str) -> Column:
+        return F.sum(F.when(condition, 1).otherwise(0)).alias(name)
+
+    sums = frame.agg(
+        *[count_if(is_event & (F.col(C.OP) == op), f"n_{op}") for op in EVENT_OPS],
+        count_if(other, "n_other"),
+        count_if((F.size(C.TOAST) > 0) & is_event, "toasted"),
+        count_if(~F.col(C.KEYED) & F.col(C.OP).isin("u", "d") & is_event, "keyless"),
+        F.count(C.PROBLEM).alias("problems"),
+        count_if(F.col(C.OVERFLOW).isNotNull(), "overflowed"),
+    ).collect()[0]
+    sparse = [F.col(c).isNotNull() for c in (C.SCHEMA, C.KEY, C.SRC_TABLE, C.PROBLEM, C.KINDS)]
+    rare = sparse[0]
+    for condition in sparse[1:]:
+        rare = rare | condition
+    if sums["n_other"]:
+        rare = rare | other
+    collected = frame.filter(rare).agg(
+        F.map_from_entries(F.collect_set(F.when(other, F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
         F.collect_set(F.when(F.col(C.SCHEMA).isNotNull(), F.struct(F.col(C.HASH).alias("h"), F.col(C.SCHEMA).alias("s")))).alias("schemas"),
         F.first(C.KEY, ignorenulls=True).alias("key"),
-        F.sum(F.when((F.size(C.TOAST) > 0) & is_event, 1).otherwise(0)).alias("toasted"),
-        F.sum(F.when(~F.col(C.KEYED) & F.col(C.OP).isin("u", "d") & is_event, 1).otherwise(0)).alias("keyless"),
         F.collect_set(F.when(F.col(C.SRC_TABLE).isNotNull(), F.struct(F.col(C.SRC_SCHEMA).alias("s"), F.col(C.SRC_TABLE).alias("t")))).alias("sources"),
-        F.count(C.PROBLEM).alias("problems"),
         F.slice(F.collect_list(C.PROBLEM), 1, 1000).alias("problem_list"),
         F.collect_list(C.KINDS).alias("kinds"),
-        F.sum(F.when(F.col(C.OVERFLOW).isNotNull(), 1).otherwise(0)).alias("overflowed"),
     ).collect()[0]
+    schemas = {r["h"]: r["s"] for r in collected["schemas"] or []}
     kinds: dict[str, set[str]] = {}
-    for text in summary["kinds"] or []:
+    for text in collected["kinds"] or []:
         for column, seen in orjson.loads(text).items():
             kinds.setdefault(column, set()).update(seen)
-    problems = [orjson.loads(p) for p in summary["problem_list"] or []]
-    counts = {op: int(summary[f"n_{op}"] or 0) for op in EVENT_OPS}
+    problems = [orjson.loads(p) for p in collected["problem_list"] or []]
+    counts = {op: int(sums[f"n_{op}"] or 0) for op in EVENT_OPS}
     counts = {op: n for op, n in counts.items() if n}
-    for op in summary["other_ops"] or {}:  # events of another kind ("m" messages...): counted, never applied
+    for op in collected["other_ops"] or {}:  # events of another kind ("m" messages...): counted, never applied
         counts[op] = int(frame.filter(is_event & (F.col(C.OP) == op)).count())
     return {
         "counts": counts,
-        "schemas": {r["h"]: r["s"] for r in summary["schemas"] or []},
-        "newest": summary["newest"] or None,
-        "key_names": key_names(summary["key"]),
-        "toasted": summary["toasted"] or 0,
-        "keyless": summary["keyless"] or 0,
-        "sources": {(r["s"], r["t"]) for r in summary["sources"] or []},
+        "schemas": schemas,
+        "newest": _newest(frame, [h for h in schemas if h]),
+        "key_names": key_names(collected["key"]),
+        "toasted": sums["toasted"] or 0,
+        "keyless": sums["keyless"] or 0,
+        "sources": {(r["s"], r["t"]) for r in collected["sources"] or []},
         "problems": [p for p in problems if not p.get("accepted")],
-        "problem_count": int(summary["problems"] or 0),
+        "problem_count": int(sums["problems"] or 0),
         "skipped": [p for p in problems if p.get("accepted")],
         "kinds": kinds,
-        "overflowed": int(summary["overflowed"] or 0),
+        "overflowed": int(sums["overflowed"] or 0),
     }
+
+
+def _newest(frame: DataFrame, hashes: list[str]) -> str | None:
+    """The schema hash of the newest event (by source position) among those with a schema part.
+
+    Each schema's text rides on an event of that schema in every slice holding one, so ``hashes`` (the schemas
+    read) are those of the events: with one, it is the newest; only a run that read several asks Spark which.
+    """
+    if len(hashes) <= 1:
+        return hashes[0] if hashes else None
+    order = F.struct(*[F.col(c) for c in C.ORDER])
+    row = frame.agg(F.max_by(C.HASH, F.when((F.col(C.HASH) != "") & F.col(C.OP).isNotNull(), order)).alias("newest")).collect()[0]
+    return row["newest"] or None
 
 
 def events_only(frame: DataFrame, names: list[str]) -> DataFrame:
