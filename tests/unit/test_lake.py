@@ -405,6 +405,44 @@ def test_source_position_orders_by_commit() -> None:
     assert source_position({"lsn": 5, "sequence": ["1", "5"]}, None) == (5, 5, 0) and source_position({}, None) == (0, 0, 0)
 
 
+@pytest.mark.parametrize(
+    ("rows", "by_arrow"),
+    [
+        # the common forms, computed by Arrow: streamed changes, snapshot rows, a total order, a row that is no event
+        ([("u", 120, '["100","120"]', None), ("c", 90, '["150","90"]', 3), ("r", 100, None, None), ("c", 7, "", None), (None, None, None, None)], True),
+        ([("u", None, '["1","2"]', None), ("d", 5, None, 0), ("r", 2**59, f'["{2**59}","1"]', None)], True),
+        # other forms, one by one through position(): JSON lists, nulls in the sequence, text orders, odd digits,
+        # LSNs beyond 18 digits, a text LSN
+        ([("u", 5, ["1", "5"], None), ("u", 6, '["4","6"]', None)], False),
+        ([("u", 5, '[null,"5"]', None), ("c", 6, '["4","6"]', "2")], False),
+        ([("u", 5, '["\u00b2","5"]', None), ("u", 6, "[]", None), ("u", 7, '["1234567890123456789","7"]', None)], False),
+        ([("u", "12", '["4","6"]', None), (None, None, None, None)], False),
+        ([], True),
+    ],
+)
+def test_positions_of_a_batch_equal_each_events_position(
+    rows: list[tuple[Any, Any, Any, Any]], by_arrow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decoder's batch form of :func:`position` (Arrow for the common forms, one by one for the others) gives
+    exactly what the function gives each event."""
+    from walflow.lake import decoder
+    from walflow.lake.positions import position
+
+    original = decoder._positions_one_by_one
+    one_by_one: list[Any] = []
+
+    def counted(*columns: Any) -> Any:
+        one_by_one.append(columns)
+        return original(*columns)
+
+    monkeypatch.setattr(decoder, "_positions_one_by_one", counted)
+    ops, lsns, sequences, orders = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
+    arrays = decoder.position_arrays(ops, lsns, sequences, orders)
+    assert bool(one_by_one) is not by_arrow
+    got = list(zip(*(array.to_pylist() for array in arrays)))
+    assert got == [position(lsn, sequence, order) if op is not None else (None, None, None) for op, lsn, sequence, order in rows]
+
+
 def test_schemaless_typing() -> None:
     assert [json_kind(v) for v in (1, 1.5, True, "x", {"a": 1}, [1], None)] == ["long", "double", "boolean", "string", "json", "json", None]
     assert inferred_type({"long"}) == "bigint" and inferred_type({"long", "double"}) == "double"

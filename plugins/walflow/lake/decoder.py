@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import gc
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from walflow.lake import columns as C
 from walflow.lake.loose import LOOSE, json_kind
@@ -192,6 +193,47 @@ def _plain_event(value: bytes) -> Envelope | None:
     return event if event.op is not None else None
 
 
+#: a streamed event's ``source.sequence`` as the stream writes it, with LSNs short enough for a bigint
+_SEQUENCE = r'^\["(?P<previous>[0-9]{1,18})","(?P<change>[0-9]{1,18})"\]$'
+
+
+def position_arrays(ops: Sequence[Any], lsns: Sequence[Any], sequences: Sequence[Any], orders: Sequence[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """:func:`position` of many events at once, as three int64 arrays (null where ``ops`` is null: a row that is
+    no event).
+
+    This runs over every record the lake job decodes: Arrow computes the common forms (an int LSN, a sequence as
+    the stream writes it or none, an int or no total order) for a whole batch, and only the rows in another form
+    go through :func:`position` one by one, so that both give the same positions.
+    """
+    try:
+        lsn = pa.array(lsns, pa.int64())
+        order = pa.array(orders, pa.int64())
+        sequence = pa.array(sequences, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return _positions_one_by_one(ops, lsns, sequences, orders)
+    parts = pc.extract_regex(sequence, _SEQUENCE)
+    matched = pc.is_valid(parts)
+    with_sequence = pc.and_kleene(pc.is_valid(sequence), pc.not_equal(sequence, ""))
+    odd = pc.and_kleene(with_sequence, pc.invert(matched))
+    if pc.any(odd).as_py():
+        return _positions_one_by_one(ops, lsns, sequences, orders)
+    previous = pc.cast(pc.struct_field(parts, "previous"), pa.int64())
+    change = pc.cast(pc.struct_field(parts, "change"), pa.int64())
+    plain = pc.fill_null(lsn, 0)
+    event = pc.is_valid(pa.array(ops, pa.string()))
+    nulls = pa.nulls(len(ops), pa.int64())
+    a = pc.if_else(matched, pc.max_element_wise(previous, change), plain)
+    b = pc.if_else(matched, change, 0)
+    c = pc.fill_null(order, 0)
+    return pc.if_else(event, a, nulls), pc.if_else(event, b, nulls), pc.if_else(event, c, nulls)
+
+
+def _positions_one_by_one(ops: Sequence[Any], lsns: Sequence[Any], sequences: Sequence[Any], orders: Sequence[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    places = [position(lsn, sequence, order) if op is not None else (None, None, None) for op, lsn, sequence, order in zip(ops, lsns, sequences, orders)]
+    a, b, c = zip(*places) if places else ((), (), ())
+    return pa.array(a, pa.int64()), pa.array(b, pa.int64()), pa.array(c, pa.int64())
+
+
 def _short(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
     return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
@@ -269,6 +311,9 @@ class Decoder:
         width = len(C.FRAME_META) + self.n_data
         filled, empty = self.filled, [None] * self.n_data
         shapes = self.shapes
+        # a schemaless row has kinds to note only when some column is being typed or it has a column the target
+        # lacks (:meth:`_track`); the subset test runs in C, once per record
+        watching, known = bool(self.watch), self.index.keys()
         out = _Batch()
         rows = out.rows
         size = 0
@@ -319,8 +364,9 @@ class Decoder:
                 op = payload.op
                 source = payload.source or _NO_SOURCE
                 transaction = payload.transaction
-                a, b, c = position(source.lsn, source.sequence, None if transaction is None else transaction.total_order)
                 lsn, ts = source.lsn, source.ts_ms
+                # the fields of the event's position, turned into it for the whole batch (position_arrays)
+                a, b, c = lsn, source.sequence, None if transaction is None else transaction.total_order
                 row = payload.after if op != "d" else payload.before
                 old = payload.before if op == "u" and not keyed else None
             except Exception as exc:  # noqa: BLE001 - a malformed event, reported with its place
@@ -359,7 +405,7 @@ class Decoder:
                     out.toasted = True
                 rows.append((op, partition, offset, lsn, ts, old_toasted, a, b, c, -1, None, *old_values))
                 values, toasted, failures = new_image
-            if schema_hash == "" and row is not None:
+            if schema_hash == "" and row is not None and (watching or not row.keys() <= known):
                 self._track(row, out.kinds)
             if failures:
                 out.overflow.setdefault(len(rows), []).extend((n, _short(v, 10_000)) for n, v, _why in failures)
@@ -427,8 +473,13 @@ class Decoder:
                          "error": f"not a value of the column's type ({self.schema.field(i).type})", "schemaless": self.plan_schemaless}
                     ).decode()
             arrays[i] = array
+        # the rows hold the fields of each event's position (LSN, sequence, total order) in these three columns
+        for i, array in zip(_POSITION_AT, position_arrays(columns[0], *(columns[i] for i in _POSITION_AT))):
+            arrays[i] = array
         for i in range(n_meta):
             kind = self.schema.field(i).type
+            if i in _POSITION_AT:
+                continue
             if i == _OVERFLOW_AT:
                 arrays[i] = pa.array(_spread(n, out.overflow), type=kind) if out.overflow else pa.nulls(n, kind)
             elif i == _TOAST_AT and not out.toasted:
@@ -500,3 +551,4 @@ def _fails(compiled: Any, image: dict[str, Any], placeholders: tuple[Any, ...]) 
 _NO_SOURCE = Source()
 _OVERFLOW_AT = [name for name, _t in C.FRAME_META].index(C.OVERFLOW)
 _TOAST_AT = [name for name, _t in C.FRAME_META].index(C.TOAST)
+_POSITION_AT = tuple([name for name, _t in C.FRAME_META].index(n) for n in (C.POS_A, C.POS_B, C.POS_C))

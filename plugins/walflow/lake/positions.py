@@ -44,7 +44,7 @@ def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
         # '["<previous>","<change>"]' as the stream writes it, without a JSON parse
         if type(sequence) is str and sequence[:2] == '["' and sequence[-2:] == '"]':
             parts = sequence[2:-2].split('","')
-            if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            if len(parts) == 2 and parts[0].isascii() and parts[0].isdigit() and parts[1].isascii() and parts[1].isdigit():
                 previous, change = int(parts[0]), int(parts[1])
                 return (previous if previous > change else change), change, order
         try:
