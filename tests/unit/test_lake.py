@@ -132,6 +132,15 @@ def test_row_conversion_and_toast() -> None:
         assert compiled(image, placeholder_values(PLACEHOLDER)) == shape.convert(image, placeholder_values(PLACEHOLDER))
     with pytest.raises(Exception):  # noqa: B017 - a value the converter cannot take fails as in convert()
         compiled({**row, "price": 5}, placeholder_values(PLACEHOLDER))
+    # schemaless columns: a value of the type the converter keeps skips the call, any other still goes through it
+    loose = RowShape(loose_schema([loose_field("n", "bigint"), loose_field("s", "string"), loose_field("b", "boolean"), loose_field("d", "double")]))
+    for image in ({"n": 1, "s": "x", "b": True, "d": 1.5}, {"n": None, "s": {"a": [1]}, "b": False, "d": 2}, {"s": 7}):
+        assert loose.compiled()(image, ()) == loose.convert(image, ())
+    for bad in ({"n": True}, {"n": "1"}, {"b": 1}, {"n": 1.5}):
+        with pytest.raises(TypeError):
+            loose.compiled()(bad, ())
+        with pytest.raises(TypeError):
+            loose.convert(bad, ())
     # column names that are no identifiers enter the generated code only as literals
     odd = RowShape({"fields": [{"field": "before"}, {"field": "after", "fields": [{"type": "string", "field": "a'b\"c\\n)"}]}]})
     assert odd.compiled()({"a'b\"c\\n)": "x"}, ()) == (["x"], [])

@@ -116,6 +116,11 @@ def _as_text(v: Any) -> str:
     return v if isinstance(v, str) else orjson.dumps(v).decode()
 
 
+#: converters that give a value of exactly this type back unchanged: the generated row converter
+#: (:meth:`walflow.lake.types.RowShape.compiled`) tests the type inline and calls them only for other values
+KEEPS: dict[Any, type] = {_strict_int: int, _strict_bool: bool, _as_text: str}
+
+
 def loose_converter(spark_type_name: str) -> Any:
     """A function from a schemaless JSON value to the lake value of a column of ``spark_type_name``.
 

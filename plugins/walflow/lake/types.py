@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from walflow.errors import LakeError
 from walflow.lake.naming import sql_quote, sql_string
-from walflow.lake.loose import LOOSE, loose_converter
+from walflow.lake.loose import KEEPS, LOOSE, loose_converter
 from walflow.lake.values import (
     DEBEZIUM_INFINITE_DAYS,
     TS_NEG_INF,
@@ -228,15 +228,20 @@ class RowShape:
             if convert is None and not can_toast:
                 continue
             lines.append(f"    if {v} is not None:")
+            call = f"{v} = c{i}({v})"
+            keep = KEEPS.get(convert)
+            if keep is not None:  # the common case, a value of the type the converter keeps, without a call
+                env[f"t{i}"] = keep
+                call = f"{v} = {v} if type({v}) is t{i} else c{i}({v})"
             if can_toast:
                 test = f"{v} in placeholders" if can_toast == 1 else f"is_placeholder({v}, 2, placeholders)"
                 lines += [f"        if {test}:", f"            toasted.append({name!r})", f"            {v} = None"]
                 if convert is not None:
                     env[f"c{i}"] = convert
-                    lines += ["        else:", f"            {v} = c{i}({v})"]
+                    lines += ["        else:", f"            {call}"]
             else:
                 env[f"c{i}"] = convert
-                lines.append(f"        {v} = c{i}({v})")
+                lines.append(f"        {call}")
         lines.append("    return [" + ", ".join(f"v{i}" for i in range(len(self.converters))) + "], toasted")
         exec(compile("\n".join(lines), f"<walflow.lake.types.RowShape {len(self.converters)} columns>", "exec"), env)  # noqa: S102
         self._compiled = env["convert"]
