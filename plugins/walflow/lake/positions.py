@@ -37,7 +37,7 @@ def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
     Only these fields are read, so fields a newer Debezium adds (``ts_us``, ``ts_ns``, ``origin``...) change
     nothing.
     """
-    if type(lsn) is not int:  # this runs for every event: the common case (an int) skips the conversion
+    if type(lsn) is not int:  # the common case (an int) skips the conversion
         lsn = _int(lsn)
     order = 0 if total_order is None else _int(total_order)
     if sequence:
