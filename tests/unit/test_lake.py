@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from walflow.errors import ConfigError, LakeError
@@ -446,7 +447,7 @@ def test_positions_of_a_batch_equal_each_events_position(
 
     monkeypatch.setattr(decoder, "_positions_one_by_one", counted)
     ops, lsns, sequences, orders = (list(column) for column in zip(*rows)) if rows else ([], [], [], [])
-    arrays = decoder.position_arrays(ops, lsns, sequences, orders)
+    arrays = decoder.position_arrays(pc.is_valid(pa.array(ops, pa.string())), lsns, sequences, orders)
     assert bool(one_by_one) is not by_arrow
     got = list(zip(*(array.to_pylist() for array in arrays)))
     assert got == [position(lsn, sequence, order) if op is not None else (None, None, None) for op, lsn, sequence, order in rows]

@@ -197,8 +197,8 @@ def _plain_event(value: bytes) -> Envelope | None:
 _SEQUENCE = r'^\["(?P<previous>[0-9]{1,18})","(?P<change>[0-9]{1,18})"\]$'
 
 
-def position_arrays(ops: Sequence[Any], lsns: Sequence[Any], sequences: Sequence[Any], orders: Sequence[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """:func:`position` of many events at once, as three int64 arrays (null where ``ops`` is null: a row that is
+def position_arrays(events: pa.BooleanArray, lsns: Sequence[Any], sequences: Sequence[Any], orders: Sequence[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """:func:`position` of many rows at once, as three int64 arrays (null where ``events`` is false: a row that is
     no event).
 
     This runs over every record the lake job decodes: Arrow computes the common forms (an int LSN, a sequence as
@@ -210,26 +210,28 @@ def position_arrays(ops: Sequence[Any], lsns: Sequence[Any], sequences: Sequence
         order = pa.array(orders, pa.int64())
         sequence = pa.array(sequences, pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return _positions_one_by_one(ops, lsns, sequences, orders)
+        return _positions_one_by_one(events, lsns, sequences, orders)
     parts = pc.extract_regex(sequence, _SEQUENCE)
     matched = pc.is_valid(parts)
     with_sequence = pc.and_kleene(pc.is_valid(sequence), pc.not_equal(sequence, ""))
     odd = pc.and_kleene(with_sequence, pc.invert(matched))
     if pc.any(odd).as_py():
-        return _positions_one_by_one(ops, lsns, sequences, orders)
+        return _positions_one_by_one(events, lsns, sequences, orders)
     previous = pc.cast(pc.struct_field(parts, "previous"), pa.int64())
     change = pc.cast(pc.struct_field(parts, "change"), pa.int64())
     plain = pc.fill_null(lsn, 0)
-    event = pc.is_valid(pa.array(ops, pa.string()))
-    nulls = pa.nulls(len(ops), pa.int64())
+    nulls = pa.nulls(len(events), pa.int64())
     a = pc.if_else(matched, pc.max_element_wise(previous, change), plain)
     b = pc.if_else(matched, change, 0)
     c = pc.fill_null(order, 0)
-    return pc.if_else(event, a, nulls), pc.if_else(event, b, nulls), pc.if_else(event, c, nulls)
+    return pc.if_else(events, a, nulls), pc.if_else(events, b, nulls), pc.if_else(events, c, nulls)
 
 
-def _positions_one_by_one(ops: Sequence[Any], lsns: Sequence[Any], sequences: Sequence[Any], orders: Sequence[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
-    places = [position(lsn, sequence, order) if op is not None else (None, None, None) for op, lsn, sequence, order in zip(ops, lsns, sequences, orders)]
+def _positions_one_by_one(events: pa.BooleanArray, lsns: Sequence[Any], sequences: Sequence[Any], orders: Sequence[Any]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    places = [
+        position(lsn, sequence, order) if event else (None, None, None)
+        for event, lsn, sequence, order in zip(events.to_pylist(), lsns, sequences, orders)
+    ]
     a, b, c = zip(*places) if places else ((), (), ())
     return pa.array(a, pa.int64()), pa.array(b, pa.int64()), pa.array(c, pa.int64())
 
@@ -473,9 +475,6 @@ class Decoder:
                          "error": f"not a value of the column's type ({self.schema.field(i).type})", "schemaless": self.plan_schemaless}
                     ).decode()
             arrays[i] = array
-        # the rows hold the fields of each event's position (LSN, sequence, total order) in these three columns
-        for i, array in zip(_POSITION_AT, position_arrays(columns[0], *(columns[i] for i in _POSITION_AT))):
-            arrays[i] = array
         for i in range(n_meta):
             kind = self.schema.field(i).type
             if i in _POSITION_AT:
@@ -486,6 +485,11 @@ class Decoder:
                 arrays[i] = pa.repeat(pa.scalar([], type=kind), n)
             else:
                 arrays[i] = pa.array(columns[i], type=kind)
+        # the rows hold the fields of each event's position (LSN, sequence, total order) in these three columns; a
+        # row with an op is an event
+        events = pc.is_valid(arrays[_OP_AT])
+        for i, array in zip(_POSITION_AT, position_arrays(events, *(columns[i] for i in _POSITION_AT))):
+            arrays[i] = array
         # statistics: the schema hash and whether the record had a key change in runs; the rest on a few rows
         stats = n_meta + self.n_data
         hashes, keyed = [], []
@@ -551,4 +555,5 @@ def _fails(compiled: Any, image: dict[str, Any], placeholders: tuple[Any, ...]) 
 _NO_SOURCE = Source()
 _OVERFLOW_AT = [name for name, _t in C.FRAME_META].index(C.OVERFLOW)
 _TOAST_AT = [name for name, _t in C.FRAME_META].index(C.TOAST)
+_OP_AT = [name for name, _t in C.FRAME_META].index(C.OP)
 _POSITION_AT = tuple([name for name, _t in C.FRAME_META].index(n) for n in (C.POS_A, C.POS_B, C.POS_C))
