@@ -13,7 +13,7 @@ high watermark the rows left are emitted as ``op: r`` events with ``source.snaps
 Watermarks are ``pg_logical_emit_message(..., 'walflow.watermark', ...)`` messages rather than signal-table rows:
 they need no table writes (nothing to clean up, no INSERT grant), sit at their position in the stream, and carry the
 connector's name so several connectors on one database ignore each other's. The low one is written by the chunk's
-read-only transaction itself, the high one in a transaction of its own after it (:meth:`ChunkReader.window` says
+read-only transaction itself, the high one in a transaction of its own after it (:meth:`ChunkReader.read_chunk` says
 why). They need PostgreSQL 14 or newer (pgoutput's ``messages`` option).
 
 Progress (tables left, current table, last key, maximum key) lives in walflow's state table and is saved
@@ -442,11 +442,12 @@ class IncrementalSnapshots:
             progress.max_key = max_key
         chunk_id = uuid.uuid4().hex
         saved = (progress.last_key, progress.null_phase, progress.last_ctid)
+        hook = self._chunk_hook
         try:
-            with self.reader.window(WATERMARK_PREFIX, self._watermark(chunk_id, "low"), self._watermark(chunk_id, "high")) as unseen:
-                rows, table_done, ctids = self.reader.select(table, progress)
-                if self._chunk_hook is not None:
-                    self._chunk_hook(name, rows)
+            rows, table_done, ctids, unseen = self.reader.read_chunk(
+                table, progress, WATERMARK_PREFIX, self._watermark(chunk_id, "low"), self._watermark(chunk_id, "high"),
+                inside=None if hook is None else (lambda read: hook(name, read)),
+            )  # fmt: skip
         except BaseException:
             # the cursor must not skip rows that were never buffered
             progress.last_key, progress.null_phase, progress.last_ctid = saved

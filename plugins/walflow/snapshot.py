@@ -54,6 +54,8 @@ class SnapshotTable:
     key_types: list[str]
     override: str | None = None
     condition: str | None = None  # additional-condition of an ad-hoc snapshot
+    #: the chunk SELECTs of an incremental snapshot built for this plan, by kind (:meth:`ChunkReader._chunk_query`)
+    queries: dict[tuple[bool, bool], bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
