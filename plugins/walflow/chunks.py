@@ -301,7 +301,7 @@ class ChunkReader:
                 if inside is not None:
                     pipeline.sync()
                     rows = selected.fetchall()
-                    inside(rows)
+                    inside([r[:-1] for r in rows] if progress.null_phase else rows)  # without the ctid column
                 conn.execute("COMMIT")
                 conn.execute("BEGIN")
                 conn.execute("SET LOCAL synchronous_commit TO off")
