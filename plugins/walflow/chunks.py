@@ -8,7 +8,7 @@ so it can neither change data nor run forever while the slot waits (see :class:`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -289,28 +289,36 @@ class ChunkReader:
         rows: list[Sequence[Any]] | None = None
         try:
             with conn.pipeline() as pipeline:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                if limit is not None:
-                    conn.execute(limit)
-                opened = conn.execute(
-                    "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x), "
-                    "pg_logical_emit_message(false, %s, %s) FROM pg_current_snapshot() AS s",
-                    (prefix, low),
-                )
-                selected = self.query(query, params)
-                if inside is not None:
+                try:
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    if limit is not None:
+                        conn.execute(limit)
+                    opened = conn.execute(
+                        "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x), "
+                        "pg_logical_emit_message(false, %s, %s) FROM pg_current_snapshot() AS s",
+                        (prefix, low),
+                    )
+                    selected = self.query(query, params)
+                    if inside is not None:
+                        pipeline.sync()
+                        rows = selected.fetchall()
+                        inside([r[:-1] for r in rows] if progress.null_phase else rows)  # without the ctid column
+                    conn.execute("COMMIT")
+                    conn.execute("BEGIN")
+                    conn.execute("SET LOCAL synchronous_commit TO off")
+                    conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (prefix, high))
+                    conn.execute("COMMIT")
                     pipeline.sync()
-                    rows = selected.fetchall()
-                    inside([r[:-1] for r in rows] if progress.null_phase else rows)  # without the ctid column
-                conn.execute("COMMIT")
-                conn.execute("BEGIN")
-                conn.execute("SET LOCAL synchronous_commit TO off")
-                conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (prefix, high))
-                conn.execute("COMMIT")
-                pipeline.sync()
-                xmax, xip, _ = opened.fetchone()  # type: ignore[misc]
-                if rows is None:
-                    rows = selected.fetchall()
+                    xmax, xip, _ = opened.fetchone()  # type: ignore[misc]
+                    if rows is None:
+                        rows = selected.fetchall()
+                except psycopg.Error:
+                    # The server's first error is the one raised (it may show while later statements are queued).
+                    # A Sync ends the pipeline's aborted state first: without it psycopg, leaving the pipeline,
+                    # logs a second, misleading "pipeline aborted" warning beside the real cause.
+                    with suppress(psycopg.Error):
+                        pipeline.sync()
+                    raise
         except BaseException:
             if not (conn.closed or conn.broken) and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")

@@ -521,3 +521,33 @@ def test_a_change_committed_after_the_high_watermark_sorts_after_the_chunk_rows(
     snapshot_row, change = (source_position(r.payload["source"], r.payload.get("transaction")) for r in records)
     assert snapshot_row < change, (records[0].payload["source"], records[1].payload["source"])
     assert topic_state(config) == table_state(database, "t")
+
+
+def test_a_chunk_failing_on_the_server_leaves_its_connection_idle_and_logs_only_the_cause(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A chunk's statements go to the server as one pipeline: when one fails, the caller gets the server's error,
+    the connection is idle again, the cursor has not moved, and psycopg logs nothing of its own (leaving a pipeline
+    in its aborted state made it warn "pipeline aborted", which named no cause)."""
+    from psycopg import sql
+
+    from walflow.chunks import ChunkReader, SnapshotProgress
+    from walflow.events import Filters, Serializer
+    from walflow.transforms import ColumnRules
+
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    config = make(database)
+    with psycopg.connect(database, autocommit=True) as conn:
+        reader = ChunkReader(config, conn, Filters(config), Serializer(True, True), ColumnRules(config))
+        table = reader.plan("public.t", None, None)
+        assert table is not None
+        progress = SnapshotProgress(signal_id="s", tables=["public.t"], max_key=reader.max_key(table))
+        # the second statement fails, so the server's error tends to show while the later ones are still being queued
+        reader._timeout_sql = lambda: sql.SQL("SET LOCAL statement_timeout = 'not a duration'")  # type: ignore[method-assign]
+        for _ in range(5):
+            with caplog.at_level("WARNING"), pytest.raises(psycopg.errors.InvalidParameterValue):
+                reader.read_chunk(table, progress, "walflow.test", "low", "high")
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert progress.last_key is None
+        assert not [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+        del reader._timeout_sql  # the real one again: the same connection reads the chunk
+        read = reader.read_chunk(table, progress, "walflow.test", "low", "high")
+        assert [int(r[0]) for r in read.rows] == list(range(1, 101)) and progress.last_key == ["100"]
