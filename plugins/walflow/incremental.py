@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -530,13 +530,13 @@ class IncrementalSnapshots:
         rows, dropped = chunk.current()
         self.rows_dropped += dropped
         send = self.producer.send
-        after: dict[str, Any] | None = None
-        current: list[Any] | None = None
+        current: Sequence[Any] | None = None
         try:
             for current in rows:
-                key, after, value = encode(current)
+                key, value = encode(current)
                 send(table.topic, key, value, headers)
         except RecordTooLargeError as exc:
+            after = table.row(current) if current is not None else None
             key_fields = table.key(after, current) if (after is not None and table.has_key) else None
             raise too_large(
                 exc, table=table.data_collection, key=key_fields, lsn=None, row=after,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,16 +177,24 @@ class SnapshotEmitter:
             sequence=f'[null,"{lsn}"]' if lsn is not None else None, tx_id=self.xid, lsn=lsn,
         )  # fmt: skip
 
-    def encoder(self, table: TableSchema, marker: str, middle: bytes | None = None) -> Callable[..., tuple[bytes | None, dict[str, Any], bytes]]:
-        """``encode(values, middle=None)``: a row's key, event row and record value, the value assembled from
-        pre-serialised parts (schema, source block with ``marker`` or the given ``middle``, or the one passed to
-        ``encode``) around one ``orjson.dumps`` of the row: snapshots are the hottest path walflow has."""
+    def encoder(self, table: TableSchema, marker: str, middle: bytes | None = None) -> Callable[..., tuple[bytes | None, bytes]]:
+        """``encode(values, middle=None)``: a row's key and record value, the value assembled from pre-serialised
+        parts (schema, source block with ``marker`` or the given ``middle``, or the one passed to ``encode``) around
+        the row's JSON: snapshots are the hottest path walflow has. The row goes straight to JSON where the table
+        allows it (:attr:`TableSchema.json_row`), else through its dict; the event row itself, which a caller needs
+        only for a row it holds back or reports, is ``table.row(values)``.
+
+        :raises ConversionError: for a value its column's converter refuses (naming the column and the value).
+        """
         ser = self._ser
         fmt = self.fmt
         key_prefix = table.key_schema_json
+        key_schemas = ser.key_schemas
         has_key = table.has_key
         key_names = [f.name for f in table.key_fields]
         key_only = bool(table.key_only)
+        json_row = table.json_row
+        row = table.row
         dumps = orjson.dumps
         join = b"".join
         head = b'{"before":null,"after":'
@@ -197,9 +205,22 @@ class SnapshotEmitter:
         ts = fmt.processing_time()
         count = 0
 
-        def encode(values: list[Any], middle: bytes | None = None) -> tuple[bytes | None, dict[str, Any], bytes]:
+        def encode_json(values: Sequence[Any], middle: bytes | None = None) -> tuple[bytes | None, bytes]:
             nonlocal count, ts
-            after = table.row(values)
+            try:
+                row_json, key_json = json_row(values)  # type: ignore[misc]
+            except (ValueError, ArithmeticError):
+                row(values)  # raises the ConversionError that names the column and its value
+                raise
+            count += 1
+            if count & 0x1FFF == 0:
+                ts = fmt.processing_time()
+            key = (join((key_prefix, key_json, b"}")) if key_schemas else key_json) if has_key else None
+            return key, join((head, row_json, regular if middle is None else middle, ts, tail))
+
+        def encode(values: Sequence[Any], middle: bytes | None = None) -> tuple[bytes | None, bytes]:
+            nonlocal count, ts
+            after = row(values)
             if has_key:
                 key = ser.key(key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values))
             else:
@@ -207,9 +228,9 @@ class SnapshotEmitter:
             count += 1
             if count & 0x1FFF == 0:
                 ts = fmt.processing_time()
-            return key, after, join((head, dumps(after), regular if middle is None else middle, ts, tail))
+            return key, join((head, dumps(after), regular if middle is None else middle, ts, tail))
 
-        return encode
+        return encode if json_row is None else encode_json
 
     def middle(self, table: TableSchema, marker: str) -> bytes:
         """The serialised part of a value from its source block (with ``marker``) to its processing time."""
@@ -231,21 +252,22 @@ class SnapshotEmitter:
         first = None if incremental else self.middle(table, "first" if is_first_table else "first_in_data_collection")
         pending_key: bytes | None = None
         pending_value = b""
-        pending_after: dict[str, Any] | None = None
+        pending: Sequence[Any] | None = None  # the values of the row encoded last, not sent yet
         count = 0
         try:
             for values in rows:
-                if pending_after is not None:
+                if pending is not None:
                     send(topic, pending_key, pending_value, headers)
                 count += 1
-                pending_key, pending_after, pending_value = encode(values, first if count == 1 else None)
-            if pending_after is not None:
+                pending_key, pending_value = encode(values, first if count == 1 else None)
+                pending = values
+            if pending is not None:
                 if incremental:
                     send(topic, pending_key, pending_value, headers)
                 else:
-                    self._held.append((pending_key, table, pending_after, is_first_table and count == 1))
+                    self._held.append((pending_key, table, table.row(pending), is_first_table and count == 1))
         except RecordTooLargeError as exc:
-            raise self._too_large(exc, table, pending_after) from None
+            raise self._too_large(exc, table, table.row(pending) if pending is not None else None) from None
         self.rows += count
         return count
 

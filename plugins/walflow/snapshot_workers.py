@@ -107,22 +107,21 @@ class RangeEmitter(SnapshotEmitter):
         headers = self.fmt.context_headers or None
         topic = table.topic
         first: HeldRow | None = None
-        pending: tuple[bytes | None, dict[str, Any], bytes] | None = None
+        pending: tuple[bytes | None, list[Any], bytes] | None = None  # key, values, record value
         count = 0
-        after: dict[str, Any] | None = None
         try:
             for values in rows:
-                key, after, value = encode(values)
+                key, value = encode(values)
                 count += 1
                 if count == 1:
-                    first = (key, after)
+                    first = (key, table.row(values))
                     continue
                 if pending is not None:
                     send(topic, pending[0], pending[2], headers)
-                pending = (key, after, value)
+                pending = (key, values, value)
         except RecordTooLargeError as exc:
-            raise self._too_large(exc, table, after) from None
-        return count, first, (pending[0], pending[1]) if pending is not None else None
+            raise self._too_large(exc, table, table.row(pending[1]) if pending is not None else None) from None
+        return count, first, (pending[0], table.row(pending[1])) if pending is not None else None
 
 
 def key_ranges(
