@@ -22,7 +22,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE, incremental_snapshot  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
@@ -72,10 +72,12 @@ def main() -> None:
         initial_s = time.perf_counter() - start
         assert report["snapshot"]["rows"] == args.rows, report["snapshot"]
         initial_bytes = prod.bytes
+        drop_topics(config.topic_prefix)
 
         prod = producer()
         rows, incremental_s = incremental_snapshot(config, dsn, prod)
         assert rows == args.rows, rows
+        drop_topics(config.topic_prefix)
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         copy_rate = args.rows / copy_s
         print(

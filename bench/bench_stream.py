@@ -24,7 +24,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
@@ -106,6 +106,7 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         assert summary.events == args.rows, summary
         rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        drop_topics(config.topic_prefix)
 
         result = {
             "bench": "stream",
@@ -131,6 +132,7 @@ def main() -> None:
             result["big_tx_rows"] = args.big_tx
             result["big_tx_peak_rss_mb"] = big["peak_rss_mb"]
             result["big_tx_events_per_s"] = round(big["events"] / big["seconds"])
+            drop_topics(config.topic_prefix)
         print(json.dumps(result))
     finally:
         drop_database(db)

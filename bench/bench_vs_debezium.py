@@ -46,7 +46,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE, incremental_snapshot  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.config import parse_config  # noqa: E402
 from walflow.embedded import ensure_java  # noqa: E402
@@ -171,6 +171,7 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
         summary = StreamBatch(config, dsn, producer()).run()
         walflow_s = time.perf_counter() - start
         assert summary.events == per_tx * transactions, summary
+        drop_topics(config.topic_prefix)
         rates = {}
         for fmt in FORMATS:
             name = f"dbz_{fmt}_{tag}"
@@ -212,6 +213,7 @@ def bench_snapshot(folder: Path, rows: int) -> dict[str, float]:
         report = ConnectorSetup(config, dsn, lambda: prod).run()
         walflow_s = time.perf_counter() - start
         assert report["snapshot"]["rows"] == rows, report["snapshot"]
+        drop_topics(config.topic_prefix)
         # the same table, read by reader processes (snapshot.max.threads, one per core here)
         readers = max(2, os.cpu_count() or 1)
         config_readers = walflow_config(f"wf_{tag}_r", **{"snapshot.max.threads": readers})
@@ -220,9 +222,11 @@ def bench_snapshot(folder: Path, rows: int) -> dict[str, float]:
         report = ConnectorSetup(config_readers, dsn, lambda: prod_readers).run()
         readers_s = time.perf_counter() - start
         assert report["snapshot"]["rows"] == rows, report["snapshot"]
+        drop_topics(config_readers.topic_prefix)
         # an incremental snapshot of it through the first connector's signal table, batch after batch
         incremental_rows, incremental_s = incremental_snapshot(config, dsn, producer())
         assert incremental_rows == rows, incremental_rows
+        drop_topics(config.topic_prefix)
         rates = {}
         for fmt in FORMATS:
             name = f"dbz_{fmt}_{tag}"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
+
+from confluent_kafka.admin import AdminClient
 
 #: The benchmarks' table: a key and the common types (text, numeric, timestamp, boolean).
 TABLE = """
@@ -39,3 +42,19 @@ def incremental_snapshot(config: Any, dsn: str, producer: Any) -> tuple[int, flo
         rows += summary.snapshot_rows
         if summary.snapshot_rows == 0 and summary.signals == 0:
             return rows, time.perf_counter() - start
+
+
+def drop_topics(prefix: str) -> int:
+    """Delete the topics a benchmark phase wrote (names starting with ``prefix`` and a dot); return how many.
+
+    The embedded broker keeps topics in memory and produces more slowly the more it holds (1M-row incremental
+    snapshots measured 165-170k rows/s on a fresh broker and 104k on one that several GB of earlier runs had
+    filled), which a Kafka cluster writing segments to disk does not: each phase deletes what it wrote once it
+    is measured, so that a figure does not depend on the phases or runs before it.
+    """
+    admin = AdminClient({"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]})
+    names = [t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix + ".")]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=60).values():
+            future.result()
+    return len(names)
