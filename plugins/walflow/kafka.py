@@ -177,7 +177,10 @@ class EventProducer:
             self._refused(exc, topic, key, value, headers)
         self.sent += 1
         self.bytes += len(value or b"") + len(key or b"")
-        if self.sent & 0x3FF == 0:
+        if self.sent & 0xFF == 0:
+            # librdkafka's own work per record is the same however often it is polled, but a poll every 256
+            # records kept a 1M-row incremental snapshot 3% faster than every 1,024 (176-178k against 172k rows/s)
+            # and every 65,536 16% slower; streaming measured the same either way
             producer.poll(0)
 
     def _refused(self, exc: KafkaException, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
