@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -529,15 +529,13 @@ class IncrementalSnapshots:
         self.producer.ensure_topic(table.topic)
         rows, dropped = chunk.current()
         self.rows_dropped += dropped
-        send = self.producer.send
-        current: Sequence[Any] | None = None
+        sent_before = self.producer.sent
         try:
-            for current in rows:
-                key, value = encode(current)
-                send(table.topic, key, value, headers)
+            self.producer.send_all(table.topic, rows, encode, headers)
         except RecordTooLargeError as exc:
-            after = table.row(current) if current is not None else None
-            key_fields = table.key(after, current) if (after is not None and table.has_key) else None
+            current = rows[self.producer.sent - sent_before]  # the rows before it were queued
+            after = table.row(current)
+            key_fields = table.key(after, current) if table.has_key else None
             raise too_large(
                 exc, table=table.data_collection, key=key_fields, lsn=None, row=after,
                 what=f"Its incremental snapshot failed at the chunk closed by the watermark at {sequence} "

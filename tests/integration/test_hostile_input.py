@@ -184,6 +184,7 @@ def test_oversized_record_stops_before_it_and_loses_nothing(database: str) -> No
     stream(config, database)
     status = signal_status(database, config, signal_id)
     assert status["status"] == "failed" and "message.max.bytes" in status["error"], status
+    assert '"id":2' in status["error"], status  # the row refused, not its neighbour (rows before it were queued)
     assert 5 in [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.big") if r.op == "c"]
 
     # and an initial snapshot names the table too
