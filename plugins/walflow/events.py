@@ -363,8 +363,10 @@ class TableSchema:
         self.has_key = bool(self.key_fields)
         self._key_names = [f.name for f in self.key_fields]
         #: ``json_row(values) -> (row JSON, key payload JSON)`` for snapshots (:func:`compile_json_row`); None where
-        #: a row needs more than its fields converted (masks replacing NULL, key fields outside the value)
-        self.json_row = None if (masks or key_only) else compile_json_row(self._plan, self._key_names)
+        #: a row needs more than its fields converted (masks replacing NULL, key fields outside the value) or where
+        #: two columns' field names adjust to one (the dict keeps the last value under it, the JSON would hold both)
+        distinct = len({f.name for f in fields}) == len(fields)
+        self.json_row = compile_json_row(self._plan, self._key_names) if distinct and not (masks or key_only) else None
         # Key columns outside the replica identity are absent (NULL) from old tuples: under REPLICA IDENTITY USING
         # INDEX on an index without the primary key, or with message.key.columns. Debezium keys such a before image
         # as it is (NOT NULL columns hold their default or zero value, see before_row): an update of the index
