@@ -219,10 +219,12 @@ def compile_json_row(
     as ``orjson.dumps`` of :func:`compile_row`'s dict and of its key fields, without building either dict.
 
     Snapshots serialise every row they read and keep nothing of it, so the row goes straight to JSON: each field as
-    ``orjson.dumps`` of its converted value, but a column whose converter is ``int`` as its text (PostgreSQL writes
-    integers as JSON does) and one whose converter is ``str`` as ``orjson.dumps`` of the text, with the field names
-    serialised once. Measured on the benchmarks' five columns, a whole snapshot record (key, row and value) took
-    1.65 instead of 2.02 µs to encode this way. ``key_names`` must all be fields of ``plan``.
+    ``orjson.dumps`` of its converted value (a text column's text as it is), with the field names serialised once
+    and the key's fields taken from the same bytes. Every value still goes through its converter: an integer column
+    read through a ``snapshot.select.statement.overrides`` query can hold any text, which ``int`` refuses (a
+    ``ConversionError`` naming the column and value) where writing the text as it is would put ``1.5`` or ``n/a``
+    into a record. Measured on the benchmarks' five columns, a whole snapshot record (key, row and value) took
+    1.78-1.82 instead of 2.02 µs to encode this way. ``key_names`` must all be fields of ``plan``.
     """
     env: dict[str, Any] = {"dumps": orjson.dumps, "join": b"".join}
     lines = ["def json_row(values):"]
@@ -231,9 +233,7 @@ def compile_json_row(
     for i, (name, index, convert, toast) in enumerate(plan):
         env[f"n{i}"] = (b"{" if i == 0 else b",") + orjson.dumps(name) + b":"
         env[f"t{i}"] = toast  # what compile_row puts for a value that is not text
-        if convert is int:
-            value = f"v{i}.encode()"
-        elif convert is str:
+        if convert is str:
             value = f"dumps(v{i})"
         else:
             env[f"c{i}"] = convert
@@ -364,8 +364,9 @@ class TableSchema:
         self._key_names = [f.name for f in self.key_fields]
         #: ``json_row(values) -> (row JSON, key payload JSON)`` for snapshots (:func:`compile_json_row`); None where
         #: a row needs more than its fields converted (masks replacing NULL, key fields outside the value) or where
-        #: two columns' field names adjust to one (the dict keeps the last value under it, the JSON would hold both)
-        distinct = len({f.name for f in fields}) == len(fields)
+        #: a name repeats (two columns' field names adjusted to one, or a column named twice in message.key.columns):
+        #: the dicts keep one entry under it, the JSON would hold both
+        distinct = len({f.name for f in fields}) == len(fields) and len(set(self._key_names)) == len(self._key_names)
         self.json_row = compile_json_row(self._plan, self._key_names) if distinct and not (masks or key_only) else None
         # Key columns outside the replica identity are absent (NULL) from old tuples: under REPLICA IDENTITY USING
         # INDEX on an index without the primary key, or with message.key.columns. Debezium keys such a before image

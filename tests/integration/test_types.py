@@ -29,7 +29,6 @@ from tests.support import connector, prepare_source, producer, read_topic, strea
 from walflow.snapshot import InitialSnapshot, _columns_sql, plan_tables
 from walflow.source import connect
 
-
 NO_DEFAULT = object()
 
 
@@ -819,3 +818,42 @@ def test_columns_whose_field_names_adjust_to_one_name_are_serialised_as_one_fiel
     after = orjson.loads(value)["payload"]["after"]
     assert after == table.schema.row(values) == {"id": 1, "a_b": "second"}
     assert value.count(b'"a_b":') == 1
+
+
+def test_an_override_query_giving_an_integer_column_other_text_fails_naming_it(database: str) -> None:
+    """A ``snapshot.select.statement.overrides`` query can give a column any text: an integer column's converter must
+    still refuse what is no integer, with the column and value named, rather than a record carrying ``1.5``."""
+    from walflow.errors import ConversionError
+    from walflow.snapshot import SnapshotEmitter, read_chunks
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ovr (id int PRIMARY KEY, qty int)")
+        conn.execute("INSERT INTO ovr VALUES (1, 3)")
+    config = connector(
+        unique("ovr"),
+        **{"snapshot.select.statement.overrides": "public.ovr", "snapshot.select.statement.overrides.public.ovr": "SELECT id, qty / 2.0 AS qty FROM public.ovr"},
+    )
+    prepare_source(config, database)
+    with connect(as_connector(database)) as conn:
+        (table,) = [t for t in plan_tables(conn, config) if t.name == "public.ovr"]
+        with conn.transaction():  # an override is read through a server-side cursor
+            (values,) = list(read_chunks(conn, table, 100))
+    assert table.schema.json_row is not None
+    with pytest.raises(ConversionError, match=r"column 'qty'.*1\.5"):
+        SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")(values)  # type: ignore[arg-type]
+
+
+def test_a_column_named_twice_in_the_message_key_gives_one_key_field(database: str) -> None:
+    """``message.key.columns`` naming a column twice: the key payload holds it once, as the event row's dict gives it."""
+    from walflow.snapshot import SnapshotEmitter
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE twice (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO twice VALUES (1, 'x')")
+    config = connector(unique("twice"), **{"message.key.columns": "public.twice:id,id"})
+    prepare_source(config, database)
+    with connect(as_connector(database)) as conn:
+        (table,) = [t for t in plan_tables(conn, config) if t.name == "public.twice"]
+        (values,) = conn.execute(sql.SQL("SELECT {} FROM twice").format(_columns_sql(table)), []).fetchall()
+    key, _value = SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")(values)  # type: ignore[arg-type]
+    assert key is not None and key.endswith(b'"payload":{"id":1}}')  # once, as the dict path gives it
