@@ -800,21 +800,32 @@ def test_postgis_geometry_and_geography(database: str) -> None:
     assert second.payload["after"]["geom"] == {"wkb": b64(line_wkb), "srid": None}
 
 
+def _one_snapshot_row(database: str, name: str, ddl: str, row: str, **settings: Any) -> tuple[Any, Any, Any, Any]:
+    """Create table ``name`` with one row, plan it for a connector with ``settings`` and read that row as a snapshot
+    reads it (a ``snapshot.select.statement.overrides`` query through its server-side cursor): returns the config,
+    the planned table, the row's values and an encoder of its records."""
+    from walflow.snapshot import SnapshotEmitter, read_chunks
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} ({ddl})")
+        conn.execute(f"INSERT INTO {name} VALUES ({row})")
+    config = connector(unique(name), **settings)
+    prepare_source(config, database)
+    with connect(as_connector(database)) as conn:
+        (table,) = [t for t in plan_tables(conn, config) if t.name == f"public.{name}"]
+        with conn.transaction():
+            (values,) = list(read_chunks(conn, table, 100))
+    return config, table, values, SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")  # type: ignore[arg-type]
+
+
 def test_columns_whose_field_names_adjust_to_one_name_are_serialised_as_one_field(database: str) -> None:
     """``field.name.adjustment.mode: avro`` makes ``a-b`` and ``a_b`` one field name: the event row holds the last
     value under it, and a snapshot's record must say the same (the straight-to-JSON path would write both)."""
-    from walflow.snapshot import SnapshotEmitter
-
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute('CREATE TABLE clash (id int PRIMARY KEY, "a-b" text, "a_b" text)')
-        conn.execute("INSERT INTO clash VALUES (1, 'first', 'second')")
-    config = connector(unique("clash"), **{"field.name.adjustment.mode": "avro"})
-    prepare_source(config, database)
-    with connect(as_connector(database)) as conn:
-        (table,) = [t for t in plan_tables(conn, config) if t.name == "public.clash"]
-        (values,) = conn.execute(sql.SQL("SELECT {} FROM clash").format(_columns_sql(table)), []).fetchall()
+    _config, table, values, encode = _one_snapshot_row(
+        database, "clash", 'id int PRIMARY KEY, "a-b" text, "a_b" text', "1, 'first', 'second'", **{"field.name.adjustment.mode": "avro"}
+    )
     assert table.schema.json_row is None
-    _key, value = SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")(values)  # type: ignore[arg-type]
+    _key, value = encode(values)
     after = orjson.loads(value)["payload"]["after"]
     assert after == table.schema.row(values) == {"id": 1, "a_b": "second"}
     assert value.count(b'"a_b":') == 1
@@ -824,36 +835,18 @@ def test_an_override_query_giving_an_integer_column_other_text_fails_naming_it(d
     """A ``snapshot.select.statement.overrides`` query can give a column any text: an integer column's converter must
     still refuse what is no integer, with the column and value named, rather than a record carrying ``1.5``."""
     from walflow.errors import ConversionError
-    from walflow.snapshot import SnapshotEmitter, read_chunks
 
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("CREATE TABLE ovr (id int PRIMARY KEY, qty int)")
-        conn.execute("INSERT INTO ovr VALUES (1, 3)")
-    config = connector(
-        unique("ovr"),
-        **{"snapshot.select.statement.overrides": "public.ovr", "snapshot.select.statement.overrides.public.ovr": "SELECT id, qty / 2.0 AS qty FROM public.ovr"},
-    )
-    prepare_source(config, database)
-    with connect(as_connector(database)) as conn:
-        (table,) = [t for t in plan_tables(conn, config) if t.name == "public.ovr"]
-        with conn.transaction():  # an override is read through a server-side cursor
-            (values,) = list(read_chunks(conn, table, 100))
+    overrides = {"snapshot.select.statement.overrides": "public.ovr", "snapshot.select.statement.overrides.public.ovr": "SELECT id, qty / 2.0 AS qty FROM public.ovr"}
+    _config, table, values, encode = _one_snapshot_row(database, "ovr", "id int PRIMARY KEY, qty int", "1, 3", **overrides)
     assert table.schema.json_row is not None
     with pytest.raises(ConversionError, match=r"column 'qty'.*1\.5"):
-        SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")(values)  # type: ignore[arg-type]
+        encode(values)
 
 
 def test_a_column_named_twice_in_the_message_key_gives_one_key_field(database: str) -> None:
     """``message.key.columns`` naming a column twice: the key payload holds it once, as the event row's dict gives it."""
-    from walflow.snapshot import SnapshotEmitter
-
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("CREATE TABLE twice (id int PRIMARY KEY, v text)")
-        conn.execute("INSERT INTO twice VALUES (1, 'x')")
-    config = connector(unique("twice"), **{"message.key.columns": "public.twice:id,id"})
-    prepare_source(config, database)
-    with connect(as_connector(database)) as conn:
-        (table,) = [t for t in plan_tables(conn, config) if t.name == "public.twice"]
-        (values,) = conn.execute(sql.SQL("SELECT {} FROM twice").format(_columns_sql(table)), []).fetchall()
-    key, _value = SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")(values)  # type: ignore[arg-type]
+    _config, _table, values, encode = _one_snapshot_row(
+        database, "twice", "id int PRIMARY KEY, v text", "1, 'x'", **{"message.key.columns": "public.twice:id,id"}
+    )
+    key, _value = encode(values)
     assert key is not None and key.endswith(b'"payload":{"id":1}}')  # once, as the dict path gives it
