@@ -186,7 +186,10 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     api(f"/api/v2/dags/{stream_id}", {"is_paused": False}, "PATCH")
     api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
     runs = api.wait_for_runs(stream_id, 2)
-    assert {r["state"] for r in runs} == {"success"}, runs
+    # every finished run succeeded; a later scheduled run may have started meanwhile (the schedule's next interval
+    # began while the test ran) and still be running
+    finished = [r for r in runs if r["state"] in ("success", "failed")]
+    assert len(finished) >= 2 and {r["state"] for r in finished} == {"success"}, runs
     stream_run = next(r for r in runs if r["run_type"] == "manual")["dag_run_id"]
 
     with sync_playwright() as p:
