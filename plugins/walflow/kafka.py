@@ -9,7 +9,8 @@ only past records Kafka really holds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from itertools import islice
 from typing import Any, TypeVar
 
 import orjson
@@ -42,6 +43,13 @@ DEFAULT_PRODUCER_SETTINGS = {
 #: a 1M-row incremental snapshot 3% faster than every 1,024 (176-178k against 172k rows/s) and every 65,536 16% slower;
 #: streaming measured the same either way
 POLL_MASK = 0xFF
+
+#: :meth:`EventProducer.send_all` encodes this many records, then queues them: two tight loops, each keeping its
+#: own code and data in the core's caches, took a fifth less CPU than encoding and queueing record by record (the
+#: main thread of a 1M-row incremental snapshot: 4.2-4.5 s against 5.3-5.4 s, 180-199k against 160-162k rows/s in
+#: alternating runs; runs of 64 records did about as well, a whole 1,024-row chunk no better). Runs also bound what
+#: is held: 256 encoded records of a few kB each.
+ENCODE_RUN = 256
 
 #: librdkafka's default ``message.max.bytes``: the largest record (key, value and headers) the producer sends.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
@@ -186,17 +194,27 @@ class EventProducer:
     ) -> int:
         """Queue one record per item, ``encode(item)`` giving its key and value; return how many.
 
-        :meth:`send` for a run of records, such as a snapshot chunk's rows, with the call and the counting per
-        run rather than per record. :raises RecordTooLargeError: as :meth:`send`; the records of the run before
-        the refused one are queued and counted (``sent`` says how many).
+        :meth:`send` for a run of records, such as a snapshot chunk's rows: up to :data:`ENCODE_RUN` items are
+        encoded, then their records queued by :meth:`send_records`. :raises RecordTooLargeError: as :meth:`send`;
+        the records before the refused one are queued and counted (``sent`` says how many).
+        """
+        before = self.sent
+        items = iter(items)
+        while records := [encode(item) for item in islice(items, ENCODE_RUN)]:
+            self.send_records(topic, records, headers)
+        return self.sent - before
+
+    def send_records(self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: list[tuple[str, bytes]] | None = None) -> None:
+        """Queue each ``(key, value)`` of ``records`` in order, then serve delivery reports.
+
+        :raises RecordTooLargeError: as :meth:`send`; the records before the refused one are queued and counted
+            (``sent`` says how many).
         """
         produce = self._producer.produce
-        poll = self._producer.poll
-        sent = before = self.sent
+        sent = self.sent
         size = 0
         try:
-            for item in items:
-                key, value = encode(item)
+            for key, value in records:
                 try:
                     if headers is None:
                         produce(topic, value, key)
@@ -206,12 +224,10 @@ class EventProducer:
                     self._produce_hard(exc, topic, key, value, headers)
                 sent += 1
                 size += len(value) + (len(key) if key is not None else 0)
-                if sent & POLL_MASK == 0:
-                    poll(0)
         finally:
             self.sent = sent
             self.bytes += size
-        return sent - before
+        self._producer.poll(0)
 
     def _produce_hard(
         self, exc: BufferError | KafkaException, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None

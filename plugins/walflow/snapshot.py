@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import orjson
@@ -29,7 +30,7 @@ from walflow.config import ConnectorConfig
 from walflow.envelope import EventFormat
 from walflow.errors import RecordTooLargeError, SourceError
 from walflow.events import Filters, Serializer, TableSchema
-from walflow.kafka import EventProducer, too_large
+from walflow.kafka import ENCODE_RUN, EventProducer, too_large
 from walflow.patterns import compile_patterns
 from walflow.source import connect, list_tables, quote_table
 from walflow.transforms import ColumnRules
@@ -240,36 +241,71 @@ class SnapshotEmitter:
     def table_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> int:
         """Emit every row of one table; return how many.
 
-        Each record is sent one row late, so that the table's last row can be held back for its
-        ``last``/``last_in_data_collection`` marker.
+        The table's last row is held back for its ``last``/``last_in_data_collection`` marker (an incremental
+        snapshot's is sent as it is).
         """
         incremental = self.kind == "incremental"
-        send = self.producer.send
-        headers = self.fmt.context_headers or None
-        topic = table.topic
-        encode = self.encoder(table, "incremental" if incremental else "true")
         is_first_table = not incremental and table.data_collection == self.first_table
         first = None if incremental else self.middle(table, "first" if is_first_table else "first_in_data_collection")
-        pending_key: bytes | None = None
-        pending_value = b""
-        pending: Sequence[Any] | None = None  # the values of the row encoded last, not sent yet
-        count = 0
-        try:
-            for values in rows:
-                if pending is not None:
-                    send(topic, pending_key, pending_value, headers)
-                count += 1
-                pending_key, pending_value = encode(values, first if count == 1 else None)
-                pending = values
-            if pending is not None:
-                if incremental:
-                    send(topic, pending_key, pending_value, headers)
-                else:
-                    self._held.append((pending_key, table, table.row(pending), is_first_table and count == 1))
-        except RecordTooLargeError as exc:
-            raise self._too_large(exc, table, table.row(pending) if pending is not None else None) from None
+        encode = self.encoder(table, "incremental" if incremental else "true")
+        count, _, last = self.send_rows(table, rows, encode, first_middle=first)
+        if last is not None:
+            key, value, values = last
+            if incremental:
+                try:
+                    self.producer.send(table.topic, key, value, self.fmt.context_headers or None)
+                except RecordTooLargeError as exc:
+                    raise self._too_large(exc, table, table.row(values)) from None
+            else:
+                self._held.append((key, table, table.row(values), is_first_table and count == 1))
         self.rows += count
         return count
+
+    def send_rows(
+        self,
+        table: TableSchema,
+        rows: Iterable[Sequence[Any]],
+        encode: Callable[..., tuple[bytes | None, bytes]],
+        first_middle: bytes | None = None,
+        hold_first: bool = False,
+    ) -> tuple[int, tuple[bytes | None, Sequence[Any]] | None, tuple[bytes | None, bytes, Sequence[Any]] | None]:
+        """Encode and queue ``rows`` but the last (and the first, with ``hold_first``), :data:`ENCODE_RUN` rows at
+        a time as :meth:`EventProducer.send_all` does; return the count, the first row's key and values when held,
+        and the last row's key, record value and values, which the caller holds back for its marker or sends.
+
+        ``first_middle``: the source block of the first row's record, when its marker differs from the rest's.
+        :raises RecordTooLargeError: naming the row Kafka refused (the rows before it are queued).
+        """
+        send_records = self.producer.send_records
+        headers = self.fmt.context_headers or None
+        topic = table.topic
+        count = 0
+        first: tuple[bytes | None, Sequence[Any]] | None = None
+        last: tuple[bytes | None, bytes, Sequence[Any]] | None = None
+        rows = iter(rows)
+        while block := list(islice(rows, ENCODE_RUN)):
+            starting = count == 0
+            count += len(block)
+            if starting and first_middle is not None:
+                records = [encode(block[0], first_middle), *[encode(values) for values in islice(block, 1, None)]]
+            else:
+                records = [encode(values) for values in block]
+            if starting and hold_first:
+                first = (records[0][0], block[0])
+                del records[0], block[0]
+            if last is not None:  # the previous run's last row: not the table's last after all
+                records.insert(0, last[:2])
+                block.insert(0, last[2])
+            if not records:
+                continue
+            key, value = records.pop()
+            last = (key, value, block.pop())
+            queued = self.producer.sent
+            try:
+                send_records(topic, records, headers)
+            except RecordTooLargeError as exc:
+                raise self._too_large(exc, table, table.row(block[self.producer.sent - queued])) from None
+        return count, first, last
 
     def finish(self) -> None:
         """Send the held last events (the tables were read in order): the final one is the snapshot's ``last``."""

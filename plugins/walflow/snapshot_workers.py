@@ -43,7 +43,6 @@ import psycopg
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
-from walflow.errors import RecordTooLargeError
 from walflow.events import TableSchema
 from walflow.kafka import EventProducer
 from walflow.snapshot import (
@@ -102,26 +101,12 @@ class RangeEmitter(SnapshotEmitter):
     it returns for the coordinator to mark."""
 
     def range_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> tuple[int, HeldRow | None, HeldRow | None]:
-        encode = self.encoder(table, "true")
-        send = self.producer.send
-        headers = self.fmt.context_headers or None
-        topic = table.topic
-        first: HeldRow | None = None
-        pending: tuple[bytes | None, list[Any], bytes] | None = None  # key, values, record value
-        count = 0
-        try:
-            for values in rows:
-                key, value = encode(values)
-                count += 1
-                if count == 1:
-                    first = (key, table.row(values))
-                    continue
-                if pending is not None:
-                    send(topic, pending[0], pending[2], headers)
-                pending = (key, values, value)
-        except RecordTooLargeError as exc:
-            raise self._too_large(exc, table, table.row(pending[1]) if pending is not None else None) from None
-        return count, first, (pending[0], table.row(pending[1])) if pending is not None else None
+        count, first, last = self.send_rows(table, rows, self.encoder(table, "true"), hold_first=True)
+        return (
+            count,
+            (first[0], table.row(first[1])) if first is not None else None,
+            (last[0], table.row(last[2])) if last is not None else None,
+        )
 
 
 def key_ranges(

@@ -189,8 +189,9 @@ def test_oversized_record_stops_before_it_and_loses_nothing(database: str) -> No
 
     # and an initial snapshot names the table too
     initial = connector(unique("bigsnap"))
-    with pytest.raises(RecordTooLargeError, match=r"table public\.big.*message\.max\.bytes"):
+    with pytest.raises(RecordTooLargeError, match=r"table public\.big.*message\.max\.bytes") as raised:
         setup(initial, database)
+    assert '"id":2' in str(raised.value)  # the row refused (rows are encoded a run at a time, then queued)
 
 
 # -- 4. one slot, one topic prefix, one connector ------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from tests.integration.test_types import CASES, NO_DEFAULT, PREAMBLE
 from tests.support import connector, read_topic, replay, setup, stream, unique
 from walflow.errors import SlotError
+from walflow.kafka import ENCODE_RUN
 from walflow.setup import SnapshotError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,28 @@ def test_initial_snapshot_then_stream_has_no_gap_and_no_overlap(database: str) -
     # a second setup run changes nothing
     again = setup(config, database)
     assert again["snapshot"] == {"ran": False, "reason": "snapshot.mode=initial"} and not again["slot_created"]
+
+
+def test_one_reader_sends_every_row_once_in_order_across_encode_runs(database: str) -> None:
+    """The reader encodes runs of ENCODE_RUN rows, then queues them, holding each table's last row for its marker:
+    tables ending just past a run, exactly at one, and of one row keep every row once, in key order, marked."""
+    sizes = {"p": 2 * ENCODE_RUN + 1, "q": ENCODE_RUN, "r": 1}
+    run_sql(database, *(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)" for t in sizes))
+    run_sql(database, *(f"INSERT INTO {t} SELECT g, '{t}' || g FROM generate_series(1, {n}) g" for t, n in sizes.items()))
+    config = connector(unique("runs"), **{"snapshot.fetch.size": ENCODE_RUN // 2 + 3, "table.include.list": "public\\.[pqr]"})
+    assert setup(config, database)["snapshot"]["rows_per_table"] == {f"public.{t}": n for t, n in sizes.items()}
+    markers = []
+    for table, count in sizes.items():
+        records = read_topic(f"{config.topic_prefix}.public.{table}")
+        assert [r.key_payload["id"] for r in records] == list(range(1, count + 1))
+        assert [r.payload["after"]["v"] for r in records] == [f"{table}{i}" for i in range(1, count + 1)]
+        markers.append([r.payload["source"]["snapshot"] for r in records])
+    inner = ["true"] * (ENCODE_RUN - 2)
+    assert markers == [
+        ["first", *inner, *["true"] * (ENCODE_RUN + 1), "last_in_data_collection"],
+        ["first_in_data_collection", *inner, "last_in_data_collection"],
+        ["last"],
+    ]
 
 
 def test_snapshot_under_concurrent_writes_is_consistent(database: str) -> None:
