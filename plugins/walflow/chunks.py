@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from sys import getsizeof
 from typing import Any, NamedTuple
 
 import orjson
@@ -79,6 +80,15 @@ class Chunk:
         latest = {row_key(row, self.dedupe): row for row in self.rows}
         dropped = sum(1 for key in self.stale if latest.pop(key, None) is not None)
         return list(latest.values()), dropped
+
+
+def rows_size(rows: Sequence[Sequence[Any]]) -> int:
+    """About how many bytes ``rows`` (text values) take in memory, from their first, middle and last row: a
+    round's selection is bounded by it, as wide rows would make a round of many rows large."""
+    if not rows:
+        return 0
+    sample = (rows[0], rows[len(rows) // 2], rows[-1])
+    return len(rows) * sum(getsizeof(row) + sum(getsizeof(v) for v in row) for row in sample) // len(sample)
 
 
 class ChunkRead(NamedTuple):

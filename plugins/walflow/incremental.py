@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields
+from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, rows_size
 from walflow.config import ConnectorConfig
 from walflow.envelope import EventFormat
 from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
@@ -367,21 +367,24 @@ class IncrementalSnapshots:
     def _emit_watermark(self, chunk_id: str, kind: str) -> None:
         self.conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (WATERMARK_PREFIX, self._watermark(chunk_id, kind)))
 
-    def prepare(self, max_rows: int) -> int:
-        """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows; return the count.
+    def prepare(self, max_rows: int, max_bytes: int | None = None) -> int:
+        """Select chunks (each between its low and high watermark) for up to ``max_rows`` rows, and while the rows
+        held take less than about ``max_bytes`` in memory; return the count.
 
         Chunks of one signal only: a finished signal hands over to the next queued one in :meth:`save`. A table
         whose condition or key fails on the server fails its signal (recorded, its chunks dropped) and the
         stream goes on; only a lost connection propagates.
         """
-        selected = 0
+        selected = held = 0
         try:
-            while self.active and selected < max_rows:
+            while self.active and selected < max_rows and (max_bytes is None or held < max_bytes):
                 progress = self.progress
                 assert progress is not None
                 name = progress.tables[0]
                 try:
-                    selected += self._prepare_chunk(progress, name)
+                    count, size = self._prepare_chunk(progress, name)
+                    selected += count
+                    held += size
                 except (SignalError, SourceError, psycopg.Error) as exc:
                     if isinstance(exc, psycopg.Error) and (self.conn.closed or self.conn.broken):
                         raise
@@ -422,14 +425,15 @@ class IncrementalSnapshots:
         self.window_tables.clear()
         self._dirty = True
 
-    def _prepare_chunk(self, progress: SnapshotProgress, name: str) -> int:
-        """Select the next chunk of table ``name`` between a low and a high watermark; return its row count."""
+    def _prepare_chunk(self, progress: SnapshotProgress, name: str) -> tuple[int, int]:
+        """Select the next chunk of table ``name`` between a low and a high watermark; return its row count and about
+        how many bytes its rows take (:func:`rows_size`)."""
         table = self._table(name)
         if table is None or not table.key:
             reason = "it no longer exists" if table is None else "it has no primary key (send a 'surrogate-key')"
             log.warning("incremental snapshot %s: skipping %s: %s", progress.signal_id, name, reason)
             self._next_table()
-            return 0
+            return 0, 0
         cursor = (name, progress.last_key, progress.max_key, progress.null_phase, progress.last_ctid)
         if progress.max_key is None and not progress.null_phase:
             max_key = self.reader.max_key(table)
@@ -437,7 +441,7 @@ class IncrementalSnapshots:
                 if not progress.surrogate_key:
                     log.info("incremental snapshot %s: %s is empty", progress.signal_id, name)
                     self._next_table()
-                    return 0
+                    return 0, 0
                 progress.null_phase = True
             progress.max_key = max_key
         chunk_id = uuid.uuid4().hex
@@ -462,7 +466,7 @@ class IncrementalSnapshots:
         self._dirty = True
         if table_done:
             self._next_table()
-        return len(rows)
+        return len(rows), rows_size(rows)
 
     def _next_table(self) -> None:
         progress = self.progress

@@ -212,7 +212,7 @@ class StreamBatch:
                             f"messages); this server is {info.version}"
                         )
                     self._fault("incremental_chunk")
-                    inc.prepare(max(config.incremental_snapshot_chunk_size, ROUND_ROWS))
+                    inc.prepare(max(config.incremental_snapshot_chunk_size, ROUND_ROWS), ROUND_BYTES)
                 with conn.cursor() as cur:
                     cur.execute("SELECT pg_current_wal_lsn()::text")
                     upto_text = cur.fetchone()[0]  # type: ignore[index]
@@ -572,8 +572,12 @@ class StreamBatch:
         )
 
 
-#: Rows of incremental-snapshot chunks selected per round (several chunks between one flush and the next).
-ROUND_ROWS = 20_000
+#: Rows of incremental-snapshot chunks selected per round (several chunks between one flush and the next), and
+#: about how much memory their rows may take (wide rows make a round of fewer rows). Each round ends with a flush, a
+#: save of the progress and a move of the slot, a pause of the whole pipeline: 60,000 rows a round made a 1M-row
+#: snapshot 5% faster than 20,000 (176-179k against 158-170k rows/s in alternating runs, 2026-11-25).
+ROUND_ROWS = 60_000
+ROUND_BYTES = 64 << 20
 
 
 def _release_slot_lock(conn: psycopg.Connection) -> None:

@@ -25,6 +25,10 @@ def main() -> None:
             if seen >= nth:
                 os.kill(os.getpid(), signal.SIGKILL)
 
+    if "WALFLOW_TEST_ROUND_ROWS" in os.environ:  # rounds of a known size, whatever the default
+        import walflow.stream
+
+        walflow.stream.ROUND_ROWS = int(os.environ["WALFLOW_TEST_ROUND_ROWS"])
     config = parse_config(raw)
     if stage.startswith("snapshot"):
         setup(config, dsn, fault_hook=hook)

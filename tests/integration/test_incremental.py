@@ -194,7 +194,7 @@ def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None
     config = connector(name, **{k: v for k, v in raw.items() if k != "name"})
     setup(config, database)
     send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}", "WALFLOW_TEST_ROUND_ROWS": "20000"}
     # rounds select 20 chunks (20,000 rows): dying as the third round starts leaves two rounds saved
     child = subprocess.run(
         [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, "incremental_chunk", "3"],
@@ -209,6 +209,21 @@ def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None
     drain(config, database)
     assert len(read_topic(f"{name}.public.t")) == 60000  # resumed, not restarted
     assert topic_state(config) == table_state(database, "t")
+
+
+def test_wide_rows_make_rounds_of_fewer_rows(database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A round selects chunks until ROUND_ROWS rows, or until its rows take about ROUND_BYTES in memory: rows of
+    5 kB in chunks of 100 (about half a megabyte each) make rounds of three chunks; every row is emitted once."""
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, repeat('w', 5000) FROM generate_series(1, 1000) g")
+    config = make(database)
+    monkeypatch.setattr("walflow.stream.ROUND_BYTES", 1_200_000)
+    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
+    with caplog.at_level("INFO", logger="walflow.stream"):
+        drain(config, database)
+    rounds = sum("streaming slot" in r.getMessage() for r in caplog.records)
+    assert sorted(r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")) == list(range(1, 1001))
+    assert signal_status(database, config, signal_id)["status"] == "completed"
+    assert rounds >= 5, rounds  # ten chunks three at a time, and the batch's last round (one round without the bound)
 
 
 def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
