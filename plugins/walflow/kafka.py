@@ -45,8 +45,8 @@ DEFAULT_PRODUCER_SETTINGS = {
 POLL_MASK = 0xFF
 
 #: :meth:`EventProducer.send_all` encodes this many records, then queues them: two tight loops, each keeping its
-#: own code and data in the core's caches, took a fifth less CPU than encoding and queueing record by record (the
-#: main thread of a 1M-row incremental snapshot: 4.2-4.5 s against 5.3-5.4 s, 180-199k against 160-162k rows/s in
+#: own code and data in the core's caches, cost less than encoding and queueing record by record (the main thread
+#: of a 1M-row incremental snapshot: 4.9-5.1 s of CPU against 5.2-5.3 s, 171-175k against 164-166k rows/s in
 #: alternating runs; runs of 64 records did about as well, a whole 1,024-row chunk no better). Runs also bound what
 #: is held: 256 encoded records of a few kB each.
 ENCODE_RUN = 256
