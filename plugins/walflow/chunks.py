@@ -83,11 +83,12 @@ class Chunk:
 
 
 def rows_size(rows: Sequence[Sequence[Any]]) -> int:
-    """About how many bytes ``rows`` (text values) take in memory, from their first, middle and last row: a
-    round's selection is bounded by it, as wide rows would make a round of many rows large."""
+    """About how many bytes ``rows`` (text values) take in memory, from 32 rows spread over them: a round's
+    selection is bounded by it, as wide rows would make a round of many rows large. (Measuring every value would
+    cost about a twentieth of a whole incremental snapshot's time; a sample a few microseconds a chunk.)"""
     if not rows:
         return 0
-    sample = (rows[0], rows[len(rows) // 2], rows[-1])
+    sample = rows[:: max(1, len(rows) // 32)]
     return len(rows) * sum(getsizeof(row) + sum(getsizeof(v) for v in row) for row in sample) // len(sample)
 
 
