@@ -40,6 +40,7 @@ import psycopg
 
 from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, rows_size
 from walflow.config import ConnectorConfig
+from walflow.emitter import SnapshotEmitter
 from walflow.envelope import EventFormat
 from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
 from walflow.events import Filters, Serializer, now_ms
@@ -47,7 +48,7 @@ from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
 from walflow.patterns import Pattern, compile_patterns, matches_any
 from walflow.signals import MAX_SIGNAL_BYTES, MAX_SIGNAL_ID, SignalError, printable, signal_key
-from walflow.snapshot import SnapshotEmitter, SnapshotTable
+from walflow.snapshot import SnapshotTable
 from walflow.source import list_tables
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules

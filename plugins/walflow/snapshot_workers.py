@@ -43,11 +43,11 @@ import psycopg
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
+from walflow.emitter import SnapshotEmitter
 from walflow.events import TableSchema
 from walflow.kafka import EventProducer
 from walflow.snapshot import (
     PROGRESS_EVERY_S,
-    SnapshotEmitter,
     SnapshotError,
     SnapshotTable,
     _begin_snapshot_transaction,

@@ -804,7 +804,8 @@ def _one_snapshot_row(database: str, name: str, ddl: str, row: str, **settings: 
     """Create table ``name`` with one row, plan it for a connector with ``settings`` and read that row as a snapshot
     reads it (a ``snapshot.select.statement.overrides`` query through its server-side cursor): returns the config,
     the planned table, the row's values and an encoder of its records."""
-    from walflow.snapshot import SnapshotEmitter, read_chunks
+    from walflow.emitter import SnapshotEmitter
+    from walflow.snapshot import read_chunks
 
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} ({ddl})")
