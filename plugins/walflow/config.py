@@ -247,6 +247,40 @@ class ConnectorConfig(BaseModel):
     def _lists(cls, value: Any) -> list[str]:
         return _split_list(value)
 
+    @field_validator("tasks_max", mode="before")
+    @classmethod
+    def _tasks_max(cls, value: Any) -> Any:
+        # Kafka Connect's REST API and most published configurations write every value as a string ("1")
+        number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        if number != 1 or isinstance(number, bool):
+            raise ValueError(
+                "walflow runs one task per connector (one stream task reads the slot, as Debezium's PostgreSQL "
+                "connector does); set 1 or leave the key out"
+            )
+        return number
+
+    @field_validator("walflow_event_format", mode="before")
+    @classmethod
+    def _event_format(cls, value: Any) -> Any:
+        # YAML reads an unquoted 3.6 as a number
+        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    @field_validator("walflow_lake_spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, value: Any) -> Any:
+        # Spark's settings are strings; YAML reads `spark.executor.instances: 2` or `...enabled: true` as a number
+        # or a boolean, which Spark expects as "2" and "true"
+        if not isinstance(value, dict):
+            return value
+        settings = {}
+        for key, setting in value.items():
+            if isinstance(setting, bool):
+                setting = "true" if setting else "false"
+            elif isinstance(setting, (int, float)):
+                setting = str(setting)
+            settings[key] = setting
+        return settings
+
     @field_validator("skipped_operations", mode="before")
     @classmethod
     def _ops(cls, value: Any) -> list[str]:

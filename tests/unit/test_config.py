@@ -142,3 +142,27 @@ def test_truncate_handling_mode_is_folded_into_skipped_operations() -> None:
         parse_config({**BASE, "truncate.handling.mode": "include", "skipped.operations": "t,d"})
     with pytest.raises(ConfigError, match="'truncate.handling.mode' = 'sometimes': allowed values are 'skip' and 'include'"):
         parse_config({**BASE, "truncate.handling.mode": "sometimes"})
+
+
+def test_values_written_as_kafka_connect_and_yaml_write_them(tmp_path: Path) -> None:
+    """A configuration copied from Kafka Connect (every value a string) or written in YAML without quotes (numbers
+    and booleans where walflow keeps strings) means the same as the canonical form."""
+    config = parse_config({**BASE, "tasks.max": "1", "snapshot.max.threads": "2", "tombstones.on.delete": "false"})
+    assert (config.tasks_max, config.snapshot_max_threads, config.tombstones_on_delete) == (1, 2, False)
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "name: c\ntopic.prefix: c\nwalflow.event.format: 3.6\n"
+        "walflow.lake.spark.conf:\n  spark.executor.instances: 2\n  spark.sql.adaptive.enabled: true\n  spark.executor.memory: 2g\n"
+    )
+    config = load_config(path)
+    assert config.walflow_event_format == "3.6"
+    assert config.walflow_lake_spark_conf == {"spark.executor.instances": "2", "spark.sql.adaptive.enabled": "true", "spark.executor.memory": "2g"}
+
+
+def test_more_than_one_task_is_refused_with_the_reason() -> None:
+    for value in ("2", 2, True):
+        with pytest.raises(ConfigError) as err:
+            parse_config({**BASE, "tasks.max": value})
+        assert f"'tasks.max' = {value!r}: walflow runs one task per connector" in str(err.value)
+    with pytest.raises(ConfigError, match=r"'walflow.event.format' = 2.6: Input should be '3.6' or 'pre-2.6'"):
+        parse_config({**BASE, "walflow.event.format": 2.6})
