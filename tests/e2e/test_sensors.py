@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from tests.support import airflow_connector, prepare_source, read_topic, unique
-from walflow.airflow.sensors import WalflowPendingWalSensor
-from walflow.airflow.triggers import WalflowPendingWalTrigger
+from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
+from walflow.airflow.triggers import WalflowPendingWalTrigger, WalflowSnapshotTrigger
 from walflow.config import resolve
 from walflow.health import pending_wal_bytes
 from walflow.source import connect
@@ -86,6 +86,37 @@ def test_sensor_returns_once_writes_pass_the_threshold(wal_connector: dict[str, 
     started = time.monotonic()
     result = idle.execute({})
     assert result["reason"] == "max_wait" and time.monotonic() - started >= 1
+
+
+
+def test_snapshot_trigger_ends_with_an_error_when_the_state_cannot_be_read(wal_connector: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state table the trigger cannot read is an error event at once (waiting cannot make it appear), which fails
+    the sensor with the cause and what to check; a server it cannot reach is tried again at each poll."""
+    name = wal_connector["name"]
+    monkeypatch.setenv("AIRFLOW_CONN_WALFLOW_NOWHERE", "postgresql://nobody:secret@127.0.0.1:9/none")
+    unreachable = WalflowSnapshotTrigger(signal_id="adhoc-1", connector=name, state_table=("public", "walflow_state"), postgres_conn_id="walflow_nowhere", poll_interval=0.2)
+
+    async def still_waiting_after(seconds: float) -> bool:
+        task = asyncio.ensure_future(anext(unreachable.run()))
+        await asyncio.sleep(seconds)
+        waiting = not task.done()
+        task.cancel()
+        return waiting
+
+    assert asyncio.run(still_waiting_after(1.5)), "the trigger gave up on a server it could not reach"
+    trigger = WalflowSnapshotTrigger(
+        signal_id="adhoc-1", connector=name, state_table=("public", "no_such_state"), postgres_conn_id=f"{name}_pg", poll_interval=0.2
+    )
+    classpath, kwargs = trigger.serialize()
+    assert WalflowSnapshotTrigger(**kwargs).serialize() == (classpath, kwargs)
+    event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 30)).payload
+    assert event["status"] == "error" and event["signal_id"] == "adhoc-1"
+    assert "public.no_such_state" in event["error"] and "does not exist" in event["error"] and "walflow.state.table" in event["error"]
+    from airflow.sdk.exceptions import AirflowException
+
+    sensor = WalflowSnapshotSensor(task_id="wait", connector=name, signal_id="adhoc-1", deferrable=True)
+    with pytest.raises(AirflowException, match="no_such_state"):
+        sensor.execute_complete({}, event)
 
 
 # pending WAL is the whole server's: another test writing beside this one would fire the trigger early

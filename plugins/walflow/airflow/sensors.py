@@ -119,6 +119,8 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
+        if event.get("status") == "error":
+            raise AirflowException(str(event.get("error") or event))
         if event.get("status") not in TERMINAL or not self._check(event, resolve(self.connector, self.overrides)):
             raise AirflowException(f"incremental snapshot {self.signal_id} ended unexpectedly: {event}")
 

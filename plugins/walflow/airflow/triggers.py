@@ -22,6 +22,11 @@ TERMINAL = ("completed", "stopped", "failed")
 class WalflowSnapshotTrigger(BaseTrigger):
     """Wait until the stream task has finished (or given up) an ad-hoc incremental snapshot.
 
+    Fires one event: the snapshot's state once it is ``completed``, ``stopped`` or ``failed``, or
+    ``{"status": "error", "error": ...}`` when the state cannot be read for a reason waiting will not change (a
+    missing state table or privilege). A database that cannot be reached is tried again at the next poll, with the
+    Airflow Connection read again.
+
     :param signal_id: the id of the ``execute-snapshot`` signal.
     :param connector: the connector's name (the state table's ``connector`` column).
     :param state_table: ``(schema, table)`` of walflow's state table.
@@ -71,19 +76,38 @@ class WalflowSnapshotTrigger(BaseTrigger):
         return await sync_to_async(hook.get_conninfo)(**self.conninfo_options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        conninfo = await self._conninfo()
+        conninfo: str | None = None
         query = sql.SQL(SIGNAL_STATUS_SQL).format(sql.Identifier(*self.state_table))
         last: dict[str, Any] | None = None
         while True:
             try:
+                if conninfo is None:
+                    conninfo = await self._conninfo()
                 async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
                     for statement in split_statements(self.initial_statements):
                         await conn.execute(statement.encode())
                     cur = await conn.execute(query, (self.connector, signal_key(self.signal_id)))
                     row = await cur.fetchone()
+            except psycopg.OperationalError as exc:
+                # the server restarting, the network, a password being rotated: worth another try, with the
+                # Connection read again (it may have been corrected meanwhile)
+                self.log.warning("cannot reach the database to read the snapshot's state (%s); retrying", str(exc).strip())
+                conninfo, row = None, None
             except psycopg.Error as exc:
-                self.log.warning("cannot read snapshot state yet (%s); retrying", str(exc).strip())
-                row = None
+                # a missing state table, a missing privilege, a failing initial statement: waiting cannot fix it
+                table = ".".join(self.state_table)
+                yield TriggerEvent(
+                    {
+                        "signal_id": self.signal_id,
+                        "status": "error",
+                        "error": (
+                            f"cannot read the state of incremental snapshot {self.signal_id} from {table}: "
+                            f"{str(exc).strip()}. Check that walflow.state.table names the connector's state table, "
+                            f"that the Connection's user may read it, and database.initial.statements"
+                        ),
+                    }
+                )
+                return
             status = row[0] if row else None
             if status != last:
                 self.log.info("incremental snapshot %s: %s", self.signal_id, status or "not picked up by the stream yet")
