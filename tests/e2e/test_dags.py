@@ -85,6 +85,30 @@ def test_dag_files_import_cleanly() -> None:
     assert {a.uri for a in consumer.timetable.asset_condition.objects} <= outlets
 
 
+def test_the_spark_tasks_find_the_iceberg_runtime_where_they_run() -> None:
+    """The Iceberg jar is looked up when the task runs, not when the DAG file is parsed (the DAG processor's
+    environment need not be the worker's), and not at all when spark.jars.packages brings Iceberg."""
+    from walflow.airflow.lake import apply_task, iceberg_runtime_jar, maintain_task
+    from walflow.config import parse_config
+
+    jar = iceberg_runtime_jar()
+    assert jar is not None, "the pinned Iceberg runtime wheel is a test requirement"
+    plain = parse_config({"name": "jars", "topic.prefix": "jars"})
+    for task in (apply_task(plain), maintain_task(plain)):
+        assert task.jars is None
+        task._add_iceberg_runtime()
+        task._add_iceberg_runtime()  # a retry of the same task object does not add it twice
+        assert task.jars == jar
+    own = apply_task(plain)
+    own.jars = "/opt/extra.jar"
+    own._add_iceberg_runtime()
+    assert own.jars == f"/opt/extra.jar,{jar}"
+    packages = parse_config({"name": "jars", "topic.prefix": "jars", "walflow.lake.spark.conf": {"spark.jars.packages": "org.apache.iceberg:x:1"}})
+    task = apply_task(packages)
+    task._add_iceberg_runtime()
+    assert task.jars is None
+
+
 @pytest.fixture()
 def signal_connector(connector_dir: dict[str, str], tmp_path: Path) -> dict[str, str]:
     path = next(tmp_path.glob("*.yaml"))

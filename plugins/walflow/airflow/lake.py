@@ -56,6 +56,7 @@ class _LakeSparkOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> Any:
         config = resolve(self.connector)
+        self._add_iceberg_runtime()
         self._add_catalog(config)
         conninfo = WalflowPostgresHook(postgres_conn_id=config.walflow_postgres_conn_id).get_conninfo(**config.conninfo_options())
         with lake_lock(conninfo, config.name, self._lock_wait(config)) as held:
@@ -78,6 +79,15 @@ class _LakeSparkOperator(SparkSubmitOperator):
 
     def _lock_busy(self, config: ConnectorConfig) -> Any:
         raise NotImplementedError
+
+    def _add_iceberg_runtime(self) -> None:
+        """The pinned Iceberg runtime jar, found where the task runs (the DAG processor's environment need not be
+        the worker's), unless ``spark.jars.packages`` brings Iceberg."""
+        if "spark.jars.packages" in (self.conf or {}):
+            return
+        jar = iceberg_runtime_jar()
+        if jar is not None and jar not in (self.jars or "").split(","):
+            self.jars = ",".join(j for j in (self.jars, jar) if j)
 
     def _add_catalog(self, config: ConnectorConfig) -> None:
         """A JDBC catalog's Spark settings, its password through the environment, and the JDBC driver's jar."""
@@ -207,7 +217,6 @@ def lake_assets(config: ConnectorConfig) -> list[Asset]:
 
 def _spark_task(cls: type[_LakeSparkOperator], config: ConnectorConfig, task_id: str, application: Path, **kwargs: Any) -> _LakeSparkOperator:
     conf = spark_conf(config)
-    jars = None if "spark.jars.packages" in conf else iceberg_runtime_jar()
     kafka = config.walflow_kafka_conn_id
     # one argument: the settings as JSON (no credentials); Kafka's settings come through the environment
     args = ["--settings", LakeSettings.from_config(config).argument()]
@@ -216,7 +225,6 @@ def _spark_task(cls: type[_LakeSparkOperator], config: ConnectorConfig, task_id:
         connector=config.name,
         application=str(application),
         conn_id=config.walflow_spark_conn_id,
-        jars=jars,
         conf=conf,
         name=f"walflow-{task_id.replace('_', '-')}-{config.name}",
         application_args=args,
