@@ -7,6 +7,7 @@ triggerer and workers would see it); the trigger is driven with asyncio the way 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,24 @@ def test_trigger_serialize_round_trip() -> None:
     assert kwargs["conninfo_options"] == {"sslmode": "require"} and kwargs["deadline"] == 1_700_000_000.5
     # no secret travels with the trigger: only the Connection's id
     assert "password" not in repr(kwargs).lower()
+
+
+
+def test_sensors_defer_by_default_where_airflow_is_configured_so() -> None:
+    """``deferrable`` defaults to Airflow's ``[operators] default_deferrable``, as in Airflow's own providers."""
+    import subprocess
+    import sys
+
+    code = (
+        "from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor\n"
+        "print(WalflowPendingWalSensor(task_id='w', connector='c').deferrable, "
+        "WalflowSnapshotSensor(task_id='s', connector='c', signal_id='x').deferrable, "
+        "WalflowSnapshotSensor(task_id='t', connector='c', signal_id='x', deferrable=False).deferrable)"
+    )
+    for setting, expected in (("true", "True True False"), ("false", "False False False")):
+        env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": setting}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+        assert out.strip().splitlines()[-1] == expected
 
 
 @pytest.fixture()

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from croniter import CroniterBadCronError, croniter
 
@@ -46,7 +47,8 @@ class WalflowSnapshotSensor(BaseSensorOperator):
     :param signal_id: the ``execute-snapshot`` signal's id (usually pulled from the signal task's XCom).
     :param overrides: Debezium keys that replace the YAML's values.
     :param postgres_conn_id: overrides ``walflow.postgres.conn.id``.
-    :param deferrable: wait in the triggerer instead of occupying a worker slot.
+    :param deferrable: wait in the triggerer instead of occupying a worker slot (default: Airflow's
+        ``[operators] default_deferrable``, as in Airflow's own providers).
     """
 
     template_fields: Sequence[str] = ("connector", "signal_id", "overrides", "postgres_conn_id")
@@ -58,7 +60,7 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         signal_id: str,
         overrides: dict[str, Any] | None = None,
         postgres_conn_id: str | None = None,
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -154,7 +156,8 @@ class WalflowPendingWalSensor(BaseSensorOperator):
         reaching it is a success.
     :param overrides: Debezium keys that replace the YAML's values.
     :param postgres_conn_id: overrides ``walflow.postgres.conn.id``.
-    :param deferrable: wait in the triggerer instead of occupying a worker slot.
+    :param deferrable: wait in the triggerer instead of occupying a worker slot (default: Airflow's
+        ``[operators] default_deferrable``, as in Airflow's own providers).
     """
 
     template_fields: Sequence[str] = ("connector", "min_bytes", "max_wait", "overrides", "postgres_conn_id")
@@ -168,7 +171,7 @@ class WalflowPendingWalSensor(BaseSensorOperator):
         max_wait: float | timedelta | None = None,
         overrides: dict[str, Any] | None = None,
         postgres_conn_id: str | None = None,
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
