@@ -66,9 +66,6 @@ class WalflowKafkaHook(KafkaBaseHook):
     def _get_client(self, config: dict[str, Any]) -> EventProducer:
         return EventProducer(producer_settings(config), self.topic_partitions, self.topic_replication_factor)
 
-    def bootstrap_servers(self) -> str:
-        return str(self.get_connection(self.kafka_config_id).extra_dejson.get("bootstrap.servers", ""))
-
 
 class WalflowIcebergCatalogHook(BaseHook):
     """The lake's Iceberg JDBC catalog, from a ``postgres`` Connection (host, port, schema = the database, login,
