@@ -100,6 +100,10 @@ class TopicMismatchError(LakeError):
     """A topic is no longer the one the lake read (recreated, or the broker lost its data)."""
 
 
+class RecordsDeletedError(TopicMismatchError):
+    """Records the lake had not applied yet were deleted from their topic (retention) before it read them."""
+
+
 class UnappliableRecordError(LakeError):
     """A Kafka record, or one value in it, that the lake job cannot apply.
 

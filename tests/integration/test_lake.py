@@ -443,6 +443,27 @@ def test_topic_delimiter_and_transaction_topic_are_honoured(spark: Any, database
     assert_lake_equals_source(prefix, dsn, "orders")
 
 
+def test_columns_added_with_array_and_map_defaults_fill_the_existing_rows(spark: Any, database: str) -> None:
+    """PostgreSQL gives a table's existing rows a new column's default without a change event; array and hstore
+    (map) defaults reach the lake's existing rows as well, not only numbers and text."""
+    dsn = database
+    config = new_connector(**{"hstore.handling.mode": "map"})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS hstore")
+        conn.execute("CREATE TABLE tagged (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO tagged SELECT g, 'v' || g FROM generate_series(1, 20) g")
+    setup(config, dsn)
+    apply_lake(spark, config)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE tagged ADD COLUMN tags text[] DEFAULT '{a,b}', ADD COLUMN none int[] DEFAULT '{}', ADD COLUMN attrs hstore DEFAULT 'k=>v'")
+        conn.execute("INSERT INTO tagged (id, v) VALUES (21, 'new')")
+    stream(config, dsn)
+    apply_lake(spark, config)
+    lake = {r["id"]: r for r in lake_rows(config.topic_prefix, "public__tagged")}
+    assert sorted(lake) == list(range(1, 22))
+    for row in lake.values():
+        assert (row["tags"], row["none"], row["attrs"]) == (["a", "b"], [], [("k", "v")]), row  # a map read back as pairs
+
 def test_a_recreated_topic_is_refused(spark: Any, database: str) -> None:
     """A topic deleted and filled again (as many records, other ones) no longer lines up with the lake's offsets:
     the job stops with the cause instead of skipping or re-applying anything."""

@@ -530,3 +530,44 @@ def test_the_executors_need_only_the_shipped_modules(tmp_path: Any) -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
     result = subprocess.run([sys.executable, "-c", code, str(archive)], capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_partition_must_still_hold_what_the_lake_has_to_read() -> None:
+    """The checks before a read: the last applied record, when still there, must be the same one; a partition
+    shorter than the lake's offsets, or whose records the lake had not read were deleted, stops the job with the
+    cause (a read would otherwise start at the first record still held and skip the rest without a word)."""
+    from walflow.errors import RecordsDeletedError, TopicMismatchError
+    from walflow.lake.positions import check_last_applied, check_offsets
+
+    assert check_last_applied("t", 0, 41, "abc", "abc", "lake.ns.t", "inv") is None
+    # retention or compaction removed the record: nothing the lake needs is lost by that
+    warning = check_last_applied("t", 0, 41, "", "abc", "lake.ns.t", "inv")
+    assert warning is not None and "offset 41" in warning and "retention or compaction" in warning
+    with pytest.raises(TopicMismatchError, match=r"offset 41 is not the one .* \(fingerprint def, expected abc\).*walflow reset inv --lake"):
+        check_last_applied("t", 0, 41, "def", "abc", "lake.ns.t", "inv")
+
+    check_offsets("t", 0, start=42, applied=42, low=0, end=100, table="lake.ns.t", connector="inv")
+    check_offsets("t", 0, start=42, applied=42, low=42, end=42, table="lake.ns.t", connector="inv")  # all applied, then expired
+    with pytest.raises(TopicMismatchError, match="ends at offset 10, below the offset 42"):
+        check_offsets("t", 0, start=42, applied=42, low=0, end=10, table="lake.ns.t", connector="inv")
+    with pytest.raises(RecordsDeletedError, match=r"now starts at offset 50, .* up to offset 42: records 42 to 49 were deleted") as err:
+        check_offsets("t", 0, start=42, applied=42, low=50, end=100, table="lake.ns.t", connector="inv")
+    assert "walflow reset inv --lake" in str(err.value) and not err.value.retryable
+    with pytest.raises(RecordsDeletedError, match="records 0 to 9 were deleted"):  # a first read of a topic that lost its start
+        check_offsets("t", 0, start=0, applied=0, low=10, end=20, table="lake.ns.t", connector="inv")
+
+
+def test_array_and_map_defaults_are_written_as_literals() -> None:
+    """A column added with an array or hstore (map) default fills the lake's existing rows like any other default."""
+    from walflow.lake.types import type_arguments
+
+    assert sql_literal([], "array<string>") == "CAST(array() AS array<string>)"
+    assert sql_literal(["a", "b"], "array<string>") == "CAST(array(CAST('a' AS string), CAST('b' AS string)) AS array<string>)"
+    assert sql_literal([[1], []], "array<array<int>>") == "CAST(array(CAST(array(CAST('1' AS int)) AS array<int>), CAST(array() AS array<int>)) AS array<array<int>>)"
+    assert sql_literal({"k": "v"}, "map<string,string>") == "CAST(map(CAST('k' AS string), CAST('v' AS string)) AS map<string,string>)"
+    assert sql_literal({}, "map<string,string>") == "CAST(map() AS map<string,string>)"
+    assert sql_literal([("k", "v")], "map<string,string>") == "CAST(map(CAST('k' AS string), CAST('v' AS string)) AS map<string,string>)"
+    assert type_arguments("map<string,decimal(10,2)>") == ["string", "decimal(10,2)"]
+    assert type_arguments("array<map<string,array<int>>>") == ["map<string,array<int>>"]
+    with pytest.raises(LakeError, match=r"cannot write a default value of type dict \(struct<a:int>\): \{'a': 1\}"):
+        sql_literal({"a": 1}, "struct<a:int>")

@@ -20,7 +20,7 @@ import orjson
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from walflow.errors import LakeError, LakeSchemaError, TopicMismatchError, UnappliableRecordError
+from walflow.errors import LakeError, LakeSchemaError, UnappliableRecordError
 from walflow.lake import columns as C
 from walflow.lake import frames, reader, sql
 from walflow.lake.ddl import ensure_table
@@ -30,7 +30,7 @@ from walflow.lake.hooks import ApplyHooks
 from walflow.lake.keyless import merge_keyless
 from walflow.lake.loose import inferred_type, json_kind, loose_field, loose_schema
 from walflow.lake.naming import names_from_topic, sql_quote, table_name
-from walflow.lake.positions import format_offsets, offset_slices, source_position
+from walflow.lake.positions import check_last_applied, check_offsets, format_offsets, offset_slices, source_position
 from walflow.lake.settings import LakeSettings
 from walflow.lake.types import RowShape, field_defaults
 
@@ -100,15 +100,9 @@ class LakeJob:
         # was refilled) can hold as many records as before, so offsets alone cannot tell.
         current = reader.fingerprints(self.kafka, topic, {p: o for p, o in stored.items() if p in stored_prints})
         for p, fingerprint in current.items():
-            if fingerprint != stored_prints[p]:
-                raise TopicMismatchError(
-                    f"topic {topic} partition {p}: the record at offset {stored[p] - 1} is not the one the lake table "
-                    f"{ident} applied there (fingerprint {fingerprint or 'missing'}, expected {stored_prints[p]}): the "
-                    "topic was recreated or the broker lost its data (the embedded broker keeps topics in memory "
-                    "only), so its offsets no longer line up with the lake's. Nothing was skipped silently. To start over: "
-                    f"`walflow reset {s.connector} --lake`, then run {s.connector}__setup (a new snapshot refills the topics "
-                    "and the lake); or re-snapshot into a new lake namespace (walflow.lake.namespace)."
-                )
+            warning = check_last_applied(topic, p, stored[p] - 1, fingerprint, stored_prints[p], ident, s.connector)
+            if warning:
+                log.warning("%s", warning)
         # the changelog commits separately with its own offsets: read from the lower of the two
         log_name = name + "__changelog"
         log_stored = stored_position(self.spark, s.ident(log_name), topic, (s.catalog, s.namespace, log_name))[0] if s.changelog else None
@@ -116,15 +110,8 @@ class LakeJob:
         for p in partitions:
             start = stored.get(p, 0) if log_stored is None else min(stored.get(p, 0), log_stored.get(p, 0))
             applied = stored.get(p, 0) if log_stored is None else max(stored.get(p, 0), log_stored.get(p, 0))
-            end = reader.end_offset(self.kafka, topic, p, applied)
-            if end < applied:
-                raise TopicMismatchError(
-                    f"topic {topic} partition {p} ends at offset {end}, below the offset {applied} the lake table {ident} "
-                    "already applied: the topic was recreated or the broker lost its data (the embedded broker keeps "
-                    "topics in memory only). Nothing was skipped silently. To start over: "
-                    f"`walflow reset {s.connector} --lake`, then run {s.connector}__setup (a new snapshot refills the topics "
-                    "and the lake); or re-snapshot into a new lake namespace (walflow.lake.namespace)."
-                )
+            low, end = reader.offset_bounds(self.kafka, topic, p, applied)
+            check_offsets(topic, p, start, applied, low, end, ident, s.connector)
             end = min(end, start + max(self.remaining, 0))
             if end > start:
                 slices.append((p, start, end))

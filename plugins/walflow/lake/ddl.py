@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import _parse_datatype_string
 
-from walflow.errors import LakeSchemaError
+from walflow.errors import LakeError, LakeSchemaError
 from walflow.lake import columns as C
 from walflow.lake import sql
 from walflow.lake.history import commit, table_exists
@@ -46,6 +46,18 @@ def ensure_table(
             "type change (a narrowing, or e.g. int→text) needs the lake table rebuilt: drop it (or set walflow.lake.namespace "
             "to a new namespace) and re-snapshot the source table."
         )
+    # every literal before the first change, so that a default the lake cannot write changes nothing
+    literals: dict[str, str] = {}
+    for name in add:
+        if name in defaults:
+            try:
+                literals[name] = sql_literal(defaults[name], types[name])
+            except LakeError as exc:
+                raise LakeSchemaError(
+                    f"lake table {ident}: the new column {name} has a default the lake cannot write into the table's "
+                    f"existing rows ({exc}); nothing was changed. Rebuild the lake table from a new snapshot: "
+                    "`walflow reset <connector> --lake`, then run the connector's setup DAG."
+                ) from None
     for name, new_type in widen.items():
         log.info("%s: widening column %s from %s to %s", ident, name, existing[name], new_type)
         spark.sql(sql.widen_column(ident, name, new_type))
@@ -53,9 +65,9 @@ def ensure_table(
         if name not in existing:
             spark.sql(sql.add_column(ident, name, meta_type))
     for name in add:
-        if name in defaults:
+        if name in literals:
             # PostgreSQL gave every existing row the default without a change event: so must the lake.
-            spark.sql(sql.set_property(ident, C.PENDING_DEFAULT + name, sql_literal(defaults[name], types[name])))
+            spark.sql(sql.set_property(ident, C.PENDING_DEFAULT + name, literals[name]))
         spark.sql(sql.add_column(ident, name, types[name]))
     properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
     for key, literal in properties.items():

@@ -6,6 +6,8 @@ from typing import Any
 
 import orjson
 
+from walflow.errors import RecordsDeletedError, TopicMismatchError
+
 
 def _int(value: Any, default: int = 0) -> int:
     try:
@@ -85,3 +87,63 @@ def offset_slices(slices: list[tuple[int, int, int]], parallelism: int, min_size
         for begin in range(start, end, size):
             out.append((partition, begin, min(begin + size, end)))
     return out
+
+
+def _start_over(connector: str) -> str:
+    return (
+        f"To start over: `walflow reset {connector} --lake`, then run {connector}__setup (a new snapshot refills the "
+        "topics and the lake); or re-snapshot into a new lake namespace (walflow.lake.namespace)."
+    )
+
+
+def check_last_applied(topic: str, partition: int, offset: int, found: str, expected: str, table: str, connector: str) -> str | None:
+    """Check the record at ``offset``, the last the lake ``table`` applied from the partition, by its fingerprint.
+
+    :param found: the fingerprint of the record there now ("" when there is none).
+    :param expected: the fingerprint stored with the lake's offsets.
+    :returns: None when it is the same record; a warning when it is gone, which retention (the partition now
+        starts after it) and compaction (a later record of the same key replaced it) both do to a topic the lake
+        read: nothing the lake still needs is lost by that, and :func:`check_offsets` sees a partition that is
+        shorter than the lake's offsets or lost records it had not applied.
+    :raises TopicMismatchError: another record is there: the topic was recreated or the broker lost its data.
+    """
+    if found == expected:
+        return None
+    if not found:
+        return (
+            f"topic {topic} partition {partition}: the record at offset {offset}, the last the lake table {table} "
+            "applied, is no longer in the topic (deleted by retention or compaction), so the topic cannot be checked "
+            "against it; its offsets still line up"
+        )
+    raise TopicMismatchError(
+        f"topic {topic} partition {partition}: the record at offset {offset} is not the one the lake table {table} "
+        f"applied there (fingerprint {found}, expected {expected}): the topic was recreated or the broker lost its data "
+        "(the embedded broker keeps topics in memory only), so its offsets no longer line up with the lake's. Nothing "
+        f"was skipped silently. {_start_over(connector)}"
+    )
+
+
+def check_offsets(topic: str, partition: int, start: int, applied: int, low: int, end: int, table: str, connector: str) -> None:
+    """Check that a partition still holds every record the lake ``table`` has to read from it.
+
+    :param start: the first offset to read (the lowest the lake's tables applied up to).
+    :param applied: the highest offset they applied up to.
+    :param low: the partition's first offset still held (retention moves it).
+    :param end: the partition's end offset.
+    :raises TopicMismatchError: the partition ends below ``applied`` (recreated, or the broker lost its data).
+    :raises RecordsDeletedError: records from ``start`` on were deleted before the lake read them: a read would start
+        at ``low`` and skip them without a word.
+    """
+    if end < applied:
+        raise TopicMismatchError(
+            f"topic {topic} partition {partition} ends at offset {end}, below the offset {applied} the lake table "
+            f"{table} already applied: the topic was recreated or the broker lost its data (the embedded broker keeps "
+            f"topics in memory only). Nothing was skipped silently. {_start_over(connector)}"
+        )
+    if low > start:
+        raise RecordsDeletedError(
+            f"topic {topic} partition {partition} now starts at offset {low}, but the lake table {table} has applied it "
+            f"only up to offset {start}: records {start} to {low - 1} were deleted (the topic's retention.ms or "
+            "retention.bytes) before the lake read them. Nothing was skipped. Keep the topics' retention longer than "
+            f"the time between two applies. {_start_over(connector)}"
+        )

@@ -81,10 +81,12 @@ def partition_end(client: Consumer, topic: str, partition: int, start: int, time
         end = msg.offset() + 1
 
 
-def end_offset(kafka: dict[str, Any], topic: str, partition: int, start: int) -> int:
+def offset_bounds(kafka: dict[str, Any], topic: str, partition: int, start: int) -> tuple[int, int]:
+    """A partition's first offset still held (the low watermark: retention moves it) and its end offset."""
     client = consumer(kafka, **SMALL_READS)
     try:
-        return partition_end(client, topic, partition, start)
+        low, _high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=30.0)
+        return low, partition_end(client, topic, partition, start)
     finally:
         client.close()
 

@@ -319,7 +319,32 @@ def sql_literal(value: Any, spark_type_name: str) -> str:
         return f"CAST({sql_string(render_micros(clamped, zoned=zoned).replace('T', ' '))} AS {spark_type_name})"
     if isinstance(value, (int, float, Decimal, str)):
         return f"CAST({sql_string(str(value))} AS {spark_type_name})"
-    raise LakeError(f"cannot write a default value of type {type(value).__name__} ({spark_type_name})")
+    if isinstance(value, list) and spark_type_name.startswith("array<"):
+        (element,) = type_arguments(spark_type_name)
+        return f"CAST(array({', '.join(sql_literal(v, element) for v in value)}) AS {spark_type_name})"
+    if isinstance(value, (dict, list)) and spark_type_name.startswith("map<"):
+        # a map's converted value is Arrow's form, a list of (key, value) pairs; a dict is taken too
+        key_type, value_type = type_arguments(spark_type_name)
+        items = value.items() if isinstance(value, dict) else value
+        pairs = (f"{sql_literal(k, key_type)}, {sql_literal(v, value_type)}" for k, v in items)
+        return f"CAST(map({', '.join(pairs)}) AS {spark_type_name})"
+    raise LakeError(f"cannot write a default value of type {type(value).__name__} ({spark_type_name}): {value!r}")
+
+
+def type_arguments(spark_type_name: str) -> list[str]:
+    """The element types of ``array<...>`` or ``map<...,...>`` (nested types and ``decimal(p,s)`` kept whole)."""
+    inner = spark_type_name[spark_type_name.index("<") + 1 : spark_type_name.rindex(">")]
+    parts, depth, begin = [], 0, 0
+    for i, char in enumerate(inner):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(inner[begin:i].strip())
+            begin = i + 1
+    parts.append(inner[begin:].strip())
+    return parts
 
 
 # -- Spark DDL types to Arrow types (the types Spark expects from mapInArrow), without a JVM --------------
