@@ -341,6 +341,33 @@ def test_soft_deletes_and_odd_names(spark: Any, database: str) -> None:
     assert rows[33][ODD_COLUMN] == "again33" and rows[27]["_walflow_deleted"] and rows[27][ODD_COLUMN] == "changed \\ `x`"
 
 
+def test_soft_truncate_stopped_after_its_commit_still_flags_the_rows_of_its_batch(spark: Any, database: str) -> None:
+    """Soft deletes, the job stopped after the truncate's commit and before the MERGE's: the rerun still writes the
+    rows known only from events before the truncate in that batch, flagged, as one clean run does."""
+    dsn = database
+    config = new_connector(**{"walflow.lake.delete.mode": "soft"})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cut (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO cut SELECT g, 'v' || g FROM generate_series(1, 10) g")
+    setup(config, dsn)
+    apply_lake(spark, config)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO cut SELECT g, 'n' || g FROM generate_series(11, 15) g")
+        conn.execute("UPDATE cut SET v = 'u1' WHERE id = 1")
+        conn.execute("TRUNCATE cut")
+        conn.execute("INSERT INTO cut SELECT g, 'a' || g FROM generate_series(20, 22) g")
+    stream(config, dsn)
+    hooks = CrashAt("after_truncate")
+    with pytest.raises(Crash):
+        apply_lake(spark, config, hooks=hooks)
+    apply_lake(spark, config)
+    rows = {r["id"]: r for r in lake_rows(config.topic_prefix, "public__cut")}
+    assert {k for k, r in rows.items() if not r["_walflow_deleted"]} == {20, 21, 22}
+    truncated = {k for k, r in rows.items() if r["_walflow_deleted"] and r["_walflow_op"] == "t"}
+    assert truncated == set(range(1, 16)), f"flagged by the truncate: {sorted(truncated)}"
+    assert rows[1]["v"] == "u1" and rows[13]["v"] == "n13"
+
+
 def test_schemaless_records_reach_the_lake(spark: Any, database: str) -> None:
     """``value.converter.schemas.enable: false`` (and keys without schema): the lake types new columns from the JSON
     values (README: numbers, booleans, strings; objects and arrays as JSON text; semantic types as their JSON form),

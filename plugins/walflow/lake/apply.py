@@ -178,15 +178,20 @@ class LakeJob:
             self.hooks.reached("after_changelog", ident)
             frame = frame.filter(frames.from_offsets(stored))
         truncated_at = properties.get(C.TRUNCATED_AT)
-        if truncated_at:
-            # Events older than a truncate the table already applied are obsolete even when redelivered later. The
-            # truncate itself stays: a crash between recording it and its DELETE must still see it applied.
-            frame = frame.filter(F.col(C.POSITION) >= truncated_at)
         cut = None
         if counts.get("t"):
             cut = frame.filter(F.col(C.OP) == "t").select(
                 F.max(F.struct(C.POS_A, C.POS_B, C.POS_C, C.POSITION, C.LSN, C.SOURCE_TS)).alias("m")
             ).collect()[0]["m"]
+            if cut is not None and truncated_at and cut[C.POSITION] < truncated_at:
+                cut = None  # only truncates older than one the table applied: redelivered, obsolete
+        if truncated_at and not (s.soft_deletes and keyed and cut is not None):
+            # Events older than a truncate the table already applied are obsolete even when redelivered later. The
+            # truncate itself stays: a crash between recording it and its DELETE must still see it applied. With
+            # soft deletes and this batch's own truncate (at or after the one recorded: the same one again after a
+            # crash between its commit and the MERGE's), the older events are kept and flagged below instead, as
+            # the run that crashed would have written them.
+            frame = frame.filter(F.col(C.POSITION) >= truncated_at)
         if cut is not None:
             # A truncate removes every row older than it; later events still apply. This commit carries no
             # offsets: a crash after it repeats it, which changes nothing (it only touches older rows).
