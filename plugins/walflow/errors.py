@@ -100,6 +100,12 @@ class TopicMismatchError(LakeError):
     """A topic is no longer the one the lake read (recreated, or the broker lost its data)."""
 
 
+class BrokerUnavailableError(LakeError):
+    """Kafka did not answer the lake job in time; nothing was committed for the table named."""
+
+    retryable = True
+
+
 class RecordsDeletedError(TopicMismatchError):
     """Records the lake had not applied yet were deleted from their topic (retention) before it read them."""
 

@@ -93,6 +93,16 @@ def test_rounds_then_maintenance_then_rounds_keep_the_lake_exact(spark: Any, dat
     _assert_applied_once(name, runs)
 
 
+def test_maintenance_before_any_apply_has_nothing_to_do(spark: Any) -> None:
+    """A connector's maintain DAG may run before its first apply: the namespace does not exist yet, which is not
+    an error (the Hadoop catalog says "Namespace does not exist", which the maintenance once failed on)."""
+    from walflow.lake.settings import LakeSettings
+
+    settings = LakeSettings.from_config(connector(unique("nomaint")))
+    assert not spark.catalog.databaseExists(settings.namespace_ident())
+    assert LakeMaintenance(spark, settings).run() == []
+
+
 def test_apply_and_maintenance_never_overlap(database: str) -> None:
     """The connector's lake lock: a second holder waits, then is told no (and gets it once the first lets go); the
     Airflow tasks skip the apply or fail the maintenance on that answer, with the reason."""

@@ -571,3 +571,31 @@ def test_array_and_map_defaults_are_written_as_literals() -> None:
     assert type_arguments("array<map<string,array<int>>>") == ["map<string,array<int>>"]
     with pytest.raises(LakeError, match=r"cannot write a default value of type dict \(struct<a:int>\): \{'a': 1\}"):
         sql_literal({"a": 1}, "struct<a:int>")
+
+
+def test_an_unforeseen_failure_is_named_in_one_line() -> None:
+    """What the job's last line says about a failure walflow does not foresee: the Java exception behind a Py4J
+    error, the exception an executor's Python worker raised, else the first line of the message."""
+    from walflow.lake.job import describe_failure
+
+    class JavaException:
+        def toString(self) -> str:  # noqa: N802 - the Java method's name
+            return "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata\n\tat org.apache..."
+
+    class Py4JJavaError(Exception):
+        java_exception = JavaException()
+
+    assert describe_failure(Py4JJavaError("An error occurred while calling o123.sql.\n")) == (
+        "Py4JJavaError: org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata"
+    )
+
+    class PythonException(Exception):
+        pass
+
+    worker = PythonException(
+        "\n  An exception was thrown from the Python worker. Please see the stack trace below.\nTraceback (most recent call last):\n"
+        '  File "reader.py", line 187, in read_slice\nwalflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s\n'
+    )
+    assert describe_failure(worker) == "PythonException: walflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s"
+    assert describe_failure(OSError("disk full\nmore")) == "OSError: disk full"
+    assert describe_failure(RuntimeError()) == "RuntimeError"

@@ -71,6 +71,8 @@ class _LakeSparkOperator(SparkSubmitOperator):
                     outcome = _outcome(result)
                     if outcome.get("error") and not outcome.get("retryable", False):
                         raise AirflowFailException(f"{outcome.get('type')}: {outcome['error']} [not retried: this needs a fix first]") from exc
+                    if outcome.get("error"):
+                        raise AirflowException(f"{outcome['error']} [the task's retries may get past it]") from exc
                     raise
                 return _outcome(result) or None
 

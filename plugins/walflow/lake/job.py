@@ -120,6 +120,16 @@ def _run(task: str, argv: list[str] | None) -> int:
             Path(args.result).write_text(orjson.dumps({"error": str(exc), "type": type(exc).__name__, "retryable": exc.retryable}).decode())
         spark.stop()
         return ERROR_EXIT
+    except Exception as exc:
+        # a failure walflow does not foresee (Spark, the catalog, the storage, an executor): one line that says
+        # what failed, then the whole trace; running again may help (a commit conflict, a storage hiccup), so the
+        # task is left to its retries
+        cause = describe_failure(exc)
+        log.exception("the lake job stopped on an unexpected error (%s task; the trace follows): %s", task, cause)
+        if args.result:
+            Path(args.result).write_text(orjson.dumps({"error": cause, "type": type(exc).__name__, "retryable": True}).decode())
+        spark.stop()
+        return ERROR_EXIT
     summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}
     text = orjson.dumps(summary, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     print(f"WALFLOW_{task.upper()}_SUMMARY {text}")
@@ -127,6 +137,19 @@ def _run(task: str, argv: list[str] | None) -> int:
         Path(args.result).write_text(text)
     spark.stop()
     return 0
+
+
+def describe_failure(exc: BaseException, limit: int = 1000) -> str:
+    """One line naming an unforeseen failure: the Java exception of a Py4J error (not py4j's "An error occurred while
+    calling o123.sql"), the last line of a Python worker's traceback (the exception an executor raised), else the
+    message's first line."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    line = lines[-1] if any(line.startswith("Traceback (most recent call last)") for line in lines) else lines[0]
+    return f"{type(exc).__name__}: {line[:limit]}"
 
 
 if __name__ == "__main__":

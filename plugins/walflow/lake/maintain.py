@@ -83,13 +83,13 @@ class LakeMaintenance:
 
     def tables(self) -> list[str]:
         """The tables of the connector's namespace (every lake table of the connector, changelogs included)."""
-        try:
-            rows = self.spark.sql(f"SHOW TABLES IN {self.settings.namespace_ident()}").collect()
-        except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException: no such namespace yet
-            if "NAMESPACE_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
-                return []
-            raise
-        return sorted(r["tableName"] for r in rows)
+        namespace = self.settings.namespace_ident()
+        # asked first rather than read from SHOW TABLES' error, whose wording differs between catalogs (the Hadoop
+        # catalog's is "Namespace does not exist") and which another failure could resemble
+        if not self.spark.catalog.databaseExists(namespace):
+            log.info("lake namespace %s does not exist yet (no apply has run): nothing to maintain", namespace)
+            return []
+        return sorted(r["tableName"] for r in self.spark.sql(f"SHOW TABLES IN {namespace}").collect())
 
     def run(self) -> list[dict[str, Any]]:
         """Maintain every table; a table that cannot be maintained is reported and the others still are, then the

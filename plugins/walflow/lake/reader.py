@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from walflow.errors import LakeError
+from walflow.errors import BrokerUnavailableError, LakeError
 
 #: Consumer settings of the bulk reads. librdkafka stops fetching while its local queue holds more than
 #: ``queued.max.messages.kbytes`` (or ``queued.min.messages`` records) and then waits ``fetch.queue.backoff.ms``
@@ -73,7 +73,7 @@ def partition_end(client: Consumer, topic: str, partition: int, start: int, time
     while True:
         msg = client.poll(timeout)
         if msg is None:
-            raise LakeError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+            raise BrokerUnavailableError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
         if msg.error():
             if msg.error().code() == KafkaError._PARTITION_EOF:
                 return max(end, msg.offset()) if msg.offset() >= 0 else end
@@ -100,7 +100,7 @@ def record_fingerprint(client: Consumer, topic: str, partition: int, offset: int
     client.assign([TopicPartition(topic, partition, offset)])
     msg = client.poll(timeout)
     if msg is None:
-        raise LakeError(f"no answer from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+        raise BrokerUnavailableError(f"no answer from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
     if msg.error():
         if msg.error().code() == KafkaError._PARTITION_EOF:
             return ""
@@ -132,7 +132,13 @@ def first_records(kafka: dict[str, Any], topic: str, partitions: list[int], time
             # a topic whose first records were deleted by retention starts at its earliest (auto.offset.reset)
             client.assign([TopicPartition(topic, partition, 0)])
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
+            while True:
+                if time.monotonic() >= deadline:
+                    # the caller would name the lake table after the topic alone, which for some source names is
+                    # another table (see LakeJob.lake_name)
+                    raise BrokerUnavailableError(
+                        f"{topic}[{partition}]: neither a record nor the partition's end within {timeout:.0f} s: is the broker reachable?"
+                    )
                 msg = client.poll(1.0)
                 if msg is None:
                     continue
