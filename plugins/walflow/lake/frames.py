@@ -72,12 +72,15 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
         rare = rare | condition
     if sums["n_other"]:
         rare = rare | other
+    accepted = F.coalesce(F.get_json_object(C.PROBLEM, "$.accepted") == "true", F.lit(False))
     collected = frame.filter(rare).agg(
         F.map_from_entries(F.collect_set(F.when(other, F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
         F.collect_set(F.when(F.col(C.SCHEMA).isNotNull(), F.struct(F.col(C.HASH).alias("h"), F.col(C.SCHEMA).alias("s")))).alias("schemas"),
         F.first(C.KEY, ignorenulls=True).alias("key"),
         F.collect_set(F.when(F.col(C.SRC_TABLE).isNotNull(), F.struct(F.col(C.SRC_SCHEMA).alias("s"), F.col(C.SRC_TABLE).alias("t")))).alias("sources"),
-        F.slice(F.collect_list(C.PROBLEM), 1, 1000).alias("problem_list"),
+        # apart, so that problems accepted by walflow.lake.accept.records never crowd out one that is not
+        F.slice(F.collect_list(F.when(~accepted, F.col(C.PROBLEM))), 1, 1000).alias("problem_list"),
+        F.slice(F.collect_list(F.when(accepted, F.col(C.PROBLEM))), 1, 1000).alias("accepted_list"),
         F.collect_list(C.KINDS).alias("kinds"),
     ).collect()[0]
     schemas = {r["h"]: r["s"] for r in collected["schemas"] or []}
@@ -86,6 +89,7 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
         for column, seen in orjson.loads(text).items():
             kinds.setdefault(column, set()).update(seen)
     problems = [orjson.loads(p) for p in collected["problem_list"] or []]
+    accepted_problems = [orjson.loads(p) for p in collected["accepted_list"] or []]
     counts = {op: int(sums[f"n_{op}"] or 0) for op in EVENT_OPS}
     counts = {op: n for op, n in counts.items() if n}
     for op in collected["other_ops"] or {}:  # events of another kind ("m" messages...): counted, never applied
@@ -98,9 +102,9 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
         "toasted": sums["toasted"] or 0,
         "keyless": sums["keyless"] or 0,
         "sources": {(r["s"], r["t"]) for r in collected["sources"] or []},
-        "problems": [p for p in problems if not p.get("accepted")],
+        "problems": problems,
         "problem_count": int(sums["problems"] or 0),
-        "skipped": [p for p in problems if p.get("accepted")],
+        "skipped": accepted_problems,
         "kinds": kinds,
         "overflowed": int(sums["overflowed"] or 0),
     }
