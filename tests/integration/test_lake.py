@@ -7,6 +7,8 @@ job in ``tests/faults``.
 
 from __future__ import annotations
 
+import logging
+
 import os
 import subprocess
 from pathlib import Path
@@ -368,7 +370,7 @@ def test_soft_truncate_stopped_after_its_commit_still_flags_the_rows_of_its_batc
     assert rows[1]["v"] == "u1" and rows[13]["v"] == "n13"
 
 
-def test_schemaless_records_reach_the_lake(spark: Any, database: str) -> None:
+def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: pytest.LogCaptureFixture) -> None:
     """``value.converter.schemas.enable: false`` (and keys without schema): the lake types new columns from the JSON
     values (README: numbers, booleans, strings; objects and arrays as JSON text; semantic types as their JSON form),
     then keeps the lake table's types for later records; a value its lake column cannot take stops the job with
@@ -435,19 +437,25 @@ def test_schemaless_records_reach_the_lake(spark: Any, database: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE things ALTER COLUMN qty TYPE text")
         conn.execute("UPDATE things SET qty = 'many' WHERE id = 2")
+        conn.execute("UPDATE things SET qty = 'lots' WHERE id = 3")
     stream(config, dsn)
     before = lake_snapshot_id(name, "public__things")
-    with pytest.raises(UnappliableRecordError) as refused:
+    with caplog.at_level(logging.ERROR, logger="walflow.apply"), pytest.raises(UnappliableRecordError) as refused:
         apply_lake(spark, config)
-    (problem,) = refused.value.problems
+    problem, other = sorted(refused.value.problems, key=lambda p: p["offset"])
     topic = f"{name}.public.things"
     assert (problem["topic"], problem["column"], problem["value"]) == (topic, "qty", "many")
     message = str(refused.value)
     assert f"offset {problem['offset']}" in message and "walflow.lake.accept.records" in message and "schemas.enable" in message
+    assert "2 record(s) cannot be applied" in message and "and the 1 other(s) the log line before this one lists" in message
+    # one run of the fix gets past every record: the log lists them all, ready to paste
+    entries = [f"{topic}:{p['partition']}:{p['offset']}" for p in (problem, other)]
+    assert any(json.dumps(entries, separators=(",", ":")) in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
     assert lake_snapshot_id(name, "public__things") == before
-    apply_lake(spark, config, accept_records=(f"{topic}:{problem['partition']}:{problem['offset']}",))
-    row = next(r for r in lake_rows(name, "public__things") if r["id"] == 2)
-    assert row["qty"] is None and row["_walflow_overflow"] == [("qty", "many")]
+    apply_lake(spark, config, accept_records=tuple(entries))
+    rows = {r["id"]: r for r in lake_rows(name, "public__things")}
+    assert rows[2]["qty"] is None and rows[2]["_walflow_overflow"] == [("qty", "many")]
+    assert rows[3]["qty"] is None and rows[3]["_walflow_overflow"] == [("qty", "lots")]
 
 
 def test_topic_delimiter_and_transaction_topic_are_honoured(spark: Any, database: str) -> None:

@@ -396,10 +396,14 @@ class LakeJob:
             + f" ({p['error']})"
             for p in problems[:5]
         )
-        first = problems[0]
+        entries = sorted({(p["partition"], p["offset"]) for p in problems})
+        accept = [f"{topic}:{partition}:{offset}" for partition, offset in entries]
+        # every record named at once (the statistics keep up to 1,000), so that one run of the fix gets past them all
+        log.error("%s: the records that cannot be applied, as walflow.lake.accept.records entries: %s", topic, orjson.dumps(accept).decode())
         schemaless = any(p.get("schemaless") for p in problems)
+        count = f"{len(entries)}{' or more' if len(problems) >= 1000 else ''}"
         return UnappliableRecordError(
-            f"topic {topic}: {len(problems)} record(s) cannot be applied to lake table {ident}, e.g. {described}. Nothing "
+            f"topic {topic}: {count} record(s) cannot be applied to lake table {ident}, e.g. {described}. Nothing "
             "of this topic was committed. "
             + (
                 "These records have no schema part, so walflow types their columns from the lake table or the JSON values: "
@@ -407,8 +411,9 @@ class LakeJob:
                 if schemaless
                 else ""
             )
-            + f"To apply them anyway, add '{topic}:{first['partition']}:{first['offset']}' (each record named) to "
-            "walflow.lake.accept.records and run again: each value that cannot be converted is then null in its column "
+            + f"To apply them anyway, add each record ('{accept[0]}'"
+            + (f" and the {len(accept) - 1} other(s) the log line before this one lists" if len(accept) > 1 else "")
+            + ") to walflow.lake.accept.records and run again: each value that cannot be converted is then null in its column "
             f"with its exact text in {C.OVERFLOW}, and a record that is not a change event is skipped and listed in the "
             f"commit's summary ({C.SKIPPED_PROPERTY}); the offsets still commit with the data, so the lake stays exactly once.",
             problems,
