@@ -255,6 +255,7 @@ def test_undecodable_records_are_reported_with_topic_partition_offset_column_and
     problems = {r[C.OFFSET]: orjson.loads(r[C.PROBLEM]) for r in rows if r[C.PROBLEM]}
     assert set(problems) == {1, 2}
     assert problems[1]["topic"] == "inv.public.t" and problems[1]["partition"] == 0 and "not JSON" in problems[1]["error"]
+    assert problems[1]["error"].endswith(": 'not json at all'")  # what the record holds
     assert problems[2]["column"] == "ts" and problems[2]["value"] == "yesterday"
     # listed in walflow.lake.accept.records: the value is null with its text kept, the record that is no event skipped
     rows = decode(records, accept=frozenset({(0, 1), (0, 2)}))

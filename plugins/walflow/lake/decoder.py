@@ -175,7 +175,10 @@ def split_records(
                 head_hash = schema_hash
         except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
             head = b""
-            yield None, None, partition, offset, False, key, None, len(value), f"not JSON: {exc}"
+            # the record's start, so that the error shows what it holds (text, or the bytes escaped)
+            start = value[:120].decode("utf-8", errors="backslashreplace")
+            more = f"… ({len(value)} bytes)" if len(value) > 120 else ""
+            yield None, None, partition, offset, False, key, None, len(value), f"not JSON ({exc}): {start!r}{more}"
             continue
         if payload is None:
             continue  # a null payload: the JSON converter's form of a tombstone
