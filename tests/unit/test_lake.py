@@ -465,6 +465,9 @@ def test_schemaless_typing() -> None:
     assert loose_converter("timestamp_ntz")(1529507596945104) == 1529507596945104
     assert loose_converter("timestamp_ntz")("2018-06-20T15:13:16.945104") == 1529507596945104
     assert loose_converter("date")(1) == 1 and loose_converter("date")("1970-01-03") == 2
+    # text dates of any year width or sign, with or without a time part
+    assert loose_converter("date")("-0043-03-15") == -735160 and loose_converter("date")("12024-01-01") == 3672148
+    assert loose_converter("date")("2024-01-01T10:00:00Z") == loose_converter("date")("2024-01-01 23:00:00") == 19723
     with pytest.raises(TypeError):
         loose_converter("bigint")("many")
     shape = RowShape(loose_schema([loose_field("n", "bigint"), loose_field("doc", "string")]))

@@ -109,7 +109,8 @@ def _loose_micros(v: Any) -> int:
 
 
 def _loose_days(v: Any) -> int:
-    return parse_zoned(v[:10]) // 86_400_000_000 if isinstance(v, str) else _strict_int(v)
+    # the date part of ISO text, whatever the year's width or sign (-0043-03-15, 12024-01-01), else days
+    return parse_zoned(v.partition("T")[0].partition(" ")[0]) // 86_400_000_000 if isinstance(v, str) else _strict_int(v)
 
 
 def _as_text(v: Any) -> str:
