@@ -392,12 +392,15 @@ class IncrementalSnapshots:
                     self._fail(progress, name, exc)
         finally:
             if self.chunks and not (self.conn.closed or self.conn.broken):
-                # logical decoding reads only flushed WAL, and the chunks' watermarks are written without waiting
-                # for it: one transactional message, committed as the session commits (waiting for the flush
-                # unless synchronous_commit says otherwise), makes them readable (a crash before it loses nothing: a
-                # chunk whose high watermark never shows is selected again by the next batch). Also after a chunk
-                # that found no rows: its high watermark must be read for the table to count as done.
-                self._emit_watermark("", "flush")
+                # logical decoding reads only flushed WAL (and the batch streams up to the flushed end), and the
+                # chunks' watermarks are written without waiting for it: one transactional message whose commit
+                # waits for the local flush, whatever synchronous_commit the database sets, makes them readable (a
+                # crash before it loses nothing: a chunk whose high watermark never shows is selected again by the
+                # next batch). Also after a chunk that found no rows: its high watermark must be read for the table
+                # to count as done.
+                with self.conn.transaction():
+                    self.conn.execute("SET LOCAL synchronous_commit TO local")
+                    self._emit_watermark("", "flush")
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:

@@ -214,7 +214,11 @@ class StreamBatch:
                     self._fault("incremental_chunk")
                     inc.prepare(max(config.incremental_snapshot_chunk_size, ROUND_ROWS), ROUND_BYTES)
                 with conn.cursor() as cur:
-                    cur.execute("SELECT pg_current_wal_lsn()::text")
+                    # The flushed end of WAL, not pg_current_wal_lsn() (written, maybe not yet flushed): logical
+                    # decoding reads only flushed WAL, so a transaction committed asynchronously
+                    # (synchronous_commit=off) and written but not flushed when the peek starts would not be read,
+                    # and the slot, moved to the end point afterwards, would skip it.
+                    cur.execute("SELECT pg_current_wal_flush_lsn()::text")
                     upto_text = cur.fetchone()[0]  # type: ignore[index]
                 summary.upto_lsn = upto_text
                 log.info(
@@ -247,8 +251,7 @@ class StreamBatch:
                     summary.signals = inc.signals_seen
                     self._fault("incremental_saved")
                 if advance_to is not None:
-                    self._advance(conn, advance_to)
-                    summary.advanced_to = lsn_to_str(advance_to)
+                    summary.advanced_to = lsn_to_str(self._advance(conn, advance_to))
                 if self._stop_error is not None:
                     log.error(
                         "connector %s: stopped at a change it cannot stream; the slot is at %s, the end of the last "
@@ -357,12 +360,16 @@ class StreamBatch:
         except psycopg.Error as exc:
             log.warning("heartbeat.action.query failed (%s); streaming continues", str(exc).strip())
 
-    def _advance(self, conn: psycopg.Connection, lsn: int) -> None:
+    def _advance(self, conn: psycopg.Connection, lsn: int) -> int:
+        """Move the slot's confirmed position to ``lsn``; return where the slot is now (the server never moves it
+        past its flushed WAL, and a slot already further stays where it is), which is what the state records."""
         with conn.cursor() as cur:
             cur.execute(
                 "SELECT end_lsn::text FROM pg_replication_slot_advance(%s, %s::pg_lsn)",
                 (self.config.slot_name, lsn_to_str(lsn)),
             )
+            row = cur.fetchone()
+        return str_to_lsn(row[0]) if row and row[0] else lsn
 
     def _stream(
         self,

@@ -252,6 +252,40 @@ def test_replay_gives_source_state(database: str) -> None:
     assert {v["id"]: v["first_name"] for v in state.values()} == rows
 
 
+def test_asynchronous_commits_are_never_skipped(database: str) -> None:
+    """Transactions committed with synchronous_commit=off are written to WAL before they are flushed, and logical
+    decoding reads only flushed WAL: batches running beside such a writer must stream every one of them (a batch that
+    streamed up to the written end and moved the slot there skipped about half of them)."""
+    import threading
+
+    run_sql(database, "CREATE TABLE async_t (id int PRIMARY KEY, pad text)")
+    config = setup(database)
+    rows = 20_000
+    done = threading.Event()
+
+    def writer() -> None:
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = off")
+            for i in range(1, rows + 1):
+                conn.execute("INSERT INTO async_t VALUES (%s, repeat('x', 200))", (i,))
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    batches = 0
+    while not done.is_set():
+        stream(config, database)
+        batches += 1
+    thread.join()
+    # a synchronous commit flushes the WAL before it, so that the last batches can read the rest
+    run_sql(database, "SELECT pg_logical_emit_message(true, 'walflow-test', 'flush')")
+    while stream(config, database).events:
+        pass
+    assert batches >= 3, "the batches did not run beside the writer"
+    streamed = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.async_t")]
+    assert sorted(set(streamed)) == list(range(1, rows + 1)), f"{rows - len(set(streamed))} of {rows} rows never streamed"
+
+
 def test_batch_limit_stops_at_transaction_boundary(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
     config = setup(database, **{"walflow.batch.max.events": 10})
