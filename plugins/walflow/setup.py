@@ -188,7 +188,12 @@ class ConnectorSetup:
                 result = report.as_dict()
                 result["snapshot"] = {"ran": False, "reason": f"snapshot.mode={config.snapshot_mode}"}
                 return result
-            store.put(SNAPSHOT_KEY, {"status": "running", "mode": config.snapshot_mode, "started_ms": now_ms()})
+            # Whether a stream has read this slot: then it holds changes not yet in Kafka (deletes, truncates, the
+            # tables this snapshot leaves out) and must never be replaced, even if this snapshot fails. A slot that
+            # an interrupted snapshot created is one nothing has read.
+            interrupted = (previous or {}).get("status") == "running"
+            streamed_slot = slot is not None and (bool((previous or {}).get("streamed_slot")) if interrupted else True)
+            store.put(SNAPSHOT_KEY, {"status": "running", "mode": config.snapshot_mode, "started_ms": now_ms(), "streamed_slot": streamed_slot})
             summary = self._snapshot(conn, report, slot_exists=slot is not None, previous=previous)
             store.put(
                 SNAPSHOT_KEY,
@@ -221,10 +226,12 @@ class ConnectorSetup:
         producer.check_reachable()
         for table in tables:
             producer.ensure_topic(table.schema.topic)
-        recreate = slot_exists and previous is not None and previous.get("status") == "running"
+        recreate = slot_exists and previous is not None and previous.get("status") == "running" and not previous.get("streamed_slot")
         if recreate:
             # The last snapshot died before completing, and stream runs refused to start since: nothing read
-            # this slot, so it is replaced by one whose exported snapshot the new snapshot reads (no overlap).
+            # this slot (it was created for that snapshot), so it is replaced by one whose exported snapshot the
+            # new snapshot reads (no overlap). A slot a stream has read is kept: the snapshot reads beside it, as
+            # any snapshot of a connector whose slot exists does.
             conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
             log.info("previous snapshot did not complete: recreating slot %s to snapshot again from the start", config.slot_name)
             slot_exists = False
