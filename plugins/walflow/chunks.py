@@ -238,6 +238,13 @@ class ChunkReader:
             raise SignalError(f"'surrogate-key' {surrogate!r} is not a column of {name} (its columns: {', '.join(info.columns)})")
         key = [surrogate] if surrogate else list(info.primary_key)
         events = TableSchema.from_catalog(self.config, self.filters, self.serializer, info, self.rules)
+        if surrogate and not (surrogate in events.column_names and any(f.index == events.column_names.index(surrogate) for f in events.fields)):
+            # the rows' identities (stale rows, rows of one key in a chunk) are read from the events' columns
+            raise SignalError(
+                f"'surrogate-key' {surrogate!r} of {name} is not a column of its events (column.include.list or "
+                "column.exclude.list leaves it out, or walflow does not capture its type); send the signal again "
+                "with a column the events carry"
+            )
         return SnapshotTable(events, info, key, key_types(info, key), condition=condition)
 
     def max_key(self, table: SnapshotTable) -> list[str] | None:

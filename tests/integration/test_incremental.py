@@ -357,6 +357,18 @@ def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(database
     assert not _running(database, config)
 
 
+def test_a_surrogate_key_the_events_leave_out_fails_the_signal(database: str) -> None:
+    """The rows' identities come from the events' columns: a surrogate key that column.exclude.list leaves out of
+    them would make every row of a chunk look alike (all but one dropped); the signal fails naming the cause."""
+    run_sql(database, "CREATE TABLE hidden (id int PRIMARY KEY, s int UNIQUE, v text)", "INSERT INTO hidden SELECT g, g, 'v' FROM generate_series(1, 150) g")
+    config = make(database, **{"column.exclude.list": "public.hidden.s"})
+    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.hidden"], "surrogate-key": "s"})
+    drain(config, database)
+    status = signal_status(database, config, signal_id)
+    assert status["status"] == "failed" and "'surrogate-key' 's' of public.hidden is not a column of its events" in status["error"], status
+    assert not [r for r in read_topic(f"{config.topic_prefix}.public.hidden") if r.op == "r"]
+
+
 def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> None:
     run_sql(
         database,
