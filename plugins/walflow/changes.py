@@ -295,11 +295,11 @@ class ChangeEvents:
     def _window_change(self, inc: IncrementalSnapshots, table: TableSchema, msg: Insert | Update | Delete, xid: int) -> None:
         """A change of a table with a chunk buffered drops the chunk's rows it makes stale (see ``on_change``)."""
         if type(msg) is Delete:
-            inc.on_change(table.data_collection, table.row(msg.old), xid=xid)
+            inc.on_change(table.data_collection, _identity_row(table, msg.old), xid=xid)
         elif type(msg) is Update:
-            inc.on_change(table.data_collection, table.row(msg.new), table.row(msg.old) if msg.old is not None else None, xid=xid)
+            inc.on_change(table.data_collection, _identity_row(table, msg.new), _identity_row(table, msg.old) if msg.old is not None else None, xid=xid)
         else:
-            inc.on_change(table.data_collection, table.row(msg.new), xid=xid)
+            inc.on_change(table.data_collection, _identity_row(table, msg.new), xid=xid)
 
     def _key_change(
         self,
@@ -341,3 +341,10 @@ class ChangeEvents:
             ser.key(ser.prefix(fmt.heartbeat_key_schema), {"serverName": self.config.topic_prefix}),
             ser.value(ser.prefix(fmt.heartbeat_value_schema), {"ts_ms": now_ms()}),
         )
+
+
+def _identity_row(table: TableSchema, values: Any) -> dict[str, Any]:
+    """A streamed row with its key fields, as a buffered chunk row's identity is read: a key column the column
+    filters leave out of the value is still part of the key (and of the identity)."""
+    row = table.row(values)
+    return {**row, **table.key(row, values)} if table.has_key else row

@@ -156,6 +156,28 @@ def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
     assert len(hooked) >= 20 and dropped >= len(hooked)
 
 
+def test_a_row_deleted_in_its_window_stays_deleted_when_its_key_is_not_in_the_value(database: str) -> None:
+    """A key column that column.exclude.list leaves out of the value is still the row's identity: a delete streamed
+    inside the chunk's window drops the chunk's row of that key, which must not follow the delete as an 'r' event."""
+    run_sql(database, "CREATE TABLE kc (id int PRIMARY KEY, v text)", "INSERT INTO kc SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    config = make(database, **{"column.exclude.list": "public.kc.id"})
+    deleted: list[int] = []
+
+    def delete_in_window(table: str, rows: list[Any]) -> None:
+        if rows and not deleted:
+            run_sql(database, "DELETE FROM kc WHERE id = 50")
+            deleted.append(50)
+
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.kc"]})
+    for _ in range(10):
+        summary = stream(config, database, chunk_hook=delete_in_window)
+        if summary.snapshot_rows == 0 and summary.signals == 0 and not _running(database, config):
+            break
+    assert deleted == [50]
+    ops = [r.op for r in read_topic(f"{config.topic_prefix}.public.kc") if r.key_payload == {"id": 50} and r.value is not None]
+    assert ops == ["d"], f"key 50 after its delete in the window: {ops}"
+
+
 def test_composite_primary_key(database: str) -> None:
     run_sql(
         database,
