@@ -49,6 +49,16 @@ class Chunk:
     #: synchronous standby before it shows), so its changes make rows stale even though they are streamed before the
     #: window opens
     unseen: tuple[frozenset[int], int] | None = None
+    #: the identities of the chunk's rows, computed when a streamed change first concerns its table
+    _identities: frozenset[bytes] | None = field(default=None, repr=False)
+
+    def identities(self) -> frozenset[bytes]:
+        """The identities (:func:`row_key`) of the chunk's rows: a streamed change is recorded as making a row stale
+        only when it names one of them, so :attr:`stale` holds at most a chunk's rows however many rows a
+        transaction committed inside the window changes."""
+        if self._identities is None:
+            self._identities = frozenset(row_key(row, self.dedupe) for row in self.rows)
+        return self._identities
 
     @property
     def watched(self) -> bool:

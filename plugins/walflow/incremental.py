@@ -518,8 +518,8 @@ class IncrementalSnapshots:
         for chunk in self.chunks.values():
             if chunk.table.name == table_name and chunk.stale_by(xid):
                 for row in rows:
-                    if row is not None:
-                        chunk.stale.add(orjson.dumps([row.get(f.name) for f in chunk.dedupe]))
+                    if row is not None and (identity := orjson.dumps([row.get(f.name) for f in chunk.dedupe])) in chunk.identities():
+                        chunk.stale.add(identity)
 
     def _emit_chunk(self, chunk: Chunk, sequence: str, topics: dict[str, int]) -> None:
         """The chunk's rows as Debezium emits them when its window closes: ``snapshot: incremental``, the
