@@ -161,9 +161,11 @@ class ChangeEvents:
         if not tx.begun:
             self._tx_begin(tx)
         tx.total += 1
-        order = tx.per_collection[collection] = tx.per_collection.get(collection, 0) + 1
         if not self.config.provide_transaction_metadata:
+            # counted per collection only for the END record: without it, a transaction of a million logical
+            # messages (each a collection of its own) would hold a million counters for nothing
             return None
+        order = tx.per_collection[collection] = tx.per_collection.get(collection, 0) + 1
         return {"id": f"{tx.xid}:{lsn}", "total_order": tx.total, "data_collection_order": order}
 
     def _emit(
