@@ -181,14 +181,17 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
 
 
 def list_tables(conn: psycopg.Connection, filters: Filters) -> list[tuple[str, str, int, str, bool]]:
-    """Ordinary and partitioned tables the filters capture: (schema, table, oid, replica identity, has PK)."""
+    """Ordinary and partitioned tables the filters capture: (schema, table, oid, replica identity, has PK).
+
+    A partitioned table and its partitions are all listed, as Debezium reads them: its snapshot reads the parent and
+    each partition into their own topics, and pgoutput streams a partition's changes under the partition's name."""
     with conn.cursor() as cur:
         cur.execute(
             """
             SELECT n.nspname, c.relname, c.oid, c.relreplident,
                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+            WHERE c.relkind IN ('r', 'p')
               AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%'
               AND n.nspname NOT LIKE 'pg_temp%%'
             ORDER BY 1, 2
@@ -215,7 +218,24 @@ def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, bool,
         row = cur.fetchone()
         if row is None:
             return None
-        cur.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,))
+        # pg_publication_tables lists the partitions of a partitioned table the publication holds, not the table
+        # itself: a partition's ancestors count as published too (pg_partition_ancestors gives a partition and its
+        # ancestors, and nothing for a table that is no partition)
+        cur.execute(
+            """
+            SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s
+            UNION
+            SELECT an.nspname, ac.relname
+            FROM pg_publication_tables pt
+            JOIN pg_namespace ln ON ln.nspname = pt.schemaname
+            JOIN pg_class lc ON lc.relnamespace = ln.oid AND lc.relname = pt.tablename
+            CROSS JOIN LATERAL pg_partition_ancestors(lc.oid) AS a(relid)
+            JOIN pg_class ac ON ac.oid = a.relid
+            JOIN pg_namespace an ON an.oid = ac.relnamespace
+            WHERE pt.pubname = %s AND lc.relispartition
+            """,
+            (name, name),
+        )
         tables = {(s, t) for s, t in cur.fetchall()}
     return bool(row[0]), bool(row[1]), tables
 

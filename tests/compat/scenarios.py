@@ -568,10 +568,23 @@ POSTGIS_STREAM = Scenario(
 )
 POSTGIS_SNAPSHOT = Scenario("postgis_snapshot", setup=POSTGIS_SETUP, workload=POSTGIS_ROWS, snapshot=True, extensions=("postgis",))
 
+#: A partitioned table: which tables the snapshot reads and which topics the partitions' changes go to.
+PARTITIONED = Scenario(
+    "partitioned",
+    setup=[
+        "CREATE TABLE m (id int, at date, v text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+        "CREATE TABLE m_2024 PARTITION OF m FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')",
+        "CREATE TABLE m_2025 PARTITION OF m FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')",
+    ],
+    workload=["INSERT INTO m VALUES (1, '2024-05-01', 'a'), (2, '2025-02-01', 'b')"],
+    snapshot=True,
+    after_snapshot=["INSERT INTO m VALUES (3, '2024-06-01', 'c')", "UPDATE m SET v = 'bb' WHERE id = 2", "DELETE FROM m WHERE id = 1"],
+)
+
 #: The scenarios in groups whose Debezium connectors run at the same time (two replication slots per variant: a
 #: group stays within the embedded cluster's 40 slots).
 GROUPS = [
     [BASIC, SNAPSHOT, INCREMENTAL, INCREMENTAL_FILTERS, IDENTITIES, TOAST, TRANSACTIONS, DDL, POSTGIS_STREAM, POSTGIS_SNAPSHOT],
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
-    [SNAPSHOT_MODES],
+    [SNAPSHOT_MODES, PARTITIONED],
 ]
