@@ -42,7 +42,7 @@ from walflow.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, 
 from walflow.config import ConnectorConfig
 from walflow.emitter import SnapshotEmitter
 from walflow.envelope import EventFormat
-from walflow.errors import ExpressionError, PatternError, RecordTooLargeError, SourceError
+from walflow.errors import ConfigError, ConversionError, ExpressionError, PatternError, RecordTooLargeError, SourceError
 from walflow.events import Filters, Serializer, now_ms
 from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
@@ -214,7 +214,9 @@ class IncrementalSnapshots:
                 self._pause(False)
             else:
                 raise SignalError(f"unknown signal type {kind!r} (known: execute-snapshot, stop-snapshot, pause-snapshot, resume-snapshot, log)")
-        except (ValueError, TypeError) as exc:  # SignalError, or data of unexpected shapes
+        except (ValueError, TypeError, ConfigError, ConversionError) as exc:
+            # SignalError, data of unexpected shapes, or a table whose events cannot be built (a key column of a type
+            # walflow cannot represent, message.key.columns naming a dropped column): the signal fails, read once
             log.warning("signal %r skipped: %s", signal_id, printable(exc))
             if signal_id:
                 self.store.put(signal_key(str(signal_id)), {"status": "failed", "error": str(exc), "at_ms": now_ms()})
@@ -386,7 +388,7 @@ class IncrementalSnapshots:
                     count, size = self._prepare_chunk(progress, name)
                     selected += count
                     held += size
-                except (SignalError, SourceError, psycopg.Error) as exc:
+                except (SignalError, SourceError, ConfigError, ConversionError, psycopg.Error) as exc:
                     if isinstance(exc, psycopg.Error) and (self.conn.closed or self.conn.broken):
                         raise
                     self._fail(progress, name, exc)
