@@ -489,6 +489,10 @@ class IncrementalSnapshots:
         try:
             mark = orjson.loads(content)
         except orjson.JSONDecodeError:
+            mark = None
+        if not isinstance(mark, dict):
+            # not one walflow wrote (another client used the prefix): nothing to act on, but worth a line
+            log.warning("a logical decoding message with walflow's watermark prefix at %s is not a watermark: %s", sequence, printable(content[:200]))
             return
         if mark.get("connector") != self.config.name:
             return

@@ -406,6 +406,21 @@ def test_a_table_whose_events_cannot_be_built_fails_its_signal_not_every_batch(d
     assert stream(config, database).events == 1
 
 
+def test_a_message_that_only_looks_like_a_watermark_is_logged_and_passed(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Another client writing logical decoding messages with walflow's watermark prefix cannot stop the stream."""
+    from walflow.incremental import WATERMARK_PREFIX
+
+    run_sql(database, "CREATE TABLE wm (id int PRIMARY KEY)")
+    config = make(database)
+    for content in ("[1]", "not json", '"text"'):
+        run_sql(database, f"SELECT pg_logical_emit_message(true, '{WATERMARK_PREFIX}', '{content}')")
+    run_sql(database, "INSERT INTO wm VALUES (1)")
+    with caplog.at_level("WARNING"):
+        assert stream(config, database).events >= 1
+    assert sum("is not a watermark" in r.getMessage() for r in caplog.records) == 3
+    assert [r.op for r in read_topic(f"{config.topic_prefix}.public.wm")] == ["c"]
+
+
 def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> None:
     run_sql(
         database,
