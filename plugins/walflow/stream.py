@@ -23,7 +23,7 @@ from walflow.catalog import Catalog
 from walflow.changes import ChangeEvents, Transaction
 from walflow.config import ConnectorConfig
 from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
-from walflow.errors import DriftError, RecordTooLargeError, SlotError
+from walflow.errors import ConversionError, DriftError, RecordTooLargeError, SlotError
 from walflow.events import Filters, Serializer, TableSchema
 from walflow.health import assess_slot_health, health_limits, slot_health
 from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
@@ -430,7 +430,10 @@ class StreamBatch:
                                 continue
                             if cls is Insert or cls is Update or cls is Delete:
                                 assert tx is not None
-                                events.change(msg, tx, lsn_value, summary, per_topic)
+                                try:
+                                    events.change(msg, tx, lsn_value, summary, per_topic)
+                                except ConversionError as exc:
+                                    raise _stopped_at(exc, lsn_value, tx.xid) from None
                             elif cls is Begin:
                                 if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
                                     skipping = True
@@ -494,11 +497,14 @@ class StreamBatch:
                         break
                 finally:
                     blocks.close()
-        except (RecordTooLargeError, DriftError) as exc:
+        except (RecordTooLargeError, DriftError, ConversionError) as exc:
             # Everything before this transaction is confirmed once acknowledged; the run then fails with the fix.
             self._stop_error = exc
             complete = False
-            summary.stopped_by = "record too large" if isinstance(exc, RecordTooLargeError) else "drift"
+            if isinstance(exc, RecordTooLargeError):
+                summary.stopped_by = "record too large"
+            else:
+                summary.stopped_by = "value not convertible" if isinstance(exc, ConversionError) else "drift"
         finally:
             if not conn.closed:
                 conn.rollback()
@@ -585,6 +591,17 @@ class StreamBatch:
 #: snapshot 5% faster than 20,000 (176-179k against 158-170k rows/s in alternating runs, 2026-11-25).
 ROUND_ROWS = 60_000
 ROUND_BYTES = 64 << 20
+
+
+def _stopped_at(exc: ConversionError, lsn: int, xid: int) -> ConversionError:
+    """A value the stream cannot convert, with where it is and the way past it."""
+    return ConversionError(
+        f"{exc}, in the change at LSN {lsn_to_str(lsn)} of transaction {xid}. The stream stops before that transaction "
+        "(the slot stays at the end of the one before it) and every later run stops there too, until the column is left "
+        "out of the events with column.exclude.list (the table's other columns and every other table then stream on; "
+        "an incremental snapshot brings the column back once it is included again). PostgreSQL printed this value, so "
+        "walflow should convert it: please report it as a walflow bug with the value."
+    )
 
 
 def _release_slot_lock(conn: psycopg.Connection) -> None:

@@ -194,6 +194,51 @@ def test_oversized_record_stops_before_it_and_loses_nothing(database: str) -> No
     assert '"id":2' in str(raised.value)  # the row refused (rows are encoded a run at a time, then queued)
 
 
+def test_a_value_the_stream_cannot_convert_stops_before_its_transaction_with_the_way_past(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL prints every value walflow streams, so a converter refusing one is a walflow bug; should it happen,
+    the batch stops before that transaction (nothing after it confirmed, nothing before it sent again), naming the
+    table, column, value and LSN, and column.exclude.list is the documented way past it. The refusal is injected:
+    walflow's converters take every value PostgreSQL prints (tests/integration/test_types.py)."""
+    import dataclasses
+
+    from walflow import events
+    from walflow.errors import ConversionError
+
+    real = events.build_converter
+
+    def refusing_13(ctype: Any, settings: Any) -> Any:
+        converter = real(ctype, settings)
+        if converter is None or ctype.base_name != "int8":
+            return converter
+
+        def convert(text: str, original: Any = converter.convert) -> Any:
+            if text == "13":
+                raise ValueError("refused for the test")
+            return original(text)
+
+        return dataclasses.replace(converter, convert=convert)
+
+    run_sql(database, "CREATE TABLE conv (id int PRIMARY KEY, n bigint)")
+    config = connector(unique("conv"))
+    setup(config, database)
+    for statement in ("INSERT INTO conv VALUES (1, 1)", "INSERT INTO conv VALUES (2, 13)", "INSERT INTO conv VALUES (3, 3)"):
+        run_sql(database, statement)
+    monkeypatch.setattr(events, "build_converter", refusing_13)
+    for _ in range(2):  # the same place each time: not a stuck or a skipped slot
+        with pytest.raises(ConversionError) as raised:
+            stream(config, database)
+        message = str(raised.value)
+        for part in ("table public.conv column 'n'", "'13'", "at LSN ", "column.exclude.list"):
+            assert part in message, (part, message)
+        assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.conv")] == [1]
+    past = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "column.exclude.list": r"public\.conv\.n"})
+    stream(past, database)
+    records = read_topic(f"{config.topic_prefix}.public.conv")
+    assert [r.key_payload["id"] for r in records] == [1, 2, 3] and "n" not in records[1].payload["after"]
+
+
 # -- 4. one slot, one topic prefix, one connector ------------------------------------------------------------------
 def test_a_slot_or_topic_prefix_belongs_to_one_connector(database: str, tmp_path: Path) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
