@@ -31,7 +31,9 @@ from walflow.pgoutput import (
     Relation,
     Truncate,
     Update,
+    lsn_to_str,
 )
+from walflow.signals import printable
 
 if TYPE_CHECKING:
     from walflow.stream import BatchSummary
@@ -247,7 +249,19 @@ class ChangeEvents:
         }
         self.producer.ensure_topic(self._message_topic)
         ser = self.serializer
-        self.producer.send(self._message_topic, ser.key(self._msg_key_json, {"prefix": prefix}), ser.value(self._msg_value_json, payload))
+        try:
+            self.producer.send(self._message_topic, ser.key(self._msg_key_json, {"prefix": prefix}), ser.value(self._msg_value_json, payload))
+        except RecordTooLargeError as exc:
+            raise RecordTooLargeError(
+                f"the logical decoding message with prefix {printable(prefix)!r} at LSN {lsn_to_str(lsn)} is {exc.size} bytes as a "
+                f"record: more than the producer's message.max.bytes={exc.limit} (topic {exc.topic!r}). Nothing from its "
+                "transaction on was confirmed. Raise the limits (the producer's message.max.bytes in the Kafka "
+                "Connection's extras, the topic's max.message.bytes), or leave such messages out with "
+                "message.prefix.exclude.list",
+                topic=exc.topic,
+                size=exc.size,
+                limit=exc.limit,
+            ) from None
         summary.events += 1
         per_topic[self._message_topic] += 1
 

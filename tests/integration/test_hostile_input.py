@@ -393,3 +393,17 @@ def test_a_database_not_in_utf8_is_named_as_the_cause() -> None:
         assert "wal_level" not in str(raised.value)
     finally:
         run_sql(pg_dsn(), f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_an_oversized_logical_message_names_its_prefix_and_position(database: str) -> None:
+    """A logical decoding message too large for a record stops the batch before its transaction, like an oversized
+    row, naming the message's prefix, its LSN and the way past it."""
+    config = connector(unique("bigmsg"))
+    run_sql(database, "CREATE TABLE small (id int PRIMARY KEY)")
+    setup(config, database)
+    run_sql(database, "BEGIN; SELECT pg_logical_emit_message(true, 'bulky', repeat('m', 2000000)); COMMIT")
+    with pytest.raises(RecordTooLargeError) as raised:
+        stream(config, database)
+    message = str(raised.value)
+    for part in ("prefix 'bulky'", "at LSN ", "message.max.bytes=1000000", "message.prefix.exclude.list"):
+        assert part in message, (part, message)
