@@ -23,7 +23,7 @@ from walflow.catalog import Catalog
 from walflow.changes import ChangeEvents, Transaction
 from walflow.config import ConnectorConfig
 from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
-from walflow.errors import ConversionError, DriftError, RecordTooLargeError, SlotError
+from walflow.errors import ConversionError, DriftError, RecordTooLargeError, SlotError, SourceUnavailableError
 from walflow.events import Filters, Serializer, TableSchema
 from walflow.health import assess_slot_health, health_limits, slot_health
 from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
@@ -44,6 +44,7 @@ from walflow.pgoutput import (
     str_to_lsn,
 )
 from walflow.prefetch import BlockPrefetch
+from walflow.signals import first_line
 from walflow.source import (
     MESSAGES_SERVER_VERSION,
     check_slot,
@@ -152,7 +153,11 @@ class StreamBatch:
         started = time.monotonic()
         statements = config.database_initial_statements
         conn = connect(self.conninfo, application_name=f"walflow:{config.name}:stream", initial_statements=statements)
-        catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog", initial_statements=statements)
+        try:
+            catalog_conn = connect(self.conninfo, application_name=f"walflow:{config.name}:catalog", initial_statements=statements)
+        except BaseException:
+            conn.close()
+            raise
         try:
             try_lock_slot(conn, config)
             store = StateStore(conn, config.name, config.state_table)
@@ -295,6 +300,14 @@ class StreamBatch:
                     },
                 )
             self._check_retained_wal(conn, summary, store)
+        except psycopg.OperationalError as exc:
+            # the server restarting or the network, mid-batch: worth a retry, and said so with the connector's name
+            self.producer.close()
+            raise SourceUnavailableError(
+                f"connector {config.name}: the connection to the source database was lost during the batch "
+                f"({first_line(exc)}); the slot never moves past what Kafka acknowledged, so the next run (the "
+                "task's retry) streams the rest"
+            ) from exc
         except BaseException:
             self.producer.close()
             raise
