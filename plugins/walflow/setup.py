@@ -223,6 +223,17 @@ class ConnectorSetup:
         if self._on_snapshot_start is not None:
             self._on_snapshot_start(len(tables))
         producer = self.producer_factory()
+        try:
+            return self._snapshot_with(conn, report, producer, tables, slot_exists=slot_exists, previous=previous)
+        finally:
+            # everything it sent was flushed on success; on a failure what it still holds is dropped (nothing of an
+            # incomplete snapshot counts, the next setup run takes it again)
+            producer.close()
+
+    def _snapshot_with(
+        self, conn: psycopg.Connection, report: SetupReport, producer: EventProducer, tables: list[Any], *, slot_exists: bool, previous: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        config = self.config
         producer.check_reachable()
         for table in tables:
             producer.ensure_topic(table.schema.topic)

@@ -283,12 +283,15 @@ class SnapshotReaders:
         units = self.plan(tables)
         pending = list(reversed(units))
         messages: queue.Queue[tuple[int, Any]] = queue.Queue()
-        readers = [_Reader(i, self.spec, messages) for i in range(min(self.readers, len(units)) or 1)]
+        readers: list[_Reader] = []
         held: dict[tuple[str, int], tuple[HeldRow | None, HeldRow | None]] = {}
         rows = {t.name: 0 for t in tables}
         started = time.monotonic()
         next_log = started + PROGRESS_EVERY_S
         try:
+            # started inside the try, so that those already running are stopped if a later one cannot start
+            for i in range(min(self.readers, len(units)) or 1):
+                readers.append(_Reader(i, self.spec, messages))
             while not all(r.done for r in readers):
                 index, message = messages.get()
                 reader, kind = readers[index], message[0]
