@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         print(orjson.dumps(result, option=orjson.OPT_INDENT_2, default=str).decode())
     else:
         print(render(result))
-    return 0
+    # for monitoring: 1 when the slot is missing or past a hard limit (what fails the stream task), else 0
+    return 1 if result["source"].get("error") else 0
 
 
 if __name__ == "__main__":

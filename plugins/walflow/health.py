@@ -155,9 +155,15 @@ def assess_slot_health(health: SlotHealth, limits: HealthLimits) -> tuple[list[s
         "with larger batches, and set heartbeat.action.query if the captured tables are idle while others are busy"
     )
     retained = health.retained_wal_bytes or 0
-    if health.wal_status in ("unreserved", "lost"):
+    if health.wal_status == "lost":
+        return warnings, (
+            f"slot {health.slot!r} has wal_status=lost: WAL it needed was removed (max_slot_wal_keep_size), so changes "
+            "were missed and it cannot stream again. Drop it and take a new snapshot: `walflow reset <connector>`, then "
+            "run the setup DAG"
+        )
+    if health.wal_status == "unreserved":
         warnings.append(
-            f"slot {health.slot!r} has wal_status={health.wal_status}: WAL it needs is (about to be) removed "
+            f"slot {health.slot!r} has wal_status=unreserved: WAL it needs is about to be removed "
             "(max_slot_wal_keep_size); stream now, or expect to re-run setup with snapshot.mode when_needed"
         )
     if limits.fail_retained_wal_bytes is not None and retained > limits.fail_retained_wal_bytes:

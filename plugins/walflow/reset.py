@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
-from walflow.drift import OWNER_KEY
+from walflow.drift import OWNER_KEY, check_claims
 from walflow.errors import ConfigError, SlotError
 from walflow.source import connect, slot_info, try_lock_slot
 from walflow.state import StateStore
@@ -56,7 +56,14 @@ def lake_folder(config: ConnectorConfig) -> Path:
     from walflow.lake.settings import LakeSettings
 
     settings = LakeSettings.from_config(config)
-    kind = config.walflow_lake_spark_conf.get(f"spark.sql.catalog.{settings.catalog}.type", "hadoop")
+    prefix = f"spark.sql.catalog.{settings.catalog}"
+    spark_conf = config.walflow_lake_spark_conf
+    if config.walflow_lake_catalog_conn_id:
+        kind = "jdbc"  # the task adds the JDBC catalog's settings when it runs
+    elif f"{prefix}.catalog-impl" in spark_conf and f"{prefix}.type" not in spark_conf:
+        kind = spark_conf[f"{prefix}.catalog-impl"]
+    else:
+        kind = spark_conf.get(f"{prefix}.type", "hadoop")
     location = urlparse(settings.warehouse)
     if kind != "hadoop" or location.scheme not in ("", "file"):
         raise ConfigError(
@@ -65,7 +72,16 @@ def lake_folder(config: ConnectorConfig) -> Path:
             f"{settings.namespace!r} in the catalog (DROP TABLE {settings.catalog}.{settings.namespace}.<table> PURGE "
             "in Spark SQL), or set a new 'walflow.lake.namespace', then reset without --lake"
         )
-    return Path(location.path if location.scheme else settings.warehouse) / settings.namespace
+    warehouse = Path(location.path if location.scheme else settings.warehouse).resolve()
+    folder = (warehouse / settings.namespace).resolve()
+    if folder.parent != warehouse or settings.namespace in ("", ".", ".."):
+        # an absolute namespace, '..' or a slash would put another folder (or the whole warehouse) in its place
+        raise ConfigError(
+            f"connector {config.name!r}: lake namespace {settings.namespace!r} is not one folder of the warehouse "
+            f"{str(warehouse)!r} (it resolves to {str(folder)!r}), so reset --lake removes nothing; set "
+            "'walflow.lake.namespace' to a plain name"
+        )
+    return folder
 
 
 def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = False) -> ResetReport:
@@ -82,16 +98,28 @@ def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = Fals
         slot = slot_info(conn, config.slot_name)
         if slot is not None and slot.active_pid is not None:
             raise SlotError(f"replication slot {config.slot_name!r} is in use by process {slot.active_pid}; stop it first")
+        database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        if slot is not None and (slot.slot_type != "logical" or slot.plugin != "pgoutput" or slot.database != database):
+            # a physical standby's slot, or another database's: not one this connector can have created
+            raise SlotError(
+                f"replication slot {config.slot_name!r} is a {slot.slot_type} slot with plugin {slot.plugin!r} of database "
+                f"{slot.database!r}, not a pgoutput slot of {database!r}: it is not this connector's, and reset drops "
+                "nothing. Check 'slot.name'"
+            )
         store = StateStore(conn, config.name, config.state_table)
         if store.exists():
-            rows = conn.execute(
-                sql.SQL("DELETE FROM {} WHERE connector = %s AND key <> %s RETURNING key").format(sql.Identifier(*store.table)),
-                (config.name, OWNER_KEY),
-            ).fetchall()
-            report.state_keys = sorted(row[0] for row in rows)
-        if slot is not None:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
-            report.slot_dropped = True
+            check_claims(store, config)  # another connector's slot or topic prefix: refused before anything goes
+        # one transaction: a slot that cannot be dropped keeps the state with it (the next setup then sees both)
+        with conn.transaction():
+            if store.exists():
+                rows = conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE connector = %s AND key <> %s RETURNING key").format(sql.Identifier(*store.table)),
+                    (config.name, OWNER_KEY),
+                ).fetchall()
+                report.state_keys = sorted(row[0] for row in rows)
+            if slot is not None:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
+                report.slot_dropped = True
         conn.execute("SELECT pg_advisory_unlock_all()")
     if folder is not None:
         report.lake_folder = str(folder)

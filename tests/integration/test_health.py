@@ -95,3 +95,10 @@ def test_status_shows_health_and_limits(database: str, tmp_path: Path, monkeypat
     assert any("retains" in w and "walflow.slot.max.retained.wal.bytes=1000" in w for w in source["warnings"]) and source["error"] is None
     text = render(report)
     assert "last confirmed" in text and "s ago" in text and "WARNING: slot" in text
+    # the command's exit status, for monitoring: 0 with warnings only, 1 once the slot is gone
+    from walflow.cli import main
+
+    assert main(["status", name, "--dsn", as_connector(database)]) == 0
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
+    assert main(["status", name, "--dsn", as_connector(database)]) == 1

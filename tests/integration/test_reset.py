@@ -38,3 +38,43 @@ def test_reset_drops_slot_and_state_so_the_next_setup_snapshots_again(
     report = setup(config, database)
     assert report["slot_created"] and report["snapshot"]["ran"] and report["snapshot"]["rows"] == 30
     assert len([r for r in read_topic(f"{name}.public.t") if r.op == "r"]) == 60
+
+
+def test_reset_refuses_what_is_not_the_connectors_own(database: str, tmp_path: Path) -> None:
+    """Reset drops nothing outside the connector: a lake namespace that is not one folder of the warehouse (it
+    would remove the warehouse, its parent or an absolute path), a JDBC catalog (walflow cannot drop its tables
+    itself), a slot of another kind or database, or a slot another connector claims."""
+    from walflow.config import parse_config
+    from walflow.errors import ConfigError, DriftError, SlotError
+    from walflow.reset import lake_folder, reset_connector
+
+    (tmp_path / "lake" / "keep").mkdir(parents=True)
+    for namespace in ("..", ".", "/", str(tmp_path / "elsewhere"), "a/b"):
+        config = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake"), "walflow.lake.namespace": namespace})
+        with pytest.raises(ConfigError, match="is not one folder of the warehouse"):
+            lake_folder(config)
+    assert (tmp_path / "lake" / "keep").is_dir()
+    jdbc = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake"), "walflow.lake.catalog.conn.id": "catalog_pg"})
+    with pytest.raises(ConfigError, match="catalog type 'jdbc'"):
+        lake_folder(jdbc)
+
+    name = unique("notmine")
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_physical_replication_slot(%s)", (name,))
+    try:
+        config = parse_config({"name": name, "topic.prefix": name, "slot.name": name})
+        with pytest.raises(SlotError, match="is a physical slot"):
+            reset_connector(config, as_connector(database))
+        with psycopg.connect(database) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone() == (1,)
+    finally:
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+
+    owner = parse_config({"name": unique("owner"), "topic.prefix": unique("p"), "slot.name": unique("s")})
+    setup(owner, database)
+    intruder = parse_config({"name": unique("intruder"), "topic.prefix": unique("q"), "slot.name": owner.slot_name})
+    with pytest.raises(DriftError, match="belongs to connector"):
+        reset_connector(intruder, as_connector(database))
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (owner.slot_name,)).fetchone() == (1,)

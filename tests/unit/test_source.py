@@ -77,3 +77,6 @@ def test_slot_health_judgement() -> None:
     assert assess_slot_health(SlotHealth("s", True, retained_wal_bytes=10**12), HealthLimits()) == ([], None)  # limits off
     _, error = assess_slot_health(SlotHealth("gone", False), limits)
     assert error is not None and "'gone' does not exist" in error and "when_needed" in error
+    # a slot that lost WAL it needed cannot stream again: an error, whatever the limits, not a warning to stream now
+    _, error = assess_slot_health(SlotHealth("s", True, retained_wal_bytes=10, wal_status="lost"), HealthLimits())
+    assert error is not None and "wal_status=lost" in error and "walflow reset" in error
