@@ -314,6 +314,16 @@ class ConnectorConfig(BaseModel):
     def _prefix(cls, value: str) -> str:
         if not _TOPIC_PREFIX_RE.match(value):
             raise ValueError("only letters, digits, '.', '_' and '-' are allowed")
+        if value in (".", ".."):
+            raise ValueError("'.' and '..' name no topic (and, as the default lake namespace, a folder outside the warehouse)")
+        return value
+
+    @field_validator("walflow_lake_namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        # one folder of a Hadoop catalog's warehouse: no separator, no '.' or '..'
+        if value and (value in (".", "..") or any(c in value for c in "/\\\0")):
+            raise ValueError("a lake namespace is one name: no '/', '\\' or NUL, and not '.' or '..'")
         return value
 
     @field_validator("slot_name")

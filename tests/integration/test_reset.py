@@ -49,10 +49,13 @@ def test_reset_refuses_what_is_not_the_connectors_own(database: str, tmp_path: P
     from walflow.reset import lake_folder, reset_connector
 
     (tmp_path / "lake" / "keep").mkdir(parents=True)
+    plain = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake")})
     for namespace in ("..", ".", "/", str(tmp_path / "elsewhere"), "a/b"):
-        config = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake"), "walflow.lake.namespace": namespace})
+        with pytest.raises(ConfigError, match="a lake namespace is one name"):  # refused when the YAML is read
+            parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.namespace": namespace})
+        # and by reset itself, whatever built the configuration
         with pytest.raises(ConfigError, match="is not one folder of the warehouse"):
-            lake_folder(config)
+            lake_folder(plain.model_copy(update={"walflow_lake_namespace": namespace}))
     assert (tmp_path / "lake" / "keep").is_dir()
     jdbc = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake"), "walflow.lake.catalog.conn.id": "catalog_pg"})
     with pytest.raises(ConfigError, match="catalog type 'jdbc'"):
