@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -21,8 +22,8 @@ from psycopg import sql
 
 from walflow.config import ConnectorConfig
 from walflow.drift import OWNER_KEY, check_claims
-from walflow.errors import ConfigError, SlotError
-from walflow.source import connect, slot_info, try_lock_slot
+from walflow.errors import ConcurrentRunError, ConfigError, SlotError
+from walflow.source import connect, lake_lock, slot_info, try_lock_slot
 from walflow.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,20 @@ def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = Fals
     """
     report = ResetReport(config.name)
     folder = lake_folder(config) if lake else None
+    with ExitStack() as held:
+        if folder is not None and not held.enter_context(lake_lock(conninfo, config.name, 0)):
+            # its lake apply or maintenance runs (they hold the same lock): its tables must not go under it
+            raise ConcurrentRunError(
+                f"a lake apply or maintenance of connector {config.name!r} is running; wait for it to end (or stop it), "
+                "then reset again"
+            )
+        _reset(config, conninfo, report, folder)
+    for line in report.lines():
+        log.info("%s", line)
+    return report
+
+
+def _reset(config: ConnectorConfig, conninfo: str, report: ResetReport, folder: Path | None) -> None:
     with connect(conninfo, application_name=f"walflow:{config.name}:reset", initial_statements=config.database_initial_statements) as conn:
         try_lock_slot(conn, config)
         slot = slot_info(conn, config.slot_name)
@@ -126,6 +141,3 @@ def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = Fals
         if folder.is_dir():
             report.lake_tables = sorted(p.name for p in folder.iterdir() if p.is_dir())
             shutil.rmtree(folder)
-    for line in report.lines():
-        log.info("%s", line)
-    return report

@@ -81,3 +81,26 @@ def test_reset_refuses_what_is_not_the_connectors_own(database: str, tmp_path: P
         reset_connector(intruder, as_connector(database))
     with psycopg.connect(database) as conn:
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (owner.slot_name,)).fetchone() == (1,)
+
+
+def test_reset_of_the_lake_waits_for_no_running_apply(database: str, tmp_path: Path) -> None:
+    """The lake's tables are not removed under a running apply or maintenance (they hold the connector's lake lock):
+    reset --lake is refused then, before anything is dropped."""
+    from walflow.config import parse_config
+    from walflow.errors import ConcurrentRunError
+    from walflow.reset import reset_connector
+    from walflow.source import lake_lock
+
+    name = unique("busy")
+    config = parse_config({"name": name, "topic.prefix": name, "slot.name": name, "walflow.lake.warehouse": str(tmp_path / "lake")})
+    setup(config, database)
+    (tmp_path / "lake" / name / "public__t").mkdir(parents=True)
+    with lake_lock(as_connector(database), name, 0) as held:
+        assert held
+        with pytest.raises(ConcurrentRunError, match="lake apply or maintenance"):
+            reset_connector(config, as_connector(database), lake=True)
+    assert (tmp_path / "lake" / name / "public__t").is_dir()
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone() == (1,)
+    assert reset_connector(config, as_connector(database), lake=True).slot_dropped  # once the lock is free
+    assert not (tmp_path / "lake" / name).exists()
