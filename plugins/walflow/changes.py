@@ -61,7 +61,7 @@ class Transaction:
         self.total = 0
         self.per_collection: dict[str, int] = {}
         # The part of each table's source block that is the same for every event of this transaction.
-        self.sources: dict[int, dict[str, Any]] = {}
+        self.sources: dict[tuple[str, str], dict[str, Any]] = {}
         # the replication origin the transaction was replayed from (pgoutput's Origin message), if any
         self.origin: str | None = None
         self.origin_lsn: int | None = None
@@ -121,9 +121,9 @@ class ChangeEvents:
         return f'["{prev}","{lsn}"]' if prev is not None else f'[null,"{lsn}"]'
 
     def _source(self, table: TableSchema, tx: Transaction, lsn: int) -> dict[str, Any]:
-        base = tx.sources.get(id(table))
+        base = tx.sources.get(table.source_key)
         if base is None:
-            base = tx.sources[id(table)] = self.fmt.source(
+            base = tx.sources[table.source_key] = self.fmt.source(
                 self.config.topic_prefix, self.database, table.schema, table.table,
                 ts_us=tx.commit_us, tx_id=tx.xid, origin=tx.origin, origin_lsn=tx.origin_lsn,
             )  # fmt: skip

@@ -221,6 +221,9 @@ class TableSchema:
         self.schema = schema
         self.table = table
         self.data_collection = f"{schema}.{table}"
+        #: what a transaction's source blocks are kept under (not the object's id: a table redefined mid-transaction
+        #: is freed, and a later one may get its id)
+        self.source_key = (schema, table)
         self.topic = topic_name(config.topic_prefix, schema, table, delimiter=config.topic_delimiter)
         self.column_names = [c.name for c in columns]
         rules = rules or ColumnRules(config)

@@ -264,7 +264,7 @@ class StreamBatch:
                         config.name,
                         summary.advanced_to or slot.confirmed_flush_lsn,
                     )
-                    raise self._stop_error
+                    break  # raised once the batch's state is saved (below): the next batch starts where this one ended
                 if not (inc is not None and inc.active and summary.stopped_by == "end"):
                     break
                 if summary.events >= config.walflow_batch_max_events:
@@ -299,6 +299,8 @@ class StreamBatch:
                         "last_commit_us": events.last_commit_us,
                     },
                 )
+            if self._stop_error is not None:
+                raise self._stop_error
             self._check_retained_wal(conn, summary, store)
         except psycopg.OperationalError as exc:
             # the server restarting or the network, mid-batch: worth a retry, and said so with the connector's name
@@ -495,6 +497,12 @@ class StreamBatch:
                                         inc.on_watermark(msg.content, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
                                 else:
                                     events.message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
+                                if tx is None:
+                                    # outside a transaction a message is a commit of its own (Debezium's view too):
+                                    # the slot may move to its LSN, which for a message is the end of its record
+                                    # (decoding then skips it and reads the next), or a batch cut among such
+                                    # messages by upto_nchanges would confirm nothing and read them again, forever
+                                    last_commit_end = max(last_commit_end or 0, lsn_value)
                             elif cls is Origin and tx is not None:
                                 tx.origin, tx.origin_lsn = msg.name, msg.lsn  # type: ignore[attr-defined]
                                 # pgoutput sends the Begin of a replayed transaction together with its Origin, and the

@@ -233,6 +233,11 @@ def test_a_value_the_stream_cannot_convert_stops_before_its_transaction_with_the
         for part in ("table public.conv column 'n'", "'13'", "at LSN ", "column.exclude.list"):
             assert part in message, (part, message)
         assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.conv")] == [1]
+    # the batch's state is saved before it fails: the next batch's source.sequence starts where the slot is
+    with psycopg.connect(database) as conn:
+        slot_at = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone()[0]
+        (last,) = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'last_batch'", (config.name,)).fetchone()
+    assert last["confirmed_to"] == slot_at and last["stopped_by"] == "value not convertible", last
     past = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "column.exclude.list": r"public\.conv\.n"})
     stream(past, database)
     records = read_topic(f"{config.topic_prefix}.public.conv")

@@ -580,3 +580,34 @@ def test_pre_2_6_event_format(database: str) -> None:
     begin, end = read_topic(f"{config.topic_prefix}.transaction")[:2]
     assert "version" not in begin.value["schema"] and "version" not in begin.key["schema"]
     assert "name" not in end.value["schema"]["fields"][3]["items"]
+
+
+def test_non_transactional_messages_move_the_slot_even_when_a_batch_is_cut_among_them(database: str) -> None:
+    """A logical decoding message written outside a transaction is a commit of its own: a batch cut among many of
+    them (by its change limit) confirms those it read, and the next batch goes on after them (it confirmed nothing
+    and read the same ones again, forever)."""
+    config = setup(database, **{"walflow.batch.max.events": 10})
+    with psycopg.connect(database, autocommit=True) as conn:
+        for i in range(200):
+            conn.execute("SELECT pg_logical_emit_message(false, 'walflow-test', %s)", (f"m{i}",))
+    # they are not flushed by themselves (logical decoding reads flushed WAL): a synchronous commit flushes them
+    run_sql(database, "CREATE TABLE flushed (id int)")
+    for _ in range(20):
+        if not stream(config, database).events:
+            break
+    contents = [r.payload["message"]["content"] for r in read_topic(f"{config.topic_prefix}.message")]
+    assert len(contents) == 200 and len(set(contents)) == 200, f"{len(contents)} records for 200 messages"
+
+
+def test_a_table_renamed_inside_a_transaction_keeps_each_events_source(database: str) -> None:
+    """Each event's source names the table as it was when the change was made, whatever pgoutput redefines within
+    the transaction."""
+    run_sql(database, "CREATE TABLE ra (id int PRIMARY KEY)", "CREATE TABLE rb (id int PRIMARY KEY)", "CREATE TABLE rc (id int PRIMARY KEY)")
+    config = setup(database)
+    run_sql(database, "BEGIN; INSERT INTO ra VALUES (1); INSERT INTO rb VALUES (1); ALTER TABLE ra RENAME TO ra2; INSERT INTO ra2 VALUES (2); INSERT INTO rc VALUES (1); INSERT INTO rb VALUES (2); COMMIT")
+    stream(config, database)
+    seen = {}
+    for table in ("ra", "ra2", "rb", "rc"):
+        for r in read_topic(f"{config.topic_prefix}.public.{table}"):
+            seen[(table, r.key_payload["id"])] = r.payload["source"]["table"]
+    assert seen == {("ra", 1): "ra", ("ra2", 2): "ra2", ("rb", 1): "rb", ("rb", 2): "rb", ("rc", 1): "rc"}, seen
