@@ -9,6 +9,8 @@ from typing import Any
 
 #: blocks fetched ahead of the one being converted
 PREFETCH_BLOCKS = 2
+#: seconds :meth:`BlockPrefetch.close` lets a fetch under way finish before it asks the server to cancel it
+CANCEL_AFTER_S = 1.0
 
 
 class BlockPrefetch:
@@ -54,6 +56,19 @@ class BlockPrefetch:
         return item
 
     def close(self) -> None:
-        """Stop fetching and wait for a fetch under way to return (the connection is then free again)."""
+        """Stop fetching and wait for a fetch under way to return (the connection is then free again).
+
+        A fetch can wait minutes for the server (its first block waits for the whole peek to be decoded): when the
+        consumer stops early (an error, a signal to stop the task) the server is asked to cancel it, so that the
+        slot and its lock are not held by a query nobody reads any more.
+        """
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=CANCEL_AFTER_S)
+        if self._thread.is_alive():
+            connection = self._cursor.connection
+            cancel = getattr(connection, "cancel_safe", None) or connection.cancel
+            try:
+                cancel()
+            except Exception:  # noqa: BLE001 - the fetch then ends by itself, as before
+                pass
+            self._thread.join()
