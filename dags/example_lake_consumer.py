@@ -30,7 +30,7 @@ with DAG(
     @task
     def summarize(params: dict | None = None) -> dict:
         from walflow.cli import lake_catalog
-        from walflow.config import resolve
+        from walflow.connectors import resolve
         from walflow.lake import LakeSettings, read_lake_table
 
         assert params is not None

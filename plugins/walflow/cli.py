@@ -19,7 +19,8 @@ import orjson
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from walflow.config import ConnectorConfig, resolve
+from walflow.config import ConnectorConfig
+from walflow.connectors import resolve
 from walflow.errors import WalflowError
 from walflow.lake.settings import LakeSettings
 from walflow.lake.tables import JdbcCatalog

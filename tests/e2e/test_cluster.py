@@ -33,7 +33,7 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
     tmp_path: Path, database: str, kafka_bootstrap: str, catalog_database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from walflow.cli import status
-    from walflow.config import resolve
+    from walflow.connectors import resolve
 
     params = dict(p.split("=", 1) for p in pg_dsn(catalog_database).split())
     name = unique("clus")

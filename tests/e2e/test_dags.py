@@ -117,7 +117,7 @@ def signal_connector(connector_dir: dict[str, str], tmp_path: Path) -> dict[str,
 
 
 def _stream_in_background(name: str, dsn: str, stop: threading.Event) -> threading.Thread:
-    from walflow.config import resolve
+    from walflow.connectors import resolve
     from walflow.stream import StreamBatch
 
     from tests.support import producer

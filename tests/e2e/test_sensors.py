@@ -18,7 +18,7 @@ import pytest
 from tests.support import airflow_connector, prepare_source, read_topic, unique
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.airflow.triggers import WalflowPendingWalTrigger, WalflowSnapshotTrigger
-from walflow.config import resolve
+from walflow.connectors import resolve
 from walflow.health import pending_wal_bytes
 from walflow.source import connect
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from walflow.config import load_all, load_config
+from walflow.connectors import load_all, load_config
 from walflow.errors import ConfigError, DriftError, PatternError, RecordTooLargeError, SourceError
 from walflow.kafka import EventProducer, producer_settings
 from walflow.setup import ConnectorSetup

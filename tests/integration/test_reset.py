@@ -10,7 +10,7 @@ import pytest
 from tests.privileges import as_connector
 from tests.support import read_topic, setup, unique
 from walflow.cli import main
-from walflow.config import load_config
+from walflow.connectors import load_config
 
 
 def test_reset_drops_slot_and_state_so_the_next_setup_snapshots_again(

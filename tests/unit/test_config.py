@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from walflow.config import load_all, load_config, parse_config, resolve
+from walflow.config import parse_config
+from walflow.connectors import load_all, load_config, resolve
 from walflow.errors import ConfigError
 
 BASE = {"name": "inv", "topic.prefix": "inv"}

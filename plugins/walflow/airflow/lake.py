@@ -16,7 +16,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from walflow.airflow.hooks import WalflowIcebergCatalogHook, WalflowPostgresHook
-from walflow.config import ConnectorConfig, resolve
+from walflow.config import ConnectorConfig
+from walflow.connectors import resolve
 from walflow.lake.naming import table_name
 from walflow.lake.settings import CATALOG_ENV, KAFKA_ENV, PROJECT, LakeSettings
 from walflow.source import lake_lock

@@ -14,7 +14,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
-from walflow.config import ConnectorConfig, resolve
+from walflow.config import ConnectorConfig
+from walflow.connectors import resolve
 from walflow.errors import ConfigError, WalflowError
 from walflow.expressions import check_condition, render_condition
 from walflow.signals import send_signal

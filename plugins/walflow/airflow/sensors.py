@@ -14,7 +14,8 @@ from croniter import CroniterBadCronError, croniter
 
 from walflow.airflow.hooks import WalflowPostgresHook
 from walflow.airflow.triggers import TERMINAL, WalflowPendingWalTrigger, WalflowSnapshotTrigger
-from walflow.config import ConnectorConfig, resolve
+from walflow.config import ConnectorConfig
+from walflow.connectors import resolve
 from walflow.signals import signal_status
 from walflow.health import pending_wal_bytes
 from walflow.source import connect
