@@ -22,7 +22,8 @@ from walflow.config import ConnectorConfig, parse_config
 from walflow.kafka import EventProducer, producer_settings
 from walflow.setup import ConnectorSetup
 from walflow.source import SetupReport, connect, setup_source
-from walflow.stream import BatchSummary, StreamBatch
+from walflow.batches import BatchSummary
+from walflow.stream import StreamBatch
 
 
 def pg_dsn(dbname: str = "postgres") -> str:

@@ -36,7 +36,7 @@ from walflow.pgoutput import (
 from walflow.signals import printable
 
 if TYPE_CHECKING:
-    from walflow.stream import BatchSummary
+    from walflow.batches import BatchSummary
 
 
 class Transaction:

@@ -43,7 +43,7 @@ def _iso(ms: int) -> str:
 
 
 def streaming_metrics(summary: Any, now_ms: int | None = None, captured_tables: list[str] | None = None) -> dict[str, Any]:
-    """The reference's streaming metrics for one :class:`walflow.stream.BatchSummary`.
+    """The reference's streaming metrics for one :class:`walflow.batches.BatchSummary`.
 
     :param captured_tables: ``schema.table`` of every table the connector captures (its filters and publication,
         see :func:`walflow.source.captured_tables`), whether or not this batch saw events of it; when ``None``,

@@ -14,11 +14,11 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
+from walflow.batches import BatchSummary, previous_batch_record, record_batch
 from walflow.catalog import Catalog
 from walflow.changes import ChangeEvents, Transaction
 from walflow.config import ConnectorConfig
@@ -63,43 +63,6 @@ log = logging.getLogger(__name__)
 FETCH_ROWS = 2000
 #: Seconds between two progress lines in the task log.
 PROGRESS_EVERY_S = 10.0
-
-
-@dataclass
-class BatchSummary:
-    """What one batch did; small enough for an XCom."""
-
-    connector: str
-    slot: str
-    start_lsn: str | None = None
-    upto_lsn: str | None = None
-    first_lsn: str | None = None
-    last_lsn: str | None = None
-    advanced_to: str | None = None
-    transactions: int = 0
-    events: int = 0
-    records: int = 0
-    bytes: int = 0
-    filtered: int = 0
-    events_per_topic: dict[str, int] = field(default_factory=dict)
-    stopped_by: str = "end"
-    seconds: float = 0.0
-    heartbeat_sent: bool = False
-    snapshot_rows: int = 0
-    #: buffered incremental-snapshot rows dropped because a change inside their watermark window made them stale
-    snapshot_rows_dropped: int = 0
-    signals: int = 0
-    retained_wal_bytes: int | None = None
-    lag_bytes: int | None = None
-    last_event_commit_ms: int | None = None
-    #: the reference's LastEvent: op, table and LSN of the batch's last change event
-    last_event: dict[str, Any] | None = None
-    ops: dict[str, int] = field(default_factory=dict)
-    #: what the batch repaired or found worth a look (a table put back into the publication, ...)
-    warnings: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class StreamBatch:
@@ -189,7 +152,7 @@ class StreamBatch:
             summary.start_lsn = slot.confirmed_flush_lsn
             # Debezium's source.sequence starts with the end of the last commit it processed: none in a connector's
             # first run (its offsets hold none yet), otherwise what the previous batch read last
-            previous_batch = (store.get("last_batch") or {}) if store.exists() else {}
+            previous_batch = previous_batch_record(store)
             events.previous_commit_lsn = previous_batch.get("last_commit_lsn")
             events.last_commit_us = previous_batch.get("last_commit_us")
             # A server crash can roll a logical slot back to its last checkpointed position, behind the position
@@ -276,29 +239,7 @@ class StreamBatch:
             if events.last_emit is not None:
                 op, table, lsn, ts_ms = events.last_emit
                 summary.last_event = {"op": op, "table": table.data_collection, "lsn": lsn_to_str(lsn), "ts_ms": ts_ms}
-            if store.exists():
-                # what `walflow status` shows as the last run; one write per batch, since with an all-tables
-                # publication every write to the state table is decoded by the next batch too
-                finished_ms = int(time.time() * 1000)
-                moved = summary.advanced_to is not None and summary.advanced_to != summary.start_lsn
-                previous = store.get("last_batch") or {}
-                store.put(
-                    "last_batch",
-                    {
-                        "finished_at_ms": finished_ms,
-                        "events": summary.events,
-                        "transactions": summary.transactions,
-                        "seconds": round(time.monotonic() - started, 3),
-                        "advanced_to": summary.advanced_to,
-                        "stopped_by": summary.stopped_by,
-                        # when the confirmed position last moved, for walflow.slot.max.seconds.since.confirmed
-                        "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
-                        "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
-                        # where the next batch's source.sequence starts (see run())
-                        "last_commit_lsn": events.previous_commit_lsn,
-                        "last_commit_us": events.last_commit_us,
-                    },
-                )
+            record_batch(store, summary, previous_batch, round(time.monotonic() - started, 3), events.previous_commit_lsn, events.last_commit_us)
             if self._stop_error is not None:
                 raise self._stop_error
             self._check_retained_wal(conn, summary, store)

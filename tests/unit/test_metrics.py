@@ -13,7 +13,7 @@ from walflow.metrics import (
     snapshot_started_metrics,
     streaming_metrics,
 )
-from walflow.stream import BatchSummary
+from walflow.batches import BatchSummary
 
 
 def test_streaming_metrics_from_a_batch() -> None:
