@@ -1,9 +1,10 @@
-"""The least-privilege role of ``include/sql/roles.sql``, applied with psql the way an administrator would.
+"""The least-privilege roles of ``include/sql/roles.sql``, applied with psql the way an administrator would.
 
-Every test database gets one (the ``database`` fixture calls :func:`create_database_role`): the integration
-tests' fixture SQL (tables, workloads) runs as the superuser, the connector under test as that role, whose DSN
-:func:`as_connector` gives. A 'filtered' publication needs the captured tables owned by the role's group
-(:func:`hand_over`); an 'all_tables' one can only be created by a superuser (:func:`publish_all_tables`).
+Every test database gets them (the ``database`` fixture calls :func:`create_database_role`): the integration
+tests' fixture SQL (tables, workloads) runs as the superuser, the connector under test as the connector role, whose
+DSN :func:`as_connector` gives, and signals' conditions as the reader role (:func:`as_reader`). A 'filtered'
+publication needs the captured tables owned by a group of the connector role, which :func:`hand_over` gets by
+running roles.sql again for them; an 'all_tables' one can only be created by a superuser (:func:`publish_all_tables`).
 
 Tests that need a role of their own, made once their tables exist, use :func:`connector_role`; the tables named
 in ``tables`` must exist before, since the script hands their ownership to the role's owner group.
@@ -28,11 +29,10 @@ PASSWORD = "s3cret-for-tests"
 
 @dataclass(frozen=True)
 class ConnectorRole:
-    """A LOGIN REPLICATION role and its NOLOGIN owner group, with the role's DSN."""
+    """A LOGIN REPLICATION role, with its DSN."""
 
     dsn: str
     role: str
-    owners: str
 
 
 def _psql() -> str:
@@ -49,41 +49,55 @@ def _with_user(dsn: str, role: str) -> str:
     return " ".join([*(p for p in dsn.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
 
 
-def _apply_roles_sql(superuser_dsn: str, role: str, owners: str, tables: str, schema: str = "public") -> None:
+def apply_roles_sql(superuser_dsn: str, role: str, tables: str, schema: str = "public", password: str = PASSWORD, **variables: str) -> None:
+    """Run include/sql/roles.sql with psql as the superuser of ``superuser_dsn`` (its password, if any, from the
+    DSN), with ``password`` for the connector role, the tests' for the reader, and ``variables`` as further psql
+    variables."""
     params = _params(superuser_dsn)
-    result = subprocess.run(
-        [_psql(), "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
-         "-v", f"role={role}", "-v", f"password={PASSWORD}", "-v", f"owners={owners}", "-v", f"schema={schema}",
-         "-v", f"tables={tables}", "-f", str(ROOT / "include" / "sql" / "roles.sql")],
-        capture_output=True, text=True,
-    )
+    command = [_psql(), "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
+               "-v", f"role={role}", "-v", f"password={password}", "-v", f"schema={schema}", "-v", f"tables={tables}"]
+    if "reader" in variables:
+        variables.setdefault("reader_password", PASSWORD)
+    for name, value in variables.items():
+        command += ["-v", f"{name}={value}"]
+    env = {**os.environ, **({"PGPASSWORD": params["password"]} if "password" in params else {})}
+    result = subprocess.run([*command, "-f", str(ROOT / "include" / "sql" / "roles.sql")], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
 
 
 # -- the connector role of every test database -------------------------------------------------------------------
 def database_role(dsn_or_dbname: str) -> str:
-    """The connector role of a test database (given by a DSN or its name); its owner group is ``<role>_owners``."""
+    """The connector role of a test database (given by a DSN or its name); its owner groups are
+    ``<role>_owns_<owner>``, its reader role :func:`reader_role`."""
     dbname = _params(dsn_or_dbname)["dbname"] if "=" in dsn_or_dbname else dsn_or_dbname
     return f"{dbname}_cdc"
 
 
+def reader_role(dsn_or_dbname: str) -> str:
+    """The role that evaluates signals' conditions in a test database (roles.sql's ``reader``)."""
+    return database_role(dsn_or_dbname).removesuffix("_cdc") + "_reader"
+
+
 def create_database_role(superuser_dsn: str) -> None:
     """Apply roles.sql to the new, empty test database of ``superuser_dsn`` (schema public, no tables yet), then let
-    the role read what the superuser creates later: the tests create their tables after this, and an
+    the roles read what the superuser creates later: the tests create their tables after this, and an
     administrator would run roles.sql (or GRANT SELECT) once they exist. Default privileges stand in for that:
     SELECT on every table and USAGE on every schema the superuser creates in this database, nothing more."""
-    role = database_role(superuser_dsn)
-    _apply_roles_sql(superuser_dsn, role, f"{role}_owners", tables="")
+    role, reader = database_role(superuser_dsn), reader_role(superuser_dsn)
+    apply_roles_sql(superuser_dsn, role, tables="", reader=reader)
     with psycopg.connect(superuser_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {}").format(sql.Identifier(role)))
-        conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO {}").format(sql.Identifier(role)))
+        for name in (role, reader):
+            conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO {}").format(sql.Identifier(name)))
 
 
 def drop_database_role(dbname: str) -> None:
-    """Drop the roles of :func:`create_database_role`, once their database is dropped (which took what they owned)."""
+    """Drop the roles of :func:`create_database_role` and the owner groups roles.sql made for the connector role,
+    once their database is dropped (which took what they owned)."""
     role = database_role(dbname)
     with psycopg.connect(os.environ["WALFLOW_PG_DSN"], autocommit=True) as conn:
-        for name in (role, f"{role}_owners"):
+        groups = [r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchall()]
+        for name in (*groups, role, reader_role(dbname)):
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
@@ -97,18 +111,16 @@ def as_connector(dsn: str) -> str:
     return _with_user(dsn, database_role(dsn))
 
 
+def as_reader(dsn: str) -> str:
+    """The DSN of the reader role of a test database (given by its superuser DSN): signals' conditions run as it."""
+    return _with_user(dsn, reader_role(dsn))
+
+
 def hand_over(superuser_dsn: str, *tables: str) -> None:
-    """Give ``tables`` (SQL names, e.g. ``public.a`` or ``"Odd.Name"``) to the connector role's owner group, as
-    roles.sql does for the captured tables: a 'filtered' publication may only name tables its creator owns."""
-    owners = f"{database_role(superuser_dsn)}_owners"
-    with psycopg.connect(superuser_dsn, autocommit=True) as conn:
-        for table in tables:
-            conn.execute(
-                sql.SQL("ALTER TABLE {} OWNER TO {}").format(
-                    sql.SQL(conn.execute("SELECT %s::regclass::text", (table,)).fetchone()[0]),  # type: ignore[index]
-                    sql.Identifier(owners),
-                )
-            )
+    """Run roles.sql again for ``tables`` (SQL names, e.g. ``public.a`` or ``"Odd.Name"``), as an administrator does
+    for tables captured later: their owner's group of the connector role takes them (a 'filtered' publication may
+    only name tables its creator owns), and the roles get SELECT on them."""
+    apply_roles_sql(superuser_dsn, database_role(superuser_dsn), tables=",".join(tables), reader=reader_role(superuser_dsn))
 
 
 def publish_all_tables(superuser_dsn: str, publication: str) -> None:
@@ -125,19 +137,19 @@ def connector_role(superuser_dsn: str, tables: str, schema: str = "public") -> I
     """Apply ``include/sql/roles.sql`` to the database of ``superuser_dsn`` for ``tables`` (comma-separated,
     schema-qualified); yield the role; afterwards drop the slots, hand back what the roles own and drop them."""
     role = f"walflow_role_{uuid.uuid4().hex[:6]}"
-    owners = f"{role}_owners"
-    _apply_roles_sql(superuser_dsn, role, owners, tables, schema)
+    apply_roles_sql(superuser_dsn, role, tables, schema)
     dsn = _with_user(superuser_dsn, role)
     try:
-        yield ConnectorRole(dsn=dsn, role=role, owners=owners)
+        yield ConnectorRole(dsn=dsn, role=role)
     finally:
         with psycopg.connect(superuser_dsn, autocommit=True) as conn:
             for (slot,) in conn.execute(
                 "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
             ).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            names = sql.SQL(", ").join([sql.Identifier(role), sql.Identifier(owners)])
+            groups = [r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchall()]
+            names = sql.SQL(", ").join([sql.Identifier(n) for n in (role, *groups)])
             conn.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(names))
             conn.execute(sql.SQL("DROP OWNED BY {}").format(names))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(owners)))
+            for name in (role, *groups):
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))

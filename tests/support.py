@@ -17,7 +17,7 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from psycopg import sql
 
-from tests.privileges import as_connector, publish_all_tables
+from tests.privileges import as_connector, as_reader, publish_all_tables
 from walflow.config import ConnectorConfig, parse_config
 from walflow.kafka import EventProducer, producer_settings
 from walflow.setup import ConnectorSetup
@@ -79,15 +79,17 @@ def airflow_connector(folder: Any, name: str, database: str, kafka_bootstrap: st
     lines = [f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", f"publication.name: {name}", *settings]
     if not any(s.startswith("walflow.lake.spark.conf") for s in settings):
         lines.append(f"walflow.lake.spark.conf: {json.dumps(TEST_SPARK_CONF)}")
-    lines += [f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka"]
+    lines += [f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka", f"walflow.postgres.reader.conn.id: {name}_reader"]
     (Path(folder) / f"{name}.yaml").write_text("\n".join(lines))
     given = dict((key.strip(), value.strip()) for key, _, value in (s.partition(":") for s in settings))
     if given.get("publication.autocreate.mode", "all_tables") == "all_tables":
         publish_all_tables(database, name)
     postgres = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"],
                 "password": params["password"], "schema": params["dbname"]}
+    reader = {**postgres, "login": dict(p.split("=", 1) for p in as_reader(database).split())["user"]}
     return {
         f"AIRFLOW_CONN_{name.upper()}_PG": json.dumps(postgres),
+        f"AIRFLOW_CONN_{name.upper()}_READER": json.dumps(reader),
         f"AIRFLOW_CONN_{name.upper()}_KAFKA": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
         "WALFLOW_CONNECTORS_DIR": str(folder),
     }
@@ -102,7 +104,9 @@ def producer(partitions: int = 1) -> EventProducer:
 
 
 def stream(config: ConnectorConfig, database: str, **kwargs: Any) -> BatchSummary:
-    """One stream batch, as the connector role of ``database`` (see the module's docstring)."""
+    """One stream batch, as the connector role of ``database``, with signals' conditions evaluated as its reader role
+    (see the module's docstring; ``reader_conninfo=None`` runs it without one)."""
+    kwargs.setdefault("reader_conninfo", as_reader(database))
     return StreamBatch(config, as_connector(database), producer(config.topic_creation_default_partitions), **kwargs).run()
 
 

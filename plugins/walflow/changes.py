@@ -7,6 +7,7 @@ builds and sends records, so what a record looks like is decided here, in one pl
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import Counter
@@ -37,6 +38,8 @@ from walflow.signals import printable
 
 if TYPE_CHECKING:
     from walflow.batches import BatchSummary
+
+log = logging.getLogger(__name__)
 
 
 class Transaction:
@@ -252,12 +255,23 @@ class ChangeEvents:
         try:
             self.producer.send(self._message_topic, ser.key(self._msg_key_json, {"prefix": prefix}), ser.value(self._msg_value_json, payload))
         except RecordTooLargeError as exc:
+            if self.config.walflow_message_oversized_handling_mode == "skip":
+                # a message is never table data: with the operator's consent it is left out, said where it was
+                warning = (
+                    f"left out the logical decoding message with prefix {printable(prefix)!r} at LSN {lsn_to_str(lsn)}: "
+                    f"{exc.size} bytes as a record, more than message.max.bytes={exc.limit} "
+                    "(walflow.message.oversized.handling.mode=skip)"
+                )
+                log.warning("connector %s: %s", self.config.name, warning)
+                summary.warnings.append(warning)
+                return
             raise RecordTooLargeError(
                 f"the logical decoding message with prefix {printable(prefix)!r} at LSN {lsn_to_str(lsn)} is {exc.size} bytes as a "
                 f"record: more than the producer's message.max.bytes={exc.limit} (topic {exc.topic!r}). Nothing from its "
                 "transaction on was confirmed. Raise the limits (the producer's message.max.bytes in the Kafka "
-                "Connection's extras, the topic's max.message.bytes), or leave such messages out with "
-                "message.prefix.exclude.list",
+                "Connection's extras, the topic's max.message.bytes), leave such messages out with "
+                "message.prefix.exclude.list, or skip oversized messages with a warning "
+                "(walflow.message.oversized.handling.mode: skip)",
                 topic=exc.topic,
                 size=exc.size,
                 limit=exc.limit,

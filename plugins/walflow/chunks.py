@@ -1,8 +1,11 @@
 """Reading one table of an incremental snapshot in chunks, in key order, as Debezium's incremental snapshots do.
 
-Every query here may carry a signal's ``additional-condition``, text from whoever can write the signal table: it
-runs in a READ ONLY transaction under ``database.query.timeout.ms``, with the extended protocol (one statement),
-so it can neither change data nor run forever while the slot waits (see :class:`ChunkReader`).
+Every query here may carry a signal's ``additional-condition``, text from whoever can write the signal table. It is
+checked against the server's catalog first (:mod:`walflow.conditions`: only the row's visible columns, no function
+that can act), then evaluated as the reader role (``walflow.postgres.reader.conn.id``, a role that may only read
+the captured tables) on a connection of its own, in a READ ONLY transaction under ``database.query.timeout.ms``,
+with the extended protocol (one statement): it can neither change data nor run forever while the slot waits, nor
+touch the session the stream works in (see :class:`ChunkReader`).
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ import psycopg
 from psycopg import sql
 
 from walflow.catalog import Catalog
+from walflow.conditions import check_on_server as check_condition_on_server
+from walflow.conditions import check_reader_role, describe_error
 from walflow.config import ConnectorConfig
+from walflow.errors import ExpressionError
+from walflow.expressions import analyse_condition
 from walflow.events import Filters, Serializer, TableSchema
-from walflow.signals import SignalError, first_line
-from walflow.snapshot import SnapshotTable, _columns_sql, condition_sql, key_types
+from walflow.signals import SignalError
+from walflow.queries import render
+from walflow.snapshot import SnapshotTable, _columns_sql, condition_sql, key_types, sql_fragment
 from walflow.source import list_tables, quote_table
 from walflow.transforms import ColumnRules
 
@@ -156,23 +164,50 @@ class ChunkReader:
     stream connection holds its peek's transaction open)."""
 
     def __init__(
-        self, config: ConnectorConfig, conn: psycopg.Connection, filters: Filters, serializer: Serializer, rules: ColumnRules
+        self,
+        config: ConnectorConfig,
+        conn: psycopg.Connection,
+        filters: Filters,
+        serializer: Serializer,
+        rules: ColumnRules,
+        reader: Callable[[], psycopg.Connection] | None = None,
     ) -> None:
         self.config = config
         self.conn = conn
         self.filters = filters
         self.serializer = serializer
         self.rules = rules
+        self._open_reader = reader
+        self._reader: psycopg.Connection | None = None
+
+    @property
+    def reader(self) -> psycopg.Connection:
+        """The connection chunks are selected on: the reader role's (``walflow.postgres.reader.conn.id``), opened
+        on first use, so that a signal's condition never runs as the connector's role nor on a connection whose
+        session the stream relies on; the connector's own catalog connection when no reader is configured (then
+        signals with a condition are refused, :meth:`plan`)."""
+        if self._open_reader is None:
+            return self.conn
+        if self._reader is None or self._reader.closed:
+            self._reader = self._open_reader()
+        return self._reader
+
+    def close(self) -> None:
+        """Close the reader role's connection, if one was opened."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def check(self, name: str, oid: int, condition: str | None, surrogate: str | None) -> None:
         """Try a signal's condition and surrogate key on one table before accepting the signal.
 
-        ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use (unknown columns,
-        syntax and type errors, unorderable keys) without reading a row. Errors that depend on the data can only
-        show while reading; :meth:`walflow.incremental.IncrementalSnapshots.prepare` fails the signal then. A table
-        without a primary key and no ``surrogate-key`` has no order to read it in: Debezium skips it with a warning,
-        but a snapshot run that then reports success without having read the table misleads whoever asked for it, so
-        the signal fails.
+        :meth:`plan` checks the condition against the catalog (its columns, the functions it names, the role that
+        evaluates it); then ``LIMIT 0`` makes the server parse and plan the same WHERE and ORDER BY the chunks use
+        (unknown columns, syntax and type errors, unorderable keys) without reading a row. Errors that depend on the
+        data can only show while reading; :meth:`walflow.incremental.IncrementalSnapshots.prepare` fails the signal
+        then. A table without a primary key and no ``surrogate-key`` has no order to read it in: Debezium skips it
+        with a warning, but a snapshot run that then reports success without having read the table misleads whoever
+        asked for it, so the signal fails.
         """
         if not surrogate:
             info = Catalog(self.conn).table(oid)
@@ -194,25 +229,26 @@ class ChunkReader:
         if surrogate and table.key:
             order = sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key))
             checks.append((f"'surrogate-key' {surrogate!r}", sql.SQL(""), order))
+        reader = self.reader
         for what, where, order in checks:
             try:
-                with self.reading():
-                    self.query(sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
+                with self.reading(reader):
+                    self.query(reader, sql.SQL("SELECT 1 FROM {} AS walflow_t{}{} LIMIT 0").format(source, where, order), [])
             except psycopg.Error as exc:
-                if self.conn.closed or self.conn.broken:
+                if reader.closed or reader.broken:
                     raise
                 raise SignalError(f"{what} does not work on {name}: {self.describe(exc)}; send the signal again with a valid one") from None
 
     @contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self, conn: psycopg.Connection) -> Iterator[None]:
         """A READ ONLY transaction under ``database.query.timeout.ms``: every query that carries a signal's condition
         runs in one (a chunk's SELECT in the window :meth:`read_chunk` opens), so no expression it calls can change
         data, and none can run forever while the slot waits."""
-        with self.conn.transaction():
-            self.conn.execute("SET TRANSACTION READ ONLY")
+        with conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")
             limit = self._timeout_sql()
             if limit is not None:
-                self.conn.execute(limit)
+                conn.execute(limit)
             yield
 
     def _timeout_sql(self) -> sql.Composed | None:
@@ -220,22 +256,26 @@ class ChunkReader:
         timeout = self.config.database_query_timeout_ms
         return sql.SQL("SET LOCAL statement_timeout = {}").format(sql.Literal(f"{timeout}ms")) if timeout else None
 
-    def query(self, query: sql.Composable | bytes, params: list[Any]) -> psycopg.Cursor[Any]:
+    @staticmethod
+    def query(conn: psycopg.Connection, query: sql.Composable | bytes, params: list[Any]) -> psycopg.Cursor[Any]:
         """Run a query that carries a user's condition with the extended protocol (prepared), which refuses more than
         one statement whatever the text holds; the simple protocol, which psycopg uses for a query without
         parameters, would run them all."""
-        return self.conn.execute(query, params, prepare=True)
+        return conn.execute(query, params, prepare=True)
 
     def describe(self, exc: BaseException) -> str:
-        """A server error for the state table and the log; a statement timeout says which setting it hit."""
+        """A server error for the state table and the log: a statement timeout says which setting it hit; an error
+        that may quote a row's values is told by its SQLSTATE alone (:func:`walflow.conditions.describe_error`)."""
         if isinstance(exc, psycopg.errors.QueryCanceled):
             return (
                 f"the query was cancelled after database.query.timeout.ms={self.config.database_query_timeout_ms} "
                 "(statement timeout): narrow or index the condition, or raise the setting"
             )
-        return first_line(exc)
+        return describe_error(exc)
 
     def plan(self, name: str, condition: str | None, surrogate: str | None, oid: int | None = None) -> SnapshotTable | None:
+        """The plan of one table of a signal; with a condition, checked against the server first
+        (:func:`check_condition_on_server`)."""
         if oid is None:
             # names like "My.Schema.Odd Table" are ambiguous to split; find the table among the captured ones
             oid = next((o for sch, tab, o, *_ in list_tables(self.conn, self.filters) if f"{sch}.{tab}" == name), None)
@@ -255,7 +295,50 @@ class ChunkReader:
                 "column.exclude.list leaves it out, or walflow does not capture its type); send the signal again "
                 "with a column the events carry"
             )
+        if condition:
+            self._check_condition(name, condition, info, events)
         return SnapshotTable(events, info, key, key_types(info, key), condition=condition)
+
+    def _check_condition(self, name: str, condition: str, info: Any, events: TableSchema) -> None:
+        """Refuse a condition that cannot be evaluated safely (:mod:`walflow.conditions`): no reader role configured,
+        a reader role that can do more than read, a column the events do not carry as it is, a function that can act."""
+        if self._open_reader is None:
+            raise SignalError(
+                f"'additional-condition' {condition!r} cannot be evaluated: connector {self.config.name} has no "
+                "'walflow.postgres.reader.conn.id', the Connection of the role that evaluates conditions (a role "
+                "that may only read the captured tables; include/sql/roles.sql creates one with -v reader=...). "
+                "Set it, or send the signal without a condition"
+            )
+        visible = {f.index for f in events.fields} | {f.index for f in events.key_fields}
+        columns: dict[str, str | None] = {}
+        for index, column in enumerate(events.column_names):
+            catalog_column = info.columns.get(column)
+            if index not in visible or catalog_column is None:
+                columns[column] = "the events leave out (column.include.list, column.exclude.list, or a type walflow does not capture)"
+                continue
+            mapping = self.rules.mapping(info.schema, info.name, column, catalog_column.type)
+            columns[column] = None if mapping is None or mapping.convert is None else f"the events carry changed ({mapping.rule})"
+        for column in info.columns:
+            columns.setdefault(column, "the events leave out")
+        reader = self.reader
+        if reader.info.dbname != self.conn.info.dbname:
+            raise SignalError(
+                f"'walflow.postgres.reader.conn.id' of connector {self.config.name} connects to database "
+                f"{reader.info.dbname!r}, the connector to {self.conn.info.dbname!r}: give the reader's Connection the "
+                "connector's database"
+            )
+        try:
+            check_reader_role(reader, info.oid, name)
+            check_condition_on_server(reader, analyse_condition(condition), name, columns)
+        except ExpressionError as exc:
+            raise SignalError(f"'additional-condition' {condition!r} {exc}") from None
+        except psycopg.Error as exc:
+            if reader.closed or reader.broken:
+                raise
+            raise SignalError(f"'additional-condition' {condition!r} could not be checked on {name}: {self.describe(exc)}") from None
+        finally:
+            if not (reader.closed or reader.broken) and reader.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                reader.rollback()
 
     def max_key(self, table: SnapshotTable) -> list[str] | None:
         keys = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("walflow_t", k)) for k in table.key)
@@ -264,8 +347,10 @@ class ChunkReader:
         where = [not_null]
         if table.condition:
             where.append(condition_sql(table.condition))
-        with self.reading():
+        reader = self.reader
+        with self.reading(reader):
             row = self.query(
+                reader,
                 sql.SQL("SELECT {} FROM {} AS walflow_t WHERE {} ORDER BY {} LIMIT 1").format(
                     keys, quote_table(table.catalog.schema, table.catalog.name), sql.SQL(" AND ").join(where), order
                 ),
@@ -284,62 +369,56 @@ class ChunkReader:
     ) -> ChunkRead:
         """Select the next chunk of ``table`` inside its watermark window and advance the cursor.
 
-        The window is a REPEATABLE READ, READ ONLY transaction whose first statement takes the snapshot the chunk's
-        SELECT reads, writes the low watermark and returns the transactions that snapshot does not see
-        (:attr:`Chunk.unseen`); it then runs the SELECT and commits, and the high watermark is written after it.
+        The chunk's SELECT runs on the reader connection (:attr:`reader`) in a REPEATABLE READ, READ ONLY
+        transaction whose first statement takes the snapshot the SELECT reads and returns the transactions that
+        snapshot does not see (:attr:`Chunk.unseen`). After it commits, the connector's connection writes the low
+        watermark and then the high one.
 
         The low watermark is a non-transactional logical decoding message (``pg_logical_emit_message(false, ...)``):
-        it takes its place in the stream as soon as it is written, from within the read-only transaction. The
-        snapshot is taken just before it; a transaction that commits in between is one the snapshot does not see,
-        and its changes make rows stale wherever they are streamed (:meth:`Chunk.stale_by`), as do those of a
-        transaction that wrote its commit before the low watermark but was still invisible (waiting for its WAL
-        flush or a synchronous standby) when the snapshot was taken. The high watermark is a transactional message
-        in a transaction of its own: the chunk's rows take its position (``source.sequence``: the end of the last
-        commit before it, then its LSN), and a change streamed after it must sort after them, which a message
-        outside any transaction, sharing the previous commit with the changes that follow it, would not guarantee.
-        Its commit does not wait for the WAL flush (:meth:`walflow.incremental.IncrementalSnapshots.prepare` flushes
-        once per round).
+        it takes its place in the stream as soon as it is written. The snapshot is taken before it; a transaction
+        that commits in between is one the snapshot does not see, and its changes make rows stale wherever they are
+        streamed (:meth:`Chunk.stale_by`), as do those of a transaction that wrote its commit before the low
+        watermark but was still invisible (waiting for its WAL flush or a synchronous standby) when the snapshot
+        was taken. A transaction the snapshot sees committed before it, so its changes are streamed before the low
+        watermark and the rows hold their result. The high watermark is a transactional message in a transaction of
+        its own: the chunk's rows take its position (``source.sequence``: the end of the last commit before it, then
+        its LSN), and a change streamed after it must sort after them, which a message outside any transaction,
+        sharing the previous commit with the changes that follow it, would not guarantee. Its commit does not wait
+        for the WAL flush (:meth:`walflow.incremental.IncrementalSnapshots.prepare` flushes once per round).
 
-        All of it goes to the server as one pipeline, one round trip per chunk: the server runs the statements in
-        order, so the high watermark still follows the SELECT, and after an error it skips the rest, so no high
-        watermark is written for a chunk that was not read. (Measured on loopback, selecting the 977 chunks of a
-        1M-row table: 0.95-0.98 s in one round trip each against 1.25-1.30 s in three; farther from the database,
-        each round trip saved is a network latency per chunk.) Every statement uses the extended protocol, which runs
-        one statement per query whatever the text holds, so the signal's condition in the SELECT can neither
-        change data (READ ONLY) nor add statements.
+        Each connection's statements go to the server as one pipeline: one round trip per chunk when the reader is
+        the connector's own connection, two with a reader role. The server runs a pipeline's statements in order
+        and skips the rest after an error, so no watermark is written for a chunk that was not read. (Measured on
+        loopback, selecting the 977 chunks of a 1M-row table: 0.95-0.98 s in one round trip each against 1.25-1.30 s
+        in three; farther from the database, each round trip saved is a network latency per chunk.) Every statement
+        uses the extended protocol, which runs one statement per query whatever the text holds, so the signal's
+        condition in the SELECT can neither change data (READ ONLY) nor add statements.
 
-        :param inside: a test seam, called with the rows between the SELECT and the high watermark (the pipeline
-            is synchronised there first, so the window is open while it runs).
+        :param inside: a test seam, called with the rows once the low watermark is written and before the high one
+            (the window is open while it runs).
         """
         query, params = self._chunk_query(table, progress)
-        conn = self.conn
+        conn, reader = self.conn, self.reader
         limit = self._timeout_sql()
-        rows: list[Sequence[Any]] | None = None
+        # the high watermark goes with the low one unless the test seam runs between them
+        closing = high if inside is None else None
         try:
-            with conn.pipeline() as pipeline:
+            with reader.pipeline() as pipeline:
                 try:
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                     if limit is not None:
-                        conn.execute(limit)
-                    opened = conn.execute(
-                        "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x), "
-                        "pg_logical_emit_message(false, %s, %s) FROM pg_current_snapshot() AS s",
-                        (prefix, low),
+                        reader.execute(limit)
+                    opened = reader.execute(
+                        "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x) "
+                        "FROM pg_current_snapshot() AS s"
                     )
-                    selected = self.query(query, params)
-                    if inside is not None:
-                        pipeline.sync()
-                        rows = selected.fetchall()
-                        inside([r[:-1] for r in rows] if progress.null_phase else rows)  # without the ctid column
-                    conn.execute("COMMIT")
-                    conn.execute("BEGIN")
-                    conn.execute("SET LOCAL synchronous_commit TO off")
-                    conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (prefix, high))
-                    conn.execute("COMMIT")
+                    selected = self.query(reader, query, params)
+                    reader.execute("COMMIT")
+                    if reader is conn:
+                        self._watermarks(conn, prefix, low, closing)
                     pipeline.sync()
-                    xmax, xip, _ = opened.fetchone()  # type: ignore[misc]
-                    if rows is None:
-                        rows = selected.fetchall()
+                    xmax, xip = opened.fetchone()  # type: ignore[misc]
+                    rows = selected.fetchall()
                 except psycopg.Error:
                     # The server's first error is the one raised (it may show while later statements are queued).
                     # A Sync ends the pipeline's aborted state first: without it psycopg, leaving the pipeline,
@@ -347,12 +426,31 @@ class ChunkReader:
                     with suppress(psycopg.Error):
                         pipeline.sync()
                     raise
+            if reader is not conn:
+                with conn.pipeline():
+                    self._watermarks(conn, prefix, low, closing)
+            if inside is not None:
+                inside([r[:-1] for r in rows] if progress.null_phase else rows)  # without the ctid column
+                with conn.pipeline():
+                    self._watermarks(conn, prefix, None, high)
         except BaseException:
-            if not (conn.closed or conn.broken) and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                conn.execute("ROLLBACK")
+            for used in {id(c): c for c in (reader, conn)}.values():
+                if not (used.closed or used.broken) and used.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    used.execute("ROLLBACK")
             raise
         unseen = (frozenset(int(x) & 0xFFFFFFFF for x in xip), int(xmax) & 0xFFFFFFFF)
         return self._advance(table, progress, rows, unseen)
+
+    @staticmethod
+    def _watermarks(conn: psycopg.Connection, prefix: str, low: str | None, high: str | None) -> None:
+        """Queue the low watermark (outside any transaction) and the high one (in a transaction of its own)."""
+        if low is not None:
+            conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (prefix, low))
+        if high is not None:
+            conn.execute("BEGIN")
+            conn.execute("SET LOCAL synchronous_commit TO off")
+            conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (prefix, high))
+            conn.execute("COMMIT")
 
     def _chunk_query(self, table: SnapshotTable, progress: SnapshotProgress) -> tuple[bytes, list[Any]]:
         """The SELECT of the next chunk after the cursor, and its parameters: by key up to the maximum key, or, in
@@ -371,7 +469,7 @@ class ChunkReader:
         kind = (progress.null_phase, bool(progress.last_ctid) if progress.null_phase else progress.last_key is not None)
         query = table.queries.get(kind)
         if query is None:
-            query = table.queries[kind] = self._compose_chunk_query(table, *kind).as_bytes(self.conn)
+            query = table.queries[kind] = render(self._compose_chunk_query(table, *kind), self.conn)
         return query, params
 
     def _compose_chunk_query(self, table: SnapshotTable, null_phase: bool, lower: bool) -> sql.Composed:
@@ -390,7 +488,7 @@ class ChunkReader:
                 cols, ident, sql.SQL(" AND ").join(where), sql.Literal(size)
             )
         keys = sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)
-        holders = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in table.key_types)  # type: ignore[arg-type]
+        holders = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql_fragment(t)) for t in table.key_types)
         if lower:
             where.append(sql.SQL("({}) > ({})").format(keys, holders))
         where.append(sql.SQL("({}) <= ({})").format(keys, holders))

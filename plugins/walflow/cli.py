@@ -23,7 +23,7 @@ from walflow.config import ConnectorConfig
 from walflow.connectors import resolve
 from walflow.errors import WalflowError
 from walflow.lake.settings import LakeSettings
-from walflow.lake.tables import JdbcCatalog
+from walflow.lake.tables import JdbcCatalog, PropertiesCatalog
 from walflow.health import HealthLimits, assess_slot_health, health_limits, slot_health
 from walflow.source import connect
 from walflow.state import StateStore
@@ -80,7 +80,7 @@ def slot_status(
     return out
 
 
-def lake_status(settings: LakeSettings, catalog: JdbcCatalog | None = None) -> list[dict[str, Any]]:
+def lake_status(settings: LakeSettings, catalog: JdbcCatalog | PropertiesCatalog | None = None) -> list[dict[str, Any]]:
     """The current snapshot of every lake table of the connector: from its JDBC catalog when it has one, else
     from the Hadoop catalog's warehouse folder."""
     from walflow.lake import OFFSETS_PROPERTY, lake_table_names, parse_offsets, read_lake_table  # pyiceberg: only when a lake is read
@@ -108,8 +108,8 @@ def lake_status(settings: LakeSettings, catalog: JdbcCatalog | None = None) -> l
     return tables
 
 
-def lake_catalog(config: ConnectorConfig) -> JdbcCatalog | None:
-    """The connector's JDBC catalog from its Airflow Connection (``walflow.lake.catalog.conn.id``), or None."""
+def lake_catalog(config: ConnectorConfig) -> JdbcCatalog | PropertiesCatalog | None:
+    """The connector's catalog from its Airflow Connection (``walflow.lake.catalog.conn.id``), or None."""
     if not config.walflow_lake_catalog_conn_id:
         return None
     from walflow.airflow.hooks import WalflowIcebergCatalogHook

@@ -95,6 +95,10 @@ _PATTERN_LISTS = (
 )
 
 
+#: Spark settings that hold credentials (Spark's own redaction pattern, and Iceberg's catalog properties): refused in
+#: walflow.lake.spark.conf, which reaches the command line; the catalog's Connection carries them instead
+_SECRET_SETTING = re.compile(r"(?i)secret|password|token|credential|access[._-]?key|session[._-]?key|private[._-]?key")
+
 class ConnectorConfig(BaseModel):
     """A validated connector configuration.
 
@@ -194,6 +198,8 @@ class ConnectorConfig(BaseModel):
 
     # -- walflow's own keys --------------------------------------------------------------------
     walflow_postgres_conn_id: str = Field("postgres_default", alias="walflow.postgres.conn.id")
+    #: the Connection of the role that evaluates signals' conditions (none: signals with a condition fail)
+    walflow_postgres_reader_conn_id: str | None = Field(None, alias="walflow.postgres.reader.conn.id")
     walflow_kafka_conn_id: str = Field("kafka_default", alias="walflow.kafka.conn.id")
     walflow_schedule: str | None = Field("*/5 * * * *", alias="walflow.schedule")
     walflow_batch_max_events: int = Field(1_000_000, gt=0, alias="walflow.batch.max.events")
@@ -207,6 +213,11 @@ class ConnectorConfig(BaseModel):
     walflow_stream_trigger_max_wait_seconds: float = Field(300.0, gt=0, alias="walflow.stream.trigger.max.wait.seconds")
     walflow_stream_trigger_poke_seconds: float = Field(5.0, gt=0, alias="walflow.stream.trigger.poke.seconds")
     walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
+    # a logical decoding message too large for a Kafka record: stop the batch before it (fail), or leave it out with
+    # a warning (skip); messages are never table data
+    walflow_message_oversized_handling_mode: Literal["fail", "skip"] = Field("fail", alias="walflow.message.oversized.handling.mode")
+    # execute-snapshot signals queued behind the running one; later ones wait (state table) until there is room
+    walflow_signal_queue_max: int = Field(16, ge=1, alias="walflow.signal.queue.max")
     # the record format: Debezium 3.6.3's, or the pre-2.6 envelope for consumers pinned to it (walflow.envelope)
     walflow_event_format: Literal["3.6", "pre-2.6"] = Field("3.6", alias="walflow.event.format")
     walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
@@ -275,6 +286,14 @@ class ConnectorConfig(BaseModel):
                 setting = "true" if setting else "false"
             elif isinstance(setting, (int, float)):
                 setting = str(setting)
+            # a credentials *provider* (a class name, as fs.s3a.aws.credentials.provider) holds no secret
+            if _SECRET_SETTING.search(str(key)) and not str(key).lower().endswith("provider"):
+                raise ValueError(
+                    f"{key!r} holds a credential: every walflow.lake.spark.conf setting reaches spark-submit's command "
+                    "line, the task log and the serialized DAG. Give catalog credentials in the Airflow Connection named "
+                    "by walflow.lake.catalog.conn.id (its password, or its extras), which reach the job through its "
+                    "environment only"
+                )
             settings[key] = setting
         return settings
 

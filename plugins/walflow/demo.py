@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -68,6 +69,33 @@ def ensure_database() -> None:
         if conn.execute("SELECT count(*) FROM products").fetchone() == (0,):
             with conn.cursor() as cur:
                 cur.executemany("INSERT INTO products (name, description, weight, price) VALUES (%s, %s, %s, %s)", PRODUCTS)
+    apply_roles()
+
+
+def apply_roles() -> None:
+    """Run include/sql/roles.sql as an administrator would: the connector logs in as the least-privilege role
+    ``walflow`` (the Connection ``postgres_default``), its signals' conditions are evaluated as ``walflow_reader``
+    (``postgres_reader``), and the script creates the publication, so the connector owns none of the tables
+    (``publication.autocreate.mode: disabled``). The passwords are the runtime's generated ones (secrets.json)."""
+    from walflow.embedded import CONNECTOR_ROLE, PROJECT, READER_ROLE, runtime_secrets
+
+    passwords = runtime_secrets()
+    params = dict(part.split("=", 1) for part in dsn("inventory").split())
+    bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
+    psql = str(bindir / "psql") if (bindir / "psql").exists() else "psql"
+    variables = {
+        "role": CONNECTOR_ROLE, "password": passwords[CONNECTOR_ROLE], "reader": READER_ROLE, "reader_password": passwords[READER_ROLE],
+        "schema": "public", "tables": "public.customers,public.products,public.orders", "publication": "walflow_inventory",
+        "signal_table": "public.walflow_signal",
+    }  # fmt: skip
+    command = [psql, "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", "inventory"]
+    for name, value in variables.items():
+        command += ["-v", f"{name}={value}"]
+    result = subprocess.run(
+        [*command, "-f", str(PROJECT / "include" / "sql" / "roles.sql")], capture_output=True, text=True, env={**os.environ, "PGPASSWORD": params["password"]}
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"include/sql/roles.sql failed: {result.stderr.strip()}")
 
 
 def make_changes(rng: random.Random) -> None:
@@ -183,7 +211,6 @@ def start_over_if_broker_lost() -> None:
     concerns the demo's own objects.
     """
     import shutil
-    from pathlib import Path
 
     with psycopg.connect(dsn("postgres"), autocommit=True) as conn:
         slot = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'walflow_inventory'").fetchone()

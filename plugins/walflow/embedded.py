@@ -4,19 +4,28 @@
 ``down`` stops it; ``status`` says what runs. Everything lives under ``.walflow/`` of the project (the
 PostgreSQL data directory is a symlink to a folder the ``postgres`` user can reach when run as root, since
 PostgreSQL refuses to run as root and a fresh clone may sit in a private temporary folder).
+
+It is closed to everyone but its user: every service listens on 127.0.0.1 only; PostgreSQL asks for a password
+(scram-sha-256) on its TCP port and its socket; Airflow's API server asks for the admin's password (the simple auth
+manager); the generated passwords are kept in files only their owner may read (``secrets.json``, Airflow's
+``passwords.json``, ``env.sh``: mode 0600), and the cluster's folder is created private (mode 0700, owned by the
+server's user), and checked to be so before each use. The Kafka-compatible broker has no authentication: it listens
+on the loopback interface only.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +42,34 @@ PG_DIR = STATE / "pg"
 BROKER_DIR = STATE / "broker"
 AIRFLOW_HOME = STATE / "airflow"
 WAREHOUSE = STATE / "warehouse"
+SECRETS_FILE = STATE / "secrets.json"
+#: the simple auth manager's users and passwords file (Airflow reads it; its admin is the runtime's user)
+AIRFLOW_PASSWORDS = AIRFLOW_HOME / "passwords.json"
 PG_USER = "postgres"
+#: the roles ``make demo`` runs its connector as (include/sql/roles.sql): the connector and the condition reader
+CONNECTOR_ROLE, READER_ROLE = "walflow", "walflow_reader"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (created with mode 0600, never briefly wider)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)  # an existing file keeps its old mode on open
+
+
+def runtime_secrets() -> dict[str, str]:
+    """The runtime's generated passwords (PostgreSQL's superuser, the demo's connector and reader roles, Airflow's
+    admin), made once and kept in ``secrets.json`` (mode 0600)."""
+    known: dict[str, str] = json.loads(SECRETS_FILE.read_text()) if SECRETS_FILE.exists() else {}
+    wanted = ("postgres", CONNECTOR_ROLE, READER_ROLE, "airflow_admin")
+    if any(name not in known for name in wanted):
+        known = {name: known.get(name) or secrets.token_urlsafe(18) for name in wanted}
+        _write_private(SECRETS_FILE, json.dumps(known, indent=1) + "\n")
+    elif stat.S_IMODE(SECRETS_FILE.stat().st_mode) & 0o077:
+        os.chmod(SECRETS_FILE, 0o600)
+    return known
 
 
 def _log(msg: str) -> None:
@@ -104,39 +140,78 @@ def _as_pg_user(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess
 
 
 def _pg_data_root() -> Path:
-    """Where the cluster's files really live: under .walflow/, or beside it when running as root."""
+    """Where the cluster's files really live: under .walflow/, or, when running as root, in a private folder with an
+    unpredictable name under /var/tmp, which ``.walflow/pg`` links to (:func:`_private_root`)."""
     if os.geteuid() != 0:
         return PG_DIR
-    # one cluster per state folder (WALFLOW_STATE_DIR gives a second, independent runtime); the default folder
-    # keeps the name derived from the project so that existing clusters are found again
-    owner = PROJECT if STATE == PROJECT / ".walflow" else STATE.resolve()
-    digest = hashlib.sha1(str(owner).encode()).hexdigest()[:12]
-    return Path("/var/tmp") / f"walflow-pg-{digest}"
+    if PG_DIR.is_symlink():
+        return Path(os.readlink(PG_DIR))
+    return PG_DIR
 
 
-def pg_up(port: int) -> None:
+def _private_root() -> Path:
+    """The cluster's folder for a root user, made or checked: PostgreSQL runs as ``postgres``, which cannot enter a
+    clone under a private folder, so the files live in ``/var/tmp/walflow-pg-<random>`` (mode 0700, owned by
+    ``postgres``). A folder that is a symlink, belongs to anyone else or is open to others is refused: someone who
+    made it first could read the cluster's files or swap them."""
+    if PG_DIR.is_symlink():
+        root = Path(os.readlink(PG_DIR))
+        if root.exists() or root.is_symlink():
+            _check_private(root)
+            return root
+        PG_DIR.unlink()  # its folder is gone (a reboot cleaned /var/tmp): make a new one
+    elif PG_DIR.exists():
+        return PG_DIR
+    root = Path(tempfile.mkdtemp(prefix="walflow-pg-", dir="/var/tmp"))  # mode 0700, a name nobody can guess
+    shutil.chown(root, PG_USER, PG_USER)
+    PG_DIR.parent.mkdir(parents=True, exist_ok=True)
+    PG_DIR.symlink_to(root)
+    return root
+
+
+def _check_private(root: Path) -> None:
+    info = os.lstat(root)
+    owner = _pg_uid()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != owner:
+        raise SystemExit(
+            f"refusing the PostgreSQL folder {root}: it is not a directory owned by {PG_USER} (a symlink, or someone "
+            f"else made it). Remove it and {PG_DIR} (make clean), then make up again"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        # an earlier walflow made it 0755: it is the server's own (owned by postgres), so close it
+        os.chmod(root, 0o700)
+
+
+def _pg_uid() -> int:
+    import pwd
+
+    return pwd.getpwnam(PG_USER).pw_uid
+
+
+def pg_up(port: int, password: str) -> None:
     bindir = pg_bindir()
-    root = _pg_data_root()
+    root = _private_root() if os.geteuid() == 0 else PG_DIR
     data = root / "data"
     sock = root / "sock"
-    if root != PG_DIR:
-        if PG_DIR.is_symlink() and PG_DIR.resolve() != root:
-            PG_DIR.unlink()
-        if not PG_DIR.exists():
-            root.mkdir(parents=True, exist_ok=True)
-            PG_DIR.symlink_to(root)
-    root.mkdir(parents=True, exist_ok=True)
-    sock.mkdir(exist_ok=True)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    sock.mkdir(mode=0o700, exist_ok=True)
     if os.geteuid() == 0:
-        shutil.chown(root, PG_USER, PG_USER)
         shutil.chown(sock, PG_USER, PG_USER)
     if not (data / "PG_VERSION").exists():
         _log(f"initdb {data}")
-        _as_pg_user(
-            [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        pwfile = root / "initdb.pw"
+        _write_private(pwfile, password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, PG_USER, PG_USER)
+        try:
+            _as_pg_user(
+                [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
+                 f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8"],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+        finally:
+            pwfile.unlink(missing_ok=True)
         conf = data / "postgresql.conf"
         with conf.open("a") as fh:
             fh.write(
@@ -151,12 +226,14 @@ def pg_up(port: int) -> None:
                 "max_wal_size = 4GB\n"
                 "fsync = on\n"
                 "synchronous_commit = on\n"
+                "password_encryption = 'scram-sha-256'\n"
                 "log_min_messages = warning\n"
             )
     status = _as_pg_user([str(bindir / "pg_ctl"), "-D", str(data), "status"], capture_output=True)
     if status.returncode == 0:
         if _port_open(port):
             _log(f"PostgreSQL already running on 127.0.0.1:{port}")
+            _require_passwords(data, port, password)
             return
         # Running on another port (the state folder was recreated): restart it where env.sh says.
         _as_pg_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], capture_output=True)
@@ -166,6 +243,28 @@ def pg_up(port: int) -> None:
         check=True,
         stdout=subprocess.DEVNULL,
     )
+    _require_passwords(data, port, password)
+
+
+def _require_passwords(data: Path, port: int, password: str) -> None:
+    """A cluster an earlier walflow made with ``--auth=trust`` (any local user in as the superuser) is closed: the
+    superuser gets the runtime's password while trust still lets walflow in, then every line of ``pg_hba.conf``
+    asks for a password and the server reloads it."""
+    hba = data / "pg_hba.conf"
+    text = _as_pg_user(["cat", str(hba)], capture_output=True).stdout
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    if not any(line.split()[-1] == "trust" for line in lines):
+        return
+    _log("closing the PostgreSQL cluster an earlier walflow left open (trust): scram-sha-256 from now on")
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres", autocommit=True) as conn:
+        conn.execute("SET password_encryption = 'scram-sha-256'")
+        conn.execute(sql.SQL("ALTER ROLE postgres PASSWORD {}").format(sql.Literal(password)))
+    closed = [" ".join([*line.split()[:-1], "scram-sha-256"]) if line.split()[-1] == "trust" else line for line in lines]
+    _as_pg_user(["tee", str(hba)], input="\n".join(closed) + "\n", capture_output=True, check=True)  # as the server's user
+    _as_pg_user([str(pg_bindir() / "pg_ctl"), "-D", str(data), "reload"], capture_output=True, check=True)
 
 
 def pg_down() -> None:
@@ -237,13 +336,14 @@ def broker_down() -> None:
 
 
 # -- Airflow -----------------------------------------------------------------------------------------
-def environment(ports: dict[str, int]) -> dict[str, str]:
+def environment(ports: dict[str, int], passwords: dict[str, str]) -> dict[str, str]:
     """The variables ``env.sh`` exports."""
     venv_bin = PROJECT / ".venv" / "bin"
     pg = ports["postgres"]
     kafka = f"127.0.0.1:{ports['kafka']}"
+    database = {"conn_type": "postgres", "host": "127.0.0.1", "port": pg, "schema": "inventory"}
     return {
-        "WALFLOW_PG_DSN": f"host=127.0.0.1 port={pg} user=postgres dbname=postgres",
+        "WALFLOW_PG_DSN": f"host=127.0.0.1 port={pg} user=postgres password={passwords['postgres']} dbname=postgres",
         "WALFLOW_PG_HOST": "127.0.0.1",
         "WALFLOW_PG_PORT": str(pg),
         "WALFLOW_PG_BINDIR": str(pg_bindir()),
@@ -256,15 +356,18 @@ def environment(ports: dict[str, int]) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        # the UI and the REST API ask for the admin's password (printed by `make up`), on the loopback interface only
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(AIRFLOW_PASSWORDS),
+        "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
         # the metadata database is one SQLite file that the scheduler, the API server and every task write to
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "walflow.embedded.SQLITE_CONNECT_ARGS",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "walflow.embedded.SQLITE_CONNECT_ARGS",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW_CONN_POSTGRES_DEFAULT": json.dumps(
-            {"conn_type": "postgres", "host": "127.0.0.1", "port": pg, "login": "postgres", "schema": "inventory"}
-        ),
+        # the demo connector's roles (include/sql/roles.sql, applied by `make demo`), never the superuser
+        "AIRFLOW_CONN_POSTGRES_DEFAULT": json.dumps({**database, "login": CONNECTOR_ROLE, "password": passwords[CONNECTOR_ROLE]}),
+        "AIRFLOW_CONN_POSTGRES_READER": json.dumps({**database, "login": READER_ROLE, "password": passwords[READER_ROLE]}),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka}}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "PYTHONPATH": str(PROJECT / "plugins"),
@@ -283,11 +386,12 @@ def write_env(env: dict[str, str]) -> None:
             lines.append(f"export PATH={_shell_quote(str(PROJECT / '.venv' / 'bin'))}:\"$PATH\"")
         else:
             lines.append(f"export {key}={_shell_quote(value)}")
-    ENV_FILE.write_text("\n".join(lines) + "\n")
+    _write_private(ENV_FILE, "\n".join(lines) + "\n")  # it holds passwords
 
 
-def airflow_up(env: dict[str, str]) -> None:
+def airflow_up(env: dict[str, str], admin_password: str) -> None:
     AIRFLOW_HOME.mkdir(parents=True, exist_ok=True)
+    _write_private(AIRFLOW_PASSWORDS, json.dumps({"admin": admin_password}) + "\n")
     marker = AIRFLOW_HOME / ".migrated"
     if marker.exists():
         return
@@ -298,18 +402,21 @@ def airflow_up(env: dict[str, str]) -> None:
 
 
 def up() -> None:
-    STATE.mkdir(parents=True, exist_ok=True)
+    STATE.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(STATE, 0o700)
     ports = _ports()
-    pg_up(ports["postgres"])
+    passwords = runtime_secrets()
+    pg_up(ports["postgres"], passwords["postgres"])
     broker_up(ports["kafka"])
-    env = environment(ports)
+    env = environment(ports, passwords)
     write_env(env)
     WAREHOUSE.mkdir(parents=True, exist_ok=True)
-    airflow_up(env)
+    airflow_up(env, passwords["airflow_admin"])
     missing = ensure_java()
     if missing:
         _log(f"warning: {missing}; the differential tests against Debezium (tests/compat) will be skipped")
     _log(f"up: PostgreSQL 127.0.0.1:{ports['postgres']}, Kafka {env['WALFLOW_KAFKA_BOOTSTRAP']}; source {ENV_FILE}")
+    _log(f"Airflow (airflow standalone: http://127.0.0.1:8080): user admin, password {passwords['airflow_admin']} (kept in {AIRFLOW_PASSWORDS})")
 
 
 def down() -> None:

@@ -46,7 +46,7 @@ from walflow.errors import ConfigError, ConversionError, ExpressionError, Patter
 from walflow.events import Filters, Serializer, now_ms
 from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
-from walflow.patterns import Pattern, compile_patterns, matches_any
+from walflow.patterns import SIGNAL_BUDGET_S, MatchBudget, Pattern, compile_patterns, matches_any
 from walflow.signals import MAX_SIGNAL_BYTES, MAX_SIGNAL_ID, SignalError, printable, signal_key
 from walflow.snapshot import SnapshotTable
 from walflow.source import list_tables
@@ -59,6 +59,8 @@ WATERMARK_PREFIX = "walflow.watermark"
 STATE_KEY = "incremental"
 #: state-table key of the position up to which signals have been applied (see IncrementalSnapshots.on_signal)
 SIGNALS_KEY = "incremental_signals"
+#: state-table key of how many execute-snapshot signals wait for room in the queue (IncrementalSnapshots._wait)
+WAITING_KEY = "incremental_waiting"
 #: signal types whose second application would differ from the first (they act on whatever snapshot is current)
 _REPEAT_SENSITIVE = frozenset({"stop-snapshot", "pause-snapshot", "resume-snapshot"})
 
@@ -75,6 +77,7 @@ class IncrementalSnapshots:
         serializer: Serializer,
         *,
         chunk_hook: Callable[[str, list[list[Any]]], None] | None = None,
+        reader: Callable[[], psycopg.Connection] | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -84,7 +87,8 @@ class IncrementalSnapshots:
         self.fmt = EventFormat(config)
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
-        self.reader = ChunkReader(config, catalog_conn, self.filters, serializer, self.rules)
+        #: selects the chunks; ``reader`` opens the connection of the role that evaluates signals' conditions
+        self.reader = ChunkReader(config, catalog_conn, self.filters, serializer, self.rules, reader)
         raw = store.get(STATE_KEY)
         self.progress: SnapshotProgress | None = SnapshotProgress(**raw) if raw else None
         self.chunks: dict[str, Chunk] = {}
@@ -106,6 +110,12 @@ class IncrementalSnapshots:
         #: again would hit a snapshot that started after it)
         self._signals_upto = int((store.get(SIGNALS_KEY) or {}).get("lsn") or 0)
         self._signals_read = self._signals_upto
+        #: signals waiting for room in the queue (:meth:`_wait`), and how many the state table says
+        self._waiting = self._waiting_saved = int((store.get(WAITING_KEY) or {}).get("count") or 0)
+
+    def close(self) -> None:
+        """Close the reader role's connection, if the batch opened one."""
+        self.reader.close()
 
     # -- state ------------------------------------------------------------------------------------
     @property
@@ -133,6 +143,9 @@ class IncrementalSnapshots:
                 log.info("incremental snapshot %s %s: %d row(s) in %d chunk(s)", progress.signal_id, status, progress.rows, progress.chunks)
             progress = self._next_signal(progress)
         self.progress = progress
+        if self._waiting and (progress is None or len(progress.queued) < self.config.walflow_signal_queue_max):
+            self._promote()
+            progress = self.progress
         if progress is None:
             self.store.delete(STATE_KEY)
         else:
@@ -141,6 +154,9 @@ class IncrementalSnapshots:
                 signal_key(progress.signal_id),
                 {"status": "paused" if progress.paused else "running", "tables_left": progress.tables, "rows": progress.rows, "chunks": progress.chunks, "at_ms": now_ms()},
             )
+        if self._waiting != self._waiting_saved:
+            self.store.put(WAITING_KEY, {"count": self._waiting})
+            self._waiting_saved = self._waiting
         if self._signals_read > self._signals_upto:
             # after the progress: a crash between the two leaves signals to be read again, which _known covers
             self.store.put(SIGNALS_KEY, {"lsn": self._signals_read})
@@ -205,7 +221,7 @@ class IncrementalSnapshots:
                 # the text is the signal writer's: escaped, so newlines and terminal codes cannot forge log lines
                 log.info("signal %s (log): %s", signal_id, printable(data.get("message")))
             elif kind == "execute-snapshot":
-                self._execute(str(signal_id), data)
+                self._execute(str(signal_id), data, lsn)
             elif kind == "stop-snapshot":
                 self._stop(str(signal_id), data)
             elif kind == "pause-snapshot":
@@ -234,9 +250,17 @@ class IncrementalSnapshots:
         outcome = self.store.get(signal_key(signal_id)) or {}
         return outcome.get("status") in ("completed", "stopped")
 
-    def _execute(self, signal_id: str, data: dict[str, Any]) -> None:
+    def _execute(self, signal_id: str, data: dict[str, Any], lsn: int | None = None, stops: list[dict[str, Any]] | None = None) -> None:
+        """Start or queue the incremental snapshot an execute-snapshot signal asks for, after checking it; or keep it
+        waiting when the queue is full.
+
+        :param stops: stop-snapshot signals that arrived while it waited (:meth:`_stop_waiting`): their tables are
+            left out, as they would have been taken out of the queue."""
         if self._known(signal_id):
             log.info("signal %s: already running, queued or finished (read again after a restart); ignored", signal_id)
+            return
+        if self.progress is not None and len(self.progress.queued) >= self.config.walflow_signal_queue_max:
+            self._wait(signal_id, data, lsn)
             return
         kind = data.get("type", "incremental")
         if str(kind).lower() != "incremental":
@@ -245,13 +269,28 @@ class IncrementalSnapshots:
         if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
             raise SignalError("'data-collections' must be a non-empty list of table names or regular expressions")
         oids = {f"{s}.{t}": oid for s, t, oid, *_ in list_tables(self.conn, self.filters)}
+        # one bound for all of the signal's matches: a bound per match, times every pattern and table, is none
+        budget = MatchBudget(SIGNAL_BUDGET_S, f"signal {signal_id!r}")
         try:
             compiled = compile_patterns(patterns, "'data-collections'")
-            tables = [n for n in oids if matches_any(compiled, n)]
+            tables = [n for n in oids if matches_any(compiled, n, budget)]
         except PatternError as exc:
             raise SignalError(str(exc)) from None
         if not tables:
             raise SignalError(f"no captured table matches {patterns}")
+        stopped_by = None
+        for stop in stops or []:
+            try:
+                dropped = compile_patterns(stop.get("data-collections") or [], "'data-collections' of stop-snapshot")
+                left = [t for t in tables if not matches_any(dropped, t, budget)]
+            except PatternError as exc:
+                raise SignalError(str(exc)) from None
+            if len(left) < len(tables):
+                tables, stopped_by = left, str(stop.get("by"))
+        if not tables:
+            self.store.put(signal_key(signal_id), {"status": "stopped", "by": stopped_by, "rows": 0, "chunks": 0, "at_ms": now_ms()})
+            log.info("signal %s: stopped while it waited, by %s", signal_id, stopped_by)
+            return
         conditions: dict[str, str] = {}
         try:
             if isinstance(data.get("additional-condition"), str) and data["additional-condition"].strip():
@@ -263,7 +302,7 @@ class IncrementalSnapshots:
                 pattern = Pattern(str(item.get("data-collection", ".*")), "'additional-conditions' 'data-collection'")
                 condition = check_condition(item["filter"], "'additional-conditions' 'filter'")
                 for t in tables:
-                    if pattern.fullmatch(t):
+                    if pattern.fullmatch(t, budget):
                         conditions[t] = condition
         except (PatternError, ExpressionError) as exc:
             raise SignalError(str(exc)) from None
@@ -276,16 +315,57 @@ class IncrementalSnapshots:
         if self.progress is not None:
             # Queued as a snapshot of its own: merging it into the running one would lose its condition (the
             # same table with another condition, as each backfill run sends) and leave its status unfinished.
-            self.progress.queued.append({"signal_id": signal_id, "tables": tables, "condition": conditions, "surrogate_key": surrogate})
+            self.progress.queued.append(
+                {"signal_id": signal_id, "tables": tables, "condition": conditions, "surrogate_key": surrogate, "stopped_by": stopped_by}
+            )
             status = "queued"
-            log.info("signal %s: incremental snapshot of %s queued behind %s", signal_id, tables, self.progress.signal_id)
+            log.info("signal %s: incremental snapshot of %s queued behind %s", signal_id, printable(tables), self.progress.signal_id)
         else:
-            self.progress = SnapshotProgress(signal_id, tables, conditions, surrogate)
+            self.progress = SnapshotProgress(signal_id, tables, conditions, surrogate, stopped_by=stopped_by)
             self._tables.clear()
             status = "running"
-            log.info("signal %s: incremental snapshot of %s%s", signal_id, tables, f" where {conditions}" if conditions else "")
+            log.info("signal %s: incremental snapshot of %s%s", signal_id, printable(tables), printable(f" where {conditions}") if conditions else "")
         self.store.put(signal_key(signal_id), {"status": status, "tables_left": tables, "rows": 0, "chunks": 0, "at_ms": now_ms()})
         self._dirty = True
+
+    def _wait(self, signal_id: str, data: dict[str, Any], lsn: int | None) -> None:
+        """Keep an execute-snapshot signal that finds the queue full in the state table, status ``waiting``, until a
+        snapshot ends and makes room (:meth:`_promote`): one ``INSERT ... SELECT`` of thousands of signals then costs
+        the batch a row each, never thousands of snapshots queued at once. It is checked when it is queued."""
+        at = now_ms()
+        # "order": arrival order (the signal's position in the WAL, then the time), which find() sorts by
+        self.store.put(signal_key(signal_id), {"status": "waiting", "data": data, "order": f"{lsn or 0:020d}:{at:015d}", "at_ms": at})
+        self._waiting += 1
+        self._dirty = True
+        log.info(
+            "signal %s waits: %d incremental snapshot(s) are queued, as many as walflow.signal.queue.max allows; it is "
+            "queued when one of them ends (%d signal(s) wait)",
+            signal_id,
+            self.config.walflow_signal_queue_max,
+            self._waiting,
+        )
+
+    def _promote(self) -> None:
+        """Queue waiting signals (:meth:`_wait`), oldest first, while the queue has room; each is checked now, and
+        one that fails its checks fails as it would have on arrival."""
+        limit = self.config.walflow_signal_queue_max
+        while self._waiting > 0:
+            room = limit - len(self.progress.queued) if self.progress is not None else limit + 1
+            if room <= 0:
+                break
+            waiting = self.store.find("signal:", "waiting", room)
+            if not waiting:
+                self._waiting = 0
+                break
+            for key, value in waiting:
+                signal_id = key.removeprefix("signal:")
+                self._waiting -= 1
+                try:
+                    self._execute(signal_id, value.get("data") or {}, stops=value.get("stops") or [])
+                except (ValueError, TypeError, ConfigError, ConversionError) as exc:
+                    log.warning("signal %r skipped: %s", signal_id, printable(exc))
+                    self.store.put(key, {"status": "failed", "error": str(exc), "at_ms": now_ms()})
+        self._waiting = max(self._waiting, 0)
 
     def _stop(self, signal_id: str, data: dict[str, Any]) -> None:
         """Drop the named tables (every table without ``data-collections``) from the running and the queued
@@ -293,6 +373,7 @@ class IncrementalSnapshots:
         patterns = data.get("data-collections")
         if patterns is not None and (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)):
             raise SignalError("'data-collections' of stop-snapshot must be a list of table names or regular expressions")
+        budget = MatchBudget(SIGNAL_BUDGET_S, f"signal {signal_id!r}")
         try:
             compiled = compile_patterns(patterns or [], "'data-collections' of stop-snapshot")
             # matched now, so a runaway pattern fails this signal rather than a later chunk
@@ -300,9 +381,11 @@ class IncrementalSnapshots:
             for entry in self.progress.queued if self.progress is not None else []:
                 names.update(entry["tables"])
             names.update(c.table.name for c in self.chunks.values())
-            hits = {t for t in names if not compiled or matches_any(compiled, t)}
+            hits = {t for t in names if not compiled or matches_any(compiled, t, budget)}
         except PatternError as exc:
             raise SignalError(str(exc)) from None
+        if self._waiting:
+            self._stop_waiting(signal_id, patterns)
         progress = self.progress
         if progress is None:
             log.info("signal %s: no incremental snapshot is running", signal_id)
@@ -344,6 +427,23 @@ class IncrementalSnapshots:
             progress.ended = True
             self._outcomes[progress.signal_id] = {"status": "stopped", "by": signal_id, "rows": progress.rows, "chunks": progress.chunks, "at_ms": now_ms()}
         log.info("signal %s: stopped incremental snapshot %s for %s", signal_id, progress.signal_id, patterns or "every table")
+
+    def _stop_waiting(self, signal_id: str, patterns: list[str] | None) -> None:
+        """A stop-snapshot reaches the signals that wait too: without ``data-collections`` they end ``stopped``;
+        with it, each waiting signal notes the stop, and its tables that match are left out when it is queued
+        (:meth:`_execute`). Read a page at a time: waiting signals are never all held in memory."""
+        after = ("", "")
+        while page := self.store.find("signal:", "waiting", 200, after):
+            for key, value in page:
+                if patterns:
+                    value["stops"] = [*(value.get("stops") or []), {"by": signal_id, "data-collections": patterns}]
+                    self.store.put(key, value)
+                else:
+                    self.store.put(key, {"status": "stopped", "by": signal_id, "rows": 0, "chunks": 0, "at_ms": now_ms()})
+                    self._waiting -= 1
+            after = (str(page[-1][1].get("order") or ""), page[-1][0])
+        self._waiting = max(self._waiting, 0)
+        self._dirty = True
 
     def _pause(self, paused: bool) -> None:
         if self.progress is None:

@@ -27,6 +27,33 @@ RETRIES = 3
 RETRY_TIMEOUT_S = 1.0
 
 _FLAGS = regex.IGNORECASE | regex.VERSION0
+#: The CPU time all the matches of one signal's patterns may take together (each match is bounded too): a signal
+#: naming many patterns against many captured tables must not hold the stream for a bound per match each.
+SIGNAL_BUDGET_S = 1.0
+
+
+class MatchBudget:
+    """CPU time shared by several matches (those of one signal): :meth:`Pattern.fullmatch` charges each match to it
+    and fails with :class:`PatternError` once it is spent.
+
+    :param seconds: the CPU time all the matches may take together.
+    :param origin: what the matches are for, quoted in the error (``signal 'snap-1'``).
+    """
+
+    __slots__ = ("left", "origin", "seconds")
+
+    def __init__(self, seconds: float, origin: str) -> None:
+        self.seconds = seconds
+        self.left = seconds
+        self.origin = origin
+
+    def charge(self, spent: float, pattern: str) -> None:
+        self.left -= spent
+        if self.left < 0:
+            raise PatternError(
+                f"{self.origin}: matching its patterns (the last {pattern!r}) against the table names took more than "
+                f"{self.seconds} s of CPU time in all. Name fewer tables per signal, or list them literally."
+            )
 
 
 class Pattern:
@@ -47,8 +74,18 @@ class Pattern:
         self.text = text
         self.origin = origin
 
-    def fullmatch(self, name: str) -> bool:
-        """Whether the whole of ``name`` matches; :class:`PatternError` when that takes longer than the bound."""
+    def fullmatch(self, name: str, budget: MatchBudget | None = None) -> bool:
+        """Whether the whole of ``name`` matches; :class:`PatternError` when that takes longer than the bound, or
+        when it spends the last of ``budget``."""
+        if budget is None:
+            return self._fullmatch(name)
+        started = time.thread_time()
+        try:
+            return self._fullmatch(name)
+        finally:
+            budget.charge(time.thread_time() - started, self.text)
+
+    def _fullmatch(self, name: str) -> bool:
         try:
             return self._compiled.fullmatch(name, timeout=MATCH_TIMEOUT_S) is not None
         except TimeoutError:
@@ -75,5 +112,5 @@ def compile_patterns(texts: Iterable[str], origin: str) -> list[Pattern]:
     return [Pattern(text, origin) for text in texts]
 
 
-def matches_any(patterns: Iterable[Pattern], name: str) -> bool:
-    return any(p.fullmatch(name) for p in patterns)
+def matches_any(patterns: Iterable[Pattern], name: str, budget: MatchBudget | None = None) -> bool:
+    return any(p.fullmatch(name, budget) for p in patterns)

@@ -60,7 +60,7 @@ def lake_folder(config: ConnectorConfig) -> Path:
     prefix = f"spark.sql.catalog.{settings.catalog}"
     spark_conf = config.walflow_lake_spark_conf
     if config.walflow_lake_catalog_conn_id:
-        kind = "jdbc"  # the task adds the JDBC catalog's settings when it runs
+        kind = f"given by Connection {config.walflow_lake_catalog_conn_id!r}"  # the task adds its settings when it runs
     elif f"{prefix}.catalog-impl" in spark_conf and f"{prefix}.type" not in spark_conf:
         kind = spark_conf[f"{prefix}.catalog-impl"]
     else:

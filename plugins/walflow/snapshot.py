@@ -196,7 +196,7 @@ def read_chunks(
     # Qualified: the select list casts every column to text under its own name, and an unqualified ORDER BY
     # would sort by that text instead of by the key's type.
     key_idents = sql.SQL(", ").join(sql.Identifier("walflow_t", k) for k in table.key)
-    placeholders = sql.SQL(", ").join(sql.SQL("%s::" + t) for t in table.key_types)  # type: ignore[arg-type]
+    placeholders = sql.SQL(", ").join(sql.SQL("%s::{}").format(sql_fragment(t)) for t in table.key_types)
     key_index = [table.schema.column_names.index(k) for k in table.key]
     conditions: list[sql.Composable] = []
     if table.condition:

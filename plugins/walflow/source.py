@@ -19,6 +19,7 @@ from walflow.config import ConnectorConfig
 from walflow.convert import SESSION_SETTINGS
 from walflow.errors import ConcurrentRunError, SlotError, SourceError, SourceUnavailableError
 from walflow.events import Filters
+from walflow.queries import use_cursors
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def connect(
     :raises SourceError: when the server cannot be reached or an initial statement fails.
     """
     try:
-        conn = psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs)
+        conn = use_cursors(psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs))
     except psycopg.OperationalError as exc:
         raise SourceUnavailableError(f"cannot connect to the source database: {str(exc).strip()}") from None
     check_encoding(conn)

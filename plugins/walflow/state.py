@@ -98,6 +98,23 @@ class StateStore:
             )
             return [(row[0], row[1]) for row in cur.fetchall()]
 
+    def find(self, prefix: str, status: str, limit: int, after: tuple[str, str] = ("", "")) -> list[tuple[str, Any]]:
+        """Up to ``limit`` ``(key, value)`` of this connector whose key starts with ``prefix`` and whose value's
+        ``status`` is ``status``, in the order of their values' ``order`` field (then key), after ``after`` (an
+        ``(order, key)`` pair: pass the last one returned to read the next page)."""
+        if not self.exists():
+            return []
+        with self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL(
+                    "SELECT key, value FROM {} WHERE connector = %s AND starts_with(key, %s) AND value->>'status' = %s "
+                    "AND (coalesce(value->>'order', '') COLLATE \"C\", key COLLATE \"C\") > (%s COLLATE \"C\", %s COLLATE \"C\") "
+                    "ORDER BY coalesce(value->>'order', '') COLLATE \"C\", key COLLATE \"C\" LIMIT %s"
+                ).format(self._ident),
+                (self._connector, prefix, status, after[0], after[1], limit),
+            )
+            return [(row[0], row[1]) for row in cur.fetchall()]
+
     def put(self, key: str, value: Any) -> None:
         with self._conn.cursor() as cur:
             cur.execute(

@@ -75,6 +75,8 @@ class StreamBatch:
         fault-injection tests kill the process there. It does nothing in production.
     :param chunk_hook: test seam called with the table name and the rows of each incremental-snapshot chunk
         between its SELECT and its high watermark, so a test can commit a change inside the window on purpose.
+    :param reader_conninfo: libpq connection string of the role that evaluates the conditions of signals
+        (``walflow.postgres.reader.conn.id``); without it, signals with a condition fail.
     """
 
     def __init__(
@@ -85,9 +87,11 @@ class StreamBatch:
         *,
         fault_hook: Callable[[str], None] | None = None,
         chunk_hook: Callable[[str, list[list[Any]]], None] | None = None,
+        reader_conninfo: str | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
+        self.reader_conninfo = reader_conninfo
         self.producer = producer
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
@@ -145,7 +149,9 @@ class StreamBatch:
             if config.signal_table or store.get(INCREMENTAL_KEY):
                 # its own autocommit connection: the stream connection holds the peek's transaction open
                 inc_store = StateStore(catalog_conn, config.name, config.state_table)
-                self._inc = IncrementalSnapshots(config, inc_store, catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook)
+                self._inc = IncrementalSnapshots(
+                    config, inc_store, catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook, reader=self._reader_factory()
+                )
                 self.events.inc = self._inc
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
@@ -255,6 +261,8 @@ class StreamBatch:
             self.producer.close()
             raise
         finally:
+            if self._inc is not None:
+                self._inc.close()
             catalog_conn.close()
             _release_slot_lock(conn)
             conn.close()
@@ -293,6 +301,14 @@ class StreamBatch:
             raise SlotError(f"{error} (this batch itself was delivered and the slot advanced)")
         for warning in warnings:
             log.warning("connector %s: %s", config.name, warning)
+
+    def _reader_factory(self) -> Callable[[], psycopg.Connection] | None:
+        """What opens the reader role's connection (signals' conditions are evaluated as that role), or ``None``."""
+        if self.reader_conninfo is None:
+            return None
+        conninfo, config = self.reader_conninfo, self.config
+        # database.initial.statements too: the chunks read the tables in the session a snapshot reads them in
+        return lambda: connect(conninfo, application_name=f"walflow:{config.name}:reader", initial_statements=config.database_initial_statements)
 
     def _check_drift(self, conn: psycopg.Connection, catalog_conn: psycopg.Connection, store: StateStore, summary: BatchSummary) -> None:
         """Before reading the slot: the slot and prefix are this connector's, the publication still holds what it

@@ -43,7 +43,8 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
         # the cluster's executors run in JVMs of their own: a small heap each, the tests' quick JIT
         "walflow.lake.spark.conf: " + json.dumps({**TEST_SPARK_CONF, "spark.executor.memory": "700m", "spark.executor.cores": "1"}),
     )
-    catalog = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"], "schema": catalog_database}
+    catalog = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"],
+               "password": params.get("password"), "schema": catalog_database}
     env[f"AIRFLOW_CONN_{name.upper()}_CATALOG"] = json.dumps(catalog)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -70,7 +71,7 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
         names = conn.execute("SELECT table_namespace, table_name, iceberg_type FROM iceberg_tables").fetchall()
     assert (name, "public__items", "TABLE") in names
     config = resolve(name)
-    jdbc = JdbcCatalog(host=params["host"], port=int(params["port"]), database=catalog_database, user=params["user"])
+    jdbc = JdbcCatalog(host=params["host"], port=int(params["port"]), database=catalog_database, user=params["user"], password=params.get("password"))
     table = read_lake_table(LakeSettings.from_config(config), "public__items", jdbc)
     assert table is not None
     lake = {r["id"]: (r["v"], r["n"]) for r in table.scan().to_arrow().to_pylist()}

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.privileges import as_connector, hand_over
+from tests.privileges import as_connector, as_reader, hand_over
 from tests.support import airflow_connector, read_topic, run_dag, unique
 
 pytestmark = pytest.mark.timeout(600)
@@ -125,7 +125,7 @@ def _stream_in_background(name: str, dsn: str, stop: threading.Event) -> threadi
     def loop() -> None:
         config = resolve(name)
         while not stop.is_set():
-            StreamBatch(config, as_connector(dsn), producer()).run()
+            StreamBatch(config, as_connector(dsn), producer(), reader_conninfo=as_reader(dsn)).run()
             stop.wait(0.5)
 
     thread = threading.Thread(target=loop, daemon=True)

@@ -8,6 +8,9 @@ the end-to-end run through Airflow and spark-submit.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,13 +24,21 @@ pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: the lake catalog's credential, in its Airflow Connection only
+CATALOG_SECRET = "catalog-token-" + uuid.uuid4().hex
+
+
 @pytest.fixture()
 def lake_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A connector whose lake catalog (the warehouse's Hadoop catalog) is given by an Airflow Connection of Iceberg
+    catalog properties with a credential, as a REST catalog's would be: the job gets them through its environment."""
     name = unique("lake")
     env = airflow_connector(
         tmp_path, name, database, kafka_bootstrap, "skipped.operations: none", "walflow.lake.changelog: true",
-        "walflow.lake.maintain.snapshot.retention.hours: 0",
+        "walflow.lake.maintain.snapshot.retention.hours: 0", f"walflow.lake.catalog.conn.id: {name}_catalog",
     )
+    catalog = {"conn_type": "generic", "password": CATALOG_SECRET, "extra": {"type": "hadoop", "warehouse": os.environ["WALFLOW_WAREHOUSE"]}}
+    env[f"AIRFLOW_CONN_{name.upper()}_CATALOG"] = json.dumps(catalog)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return {"name": name, "dsn": database}
@@ -61,7 +72,7 @@ def assert_changelog_complete(name: str, table: str) -> None:
 BIG = "(SELECT string_agg(md5(i::text || 'x'), '') FROM generate_series(1, 400) i)"
 
 
-def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str]) -> None:
+def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd: pytest.CaptureFixture[str]) -> None:
     name, dsn = lake_connector["name"], lake_connector["dsn"]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), opened date, seen timestamptz, doc text)")
@@ -133,6 +144,15 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str]) -> No
     consumer = DagBag(dag_folder=str(ROOT / "dags" / "example_lake_consumer.py")).dags["example_lake_consumer"]
     run = consumer.test(run_conf={"connector": name, "table": "public__accounts"})
     assert run.state == "success"
+
+    # the catalog's credential reached the jobs through their environment only: in no task log, no command line
+    logs = capfd.readouterr()
+    text = logs.out + logs.err
+    for path in (Path(os.environ["AIRFLOW_HOME"]) / "logs").glob(f"**/*{name}*/**/*"):
+        if path.is_file():
+            text += path.read_text(errors="replace")
+    assert "Spark-Submit cmd" in text or "spark-submit" in text  # the apply tasks' logs were read
+    assert CATALOG_SECRET not in text
 
 
 def _files(name: str, table: str) -> dict[str, int]:

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,15 +78,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Api:
-    """The REST API with a token from the simple auth manager (every user is an admin here)."""
+def admin_password(env: dict[str, str]) -> str:
+    """The admin's password that `make up` generated into the runtime's simple-auth-manager passwords file."""
+    return json.loads(Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]).read_text())["admin"]
 
-    def __init__(self, base: str) -> None:
+
+class Api:
+    """The REST API with a token the simple auth manager gives for the runtime's admin and password."""
+
+    def __init__(self, base: str, password: str) -> None:
         self.base = base
+        self.password = password
+
+    def token(self) -> str:
+        request = urllib.request.Request(
+            f"{self.base}/auth/token", data=json.dumps({"username": "admin", "password": self.password}).encode(),
+            method="POST", headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return str(json.load(response)["access_token"])
 
     def __call__(self, path: str, body: Any = None, method: str | None = None) -> Any:
-        with urllib.request.urlopen(f"{self.base}/auth/token", timeout=10) as response:
-            token = json.load(response)["access_token"]
+        token = self.token()
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
             f"{self.base}{path}", data=data, method=method, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -139,7 +153,6 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
     env = {
         **os.environ,
         **airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         # the LocalExecutor's tasks report to this API server
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
@@ -164,9 +177,9 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
                 time.sleep(0.5)
         else:
             pytest.fail("the Airflow API server did not start")
-        yield {"name": name, "dsn": database, "env": env, "base": base, "api": Api(base)}
+        yield {"name": name, "dsn": database, "env": env, "base": base, "api": Api(base, admin_password(env))}
     finally:
-        _forget_dags(Api(base), name)
+        _forget_dags(Api(base, admin_password(env)), name)
         for proc in processes:
             os.killpg(proc.pid, signal.SIGTERM)
         for proc in processes:
@@ -195,9 +208,26 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     assert len(finished) >= 2 and {r["state"] for r in finished} == {"success"}, runs
     stream_run = next(r for r in runs if r["run_type"] == "manual")["dag_run_id"]
 
+    # the embedded runtime asks for credentials: the API without a token, a wrong password, both refused
+    for request in (
+        urllib.request.Request(f"{base}/api/v2/dags"),
+        urllib.request.Request(f"{base}/auth/token", data=json.dumps({"username": "admin", "password": "guess"}).encode(),
+                               method="POST", headers={"Content-Type": "application/json"}),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code in (401, 403), refused.value
+
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
+        # the UI sends a visitor to its login page; the runtime's admin signs in with the password `make up` printed
+        page.goto(f"{base}/dags?tags={name}", wait_until="networkidle", timeout=120_000)
+        page.wait_for_url("**/auth/login**", timeout=60_000)
+        page.locator("input[name=username]").fill("admin")
+        page.locator("input[type=password]").fill(api.password)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
         page.goto(f"{base}/dags?tags={name}", wait_until="networkidle", timeout=120_000)
         expect(page.get_by_text(snapshot_id)).to_be_visible()
         page.screenshot(path=str(shots / "dag-list.png"))

@@ -8,6 +8,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +108,7 @@ def test_statements_in_a_condition_never_run(database: str) -> None:
         status = signal_status(database, config, signal_id)
         assert status["status"] == "failed" and "not one SQL expression" in status["error"], status
     status = signal_status(database, config, function)
-    assert status["status"] == "failed" and "read-only transaction" in status["error"], status
+    assert status["status"] == "failed" and "evil(), which is VOLATILE" in status["error"], status
     assert signal_status(database, config, good)["status"] == "completed"
     rows = read_topic(f"{config.topic_prefix}.public.orders")
     assert sorted(r.key_payload["id"] for r in rows) == [1, 2, 3, 4, 5]  # nothing of victim's rows leaked in
@@ -140,6 +142,21 @@ def test_the_snapshot_form_renders_no_connection_secret(database: str, tmp_path:
     assert allowed.state == "success"
     (data,) = query(database, f"SELECT data FROM {SIGNALS}")[0]
     assert "{{" not in data and "updated_at < '" in data
+    # templates that would take the worker's CPU or memory are refused before anything is rendered or written
+    for bomb in ("{{ 9**9**9 }}", "{{ 'x'*10**10 }}", "{{ range(10**8)|join }}", "{% for i in range(10**9) %}{% endfor %}"):
+        started = time.monotonic()
+        refused = snapshot.test(run_conf={"data_collections": ["public.t"], "additional_condition": f"id::text = '{bomb}'"},
+                                mark_success_pattern="wait_for_snapshot")
+        assert refused.state == "failed" and time.monotonic() - started < 30, bomb
+    assert query(database, f"SELECT count(*) FROM {SIGNALS}") == [(1,)]
+    # a condition that would act passes the form (it is one expression) and fails its signal in the stream
+    killer = snapshot.test(run_conf={"data_collections": ["public.t"], "additional_condition": "pg_terminate_backend(pg_backend_pid())"},
+                           mark_success_pattern="wait_for_snapshot")
+    assert killer.state == "success"
+    assert dags[f"{name}__stream"].test().state == "success"
+    (status,) = query(database, "SELECT value FROM walflow_state WHERE key LIKE 'signal:%%' AND value->>'error' LIKE '%%pg_terminate_backend%%'")[0]
+    assert status["status"] == "failed" and "VOLATILE" in status["error"]
+    assert dags[f"{name}__stream"].test().state == "success"  # the stream goes on: no backend was terminated
     out = capfd.readouterr()
     text = out.out + out.err
     for path in (Path(__import__("os").environ["AIRFLOW_HOME"]) / "logs").glob(f"**/*{name}*/**/*"):
@@ -355,7 +372,9 @@ def test_runaway_patterns_are_bounded(database: str) -> None:
 def test_snapshot_queries_have_a_statement_timeout(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t SELECT generate_series(1, 20)")
     config = signals_connector(database, **{"database.query.timeout.ms": 500})
-    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "pg_sleep(5) IS NOT NULL"})
+    # an expression that only computes (IMMUTABLE functions), but for seconds per row
+    slow = "md5(repeat(md5(id::text), 5000000)) IS NOT NULL"
+    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": slow})
     started = time.monotonic()
     stream(config, database)
     assert time.monotonic() - started < 30
@@ -412,3 +431,334 @@ def test_an_oversized_logical_message_names_its_prefix_and_position(database: st
     message = str(raised.value)
     for part in ("prefix 'bulky'", "at LSN ", "message.max.bytes=1000000", "message.prefix.exclude.list"):
         assert part in message, (part, message)
+
+
+# -- 8. names are data: '%', braces, quotes and every other character PostgreSQL allows ---------------------------
+ODD_SCHEMA = 'Sch%s {x} "q" \\'
+ODD_TABLE = "T%d{0}'s \"t\" . ü"
+ODD_KEY = "k%s{}"
+ODD_COLUMN = 'v%d {x} "q"'
+ODD_TYPE = "dom%d{z}"
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake(spark: Any, database: str) -> None:
+    """A schema, table, key column, column and key type whose names hold ``%`` (psycopg's placeholder sign), braces,
+    quotes, a backslash, a dot and a non-ASCII letter: the initial snapshot, streaming (a key change included), an
+    incremental snapshot whose condition names the odd column, and the lake all work, and the lake equals the source
+    row by row."""
+    import regex
+
+    from walflow.lake.naming import table_name
+
+    from tests.support import apply_lake, lake_rows, replay
+
+    table = f"{ident(ODD_SCHEMA)}.{ident(ODD_TABLE)}"
+    run_sql(
+        database,
+        f"CREATE SCHEMA {ident(ODD_SCHEMA)}",
+        f"CREATE DOMAIN {ident(ODD_SCHEMA)}.{ident(ODD_TYPE)} AS integer",
+        f"CREATE TABLE {table} ({ident(ODD_KEY)} {ident(ODD_SCHEMA)}.{ident(ODD_TYPE)} PRIMARY KEY, {ident(ODD_COLUMN)} text)",
+        f"INSERT INTO {table} SELECT g, 'v%' || g FROM generate_series(1, 250) g",
+    )
+    config = signals_connector(database, **{"snapshot.mode": "initial"})  # the initial snapshot pages by the odd key
+    run_sql(
+        database,
+        f"INSERT INTO {table} VALUES (251, '{{new}} %s')",
+        f"UPDATE {table} SET {ident(ODD_COLUMN)} = 'changed %d' WHERE {ident(ODD_KEY)} = 7",
+        f"UPDATE {table} SET {ident(ODD_KEY)} = 1000 WHERE {ident(ODD_KEY)} = 8",  # a key change
+        f"DELETE FROM {table} WHERE {ident(ODD_KEY)} = 9",
+    )
+    assert stream(config, database).events >= 4
+    # an incremental snapshot of the table, chunked by the odd key, with a condition naming the odd column
+    signal_id = send_signal(database, "execute-snapshot", {
+        "data-collections": [regex.escape(f"{ODD_SCHEMA}.{ODD_TABLE}")],
+        "additional-condition": f"{ident(ODD_COLUMN)} LIKE 'v%' OR {ident(ODD_KEY)} > 900",
+    })
+    for _ in range(10):
+        summary = stream(config, database)
+        if not summary.events and not summary.snapshot_rows:
+            break
+    status = signal_status(database, config, signal_id)
+    assert status["status"] == "completed" and status["rows"] == 248, status  # 250 - 3 changed + key 1000
+
+    source = {row[0]: row[1] for row in query(database, f"SELECT {ident(ODD_KEY)}, {ident(ODD_COLUMN)} FROM {table}")}
+    topic = f"{config.topic_prefix}.{regex.sub(r'[^A-Za-z0-9._-]', '_', ODD_SCHEMA)}.{regex.sub(r'[^A-Za-z0-9._-]', '_', ODD_TABLE)}"
+    events = {json.loads(key)[ODD_KEY]: after[ODD_COLUMN] for key, after in replay(read_topic(topic)).items()}
+    assert events == source
+    apply_lake(spark, config)
+    lake = {row[ODD_KEY]: row[ODD_COLUMN] for row in lake_rows(config.topic_prefix, table_name(ODD_SCHEMA, ODD_TABLE))}
+    assert lake == source
+
+
+# -- 9. a condition is data: it reads the row's visible columns and calls nothing that acts ----------------------
+@contextmanager
+def login_role(database: str, *grants: str) -> Iterator[str]:
+    """A LOGIN role of the test with ``grants`` (statements, ``{role}`` standing for its name); yields its DSN and
+    drops it afterwards."""
+    from tests.privileges import PASSWORD
+
+    role = f"w_{uuid.uuid4().hex[:8]}"
+    run_sql(database, f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'", *(g.format(role=role) for g in grants))
+    try:
+        yield " ".join([*(p for p in database.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+    finally:
+        run_sql(database, f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+
+
+def signal_writer(database: str) -> Any:
+    """A role that may insert into the signal table and do nothing else (roles.sql's -v signal_writers)."""
+    return login_role(database, f"GRANT INSERT ON {SIGNALS} TO {{role}}")
+
+
+def slots(database: str) -> list[tuple[str, str]]:
+    return query(database, "SELECT slot_name, slot_type FROM pg_replication_slots ORDER BY 1")
+
+
+def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_changes_nothing(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The conditions of the second round's report, inserted by a role that may only insert signals and streamed by the
+    connector role, with conditions evaluated as the reader role: each fails its signal naming the cause; no backend
+    is terminated, no slot is moved or created, no session setting changes the floats of later snapshot rows, no value
+    of an excluded or masked column (nor of a visible one) reaches the state table or the log, and the stream goes on."""
+    run_sql(
+        database,
+        "CREATE TABLE people (id int PRIMARY KEY, name text, email text, ssn text, score float8)",
+        "INSERT INTO people SELECT g, 'name' || g, 'secret.mail' || g || '@example.com', 'ssn-' || g, 1::float8 / 3 + g FROM generate_series(1, 30) g",
+    )
+    config = signals_connector(database, **{"column.exclude.list": r"public\.people\.email", "column.mask.with.4.chars": r"public\.people\.ssn"})
+    writing = signal_writer(database)
+    writer = writing.__enter__()
+    before_slots = slots(database)
+    slot_at = slot_lsn(database, config.slot_name)
+    hostile = {
+        "terminate": ("pg_terminate_backend(pg_backend_pid())", "pg_terminate_backend"),
+        "advance": (f"pg_replication_slot_advance('{config.slot_name}', pg_current_wal_flush_lsn()) IS NOT NULL", "pg_replication_slot_advance"),
+        "physical": ("pg_create_physical_replication_slot('walflow_evil') IS NOT NULL", "pg_create_physical_replication_slot"),
+        "setting": ("set_config('extra_float_digits', '-15', false) IS NOT NULL", "set_config"),
+        "file": ("length(pg_read_file('/etc/hostname')) > 0", "pg_read_file"),
+        "excluded": ("CAST(email AS int) = 0", "reads column 'email' of public.people, which the events leave out"),
+        "masked": ("CAST(ssn AS int) = 0", "reads column 'ssn' of public.people, which the events carry changed"),
+        "visible": ("CAST(name AS int) = 0", "SQLSTATE 22P02"),  # evaluated, fails on the rows: told without the value
+        "subquery": ("id IN (SELECT id FROM people)", "a subquery"),
+        "whole_row": ("walflow_t::text LIKE '%secret%'", "'walflow_t', which is not a column"),
+    }
+    ids = {}
+    for label, (condition, _) in hostile.items():
+        ids[label] = send_signal(writer, "execute-snapshot", {"data-collections": ["public.people"], "additional-condition": condition})
+    good = send_signal(writer, "execute-snapshot", {"data-collections": ["public.people"], "additional-condition": "id <= 10 AND lower(name) LIKE 'name%'"})
+    run_sql(database, "INSERT INTO people VALUES (100, 'after the signals', 'x@example.com', 'ssn-x', 0.5)")
+    with caplog.at_level(logging.INFO, logger="walflow"):
+        for _ in range(10):
+            summary = stream(config, database)
+            if not summary.events and not summary.snapshot_rows:
+                break
+    writing.__exit__(None, None, None)
+    for label, (condition, cause) in hostile.items():
+        status = signal_status(database, config, ids[label])
+        assert status["status"] == "failed" and cause in status["error"], (label, status)
+        if label in ("terminate", "advance", "physical", "setting", "file"):
+            assert "which is VOLATILE" in status["error"], status
+    assert signal_status(database, config, good)["status"] == "completed"
+    # nothing changed on the server: the same slots, the connector's not moved by a condition (the row inserted after
+    # the signals was streamed, not skipped), no backend terminated (the batches all ran)
+    assert slots(database) == before_slots and slot_lsn(database, config.slot_name) != slot_at
+    records = read_topic(f"{config.topic_prefix}.public.people")
+    assert [r.key_payload["id"] for r in records if r.op == "c"] == [100]
+    snapshot_rows = {r.payload["after"]["id"]: r.payload["after"] for r in records if r.op == "r"}
+    assert sorted(snapshot_rows) == list(range(1, 11))
+    assert all(row["score"] == 1.0 / 3 + row["id"] for row in snapshot_rows.values())  # full float precision
+    # no value revealed: not the excluded e-mails, not the masked numbers, not the visible names the cast failed on
+    revealed = json.dumps([signal_status(database, config, i) for i in ids.values()]) + "\n".join(r.getMessage() for r in caplog.records)
+    for value in ("secret.mail", "ssn-", '"name1"', "name1\""):
+        assert value not in revealed, value
+    assert stream(config, database).events == 0  # the stream goes on
+
+
+def test_a_numeric_of_any_length_never_stops_the_stream(database: str) -> None:
+    """Values an application role may write into an unconstrained numeric column: one of 5,001 digits (beyond Python's
+    4,300-digit limit, which stopped every batch) and the longest PostgreSQL accepts, streamed and snapshotted as
+    Debezium sends them (its VariableScaleDecimal: scale, and the unscaled value's bytes)."""
+    from tests.integration.test_types import LONGEST_FRACTION, LONGEST_NUMERIC, LONGEST_WHOLE, long_int, unscaled
+
+    run_sql(database, "CREATE TABLE amounts (id int PRIMARY KEY, n numeric)")
+    config = signals_connector(database)
+    run_sql(database, f"INSERT INTO amounts VALUES (1, '{'9' * 5001}'), (2, '{LONGEST_NUMERIC}'), (3, '-{LONGEST_NUMERIC}'), (4, 1.5)")
+    send_signal(database, "execute-snapshot", {"data-collections": ["public.amounts"]})
+    for _ in range(5):
+        summary = stream(config, database)
+        if not summary.events and not summary.snapshot_rows:
+            break
+    longest = long_int(LONGEST_WHOLE + LONGEST_FRACTION)
+    want = {1: {"scale": 0, "value": unscaled(long_int("9" * 5001))}, 2: {"scale": 16383, "value": unscaled(longest)},
+            3: {"scale": 16383, "value": unscaled(-longest)}, 4: {"scale": 1, "value": unscaled(15)}}
+    records = read_topic(f"{config.topic_prefix}.public.amounts")
+    for op in ("c", "r"):  # streamed, then the incremental snapshot's rows
+        assert {r.payload["after"]["id"]: r.payload["after"]["n"] for r in records if r.op == op} == want, op
+
+
+def test_only_the_connector_writes_logical_decoding_messages_and_an_oversized_one_can_be_skipped(database: str) -> None:
+    """roles.sql revokes pg_logical_emit_message from PUBLIC: an application's login cannot write a message into the
+    WAL the connector reads (one too large for a Kafka record stopped every batch, from any login, with a new prefix
+    each time). The connector's own oversized message is skipped, with a warning, under
+    walflow.message.oversized.handling.mode: skip."""
+    from tests.privileges import as_connector
+
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
+    with login_role(database) as app, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        run_sql(app, "SELECT pg_logical_emit_message(true, 'bulky', repeat('m', 2000000))")
+    config = connector(unique("skipmsg"), **{"walflow.message.oversized.handling.mode": "skip"})
+    setup(config, database)
+    run_sql(as_connector(database), "SELECT pg_logical_emit_message(true, 'bulky', repeat('m', 2000000))")
+    run_sql(database, "INSERT INTO t VALUES (1)")
+    summary = stream(config, database)
+    assert summary.events == 1 and any("prefix 'bulky'" in w and "skip" in w for w in summary.warnings), summary.warnings
+    assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [1]
+
+
+def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(database: str, caplog: pytest.LogCaptureFixture) -> None:
+    """One INSERT ... SELECT generate_series(...) of signals by a role that may only insert them: at most
+    walflow.signal.queue.max are queued at a time, the rest wait in the state table (never hundreds of snapshots
+    queued at once) and are queued in arrival order as snapshots end; a stop-snapshot reaches waiting ones too."""
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)", "INSERT INTO t SELECT generate_series(1, 5)")
+    config = signals_connector(database, **{"walflow.signal.queue.max": 2})
+    data = json.dumps({"data-collections": ["public.t"]})
+    with signal_writer(database) as writer:
+        run_sql_params(writer, f"INSERT INTO {SIGNALS} SELECT 'bulk-' || g, 'execute-snapshot', %s FROM generate_series(1, 300) g", data)
+        with caplog.at_level(logging.INFO, logger="walflow"):
+            stream(config, database)
+        # each round of the batch finished one snapshot and queued the next waiting one: all ran, in arrival order
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum(" waits: 2 incremental snapshot(s) are queued" in m for m in messages) == 300 - 3
+        started = [m.split()[2] for m in messages if m.startswith("incremental snapshot bulk-") and " completed" in m]
+        assert started == [f"bulk-{g}" for g in range(1, 301)]
+        assert len(read_topic(f"{config.topic_prefix}.public.t")) == 300 * 5
+        # a stop-snapshot without tables, in the same transaction as more signals: the running, the queued and every
+        # waiting one end 'stopped'
+        with psycopg.connect(writer, autocommit=True) as conn, conn.transaction():
+            conn.execute(f"INSERT INTO {SIGNALS} SELECT 'more-' || g, 'execute-snapshot', %s FROM generate_series(1, 50) g", (data,))
+            conn.execute(f"INSERT INTO {SIGNALS} VALUES ('stop-all', 'stop-snapshot', '{{}}')")
+    stream(config, database)
+    statuses = query(database, "SELECT value->>'status', count(*) FROM walflow_state WHERE key LIKE 'signal:more-%%' GROUP BY 1")
+    assert statuses == [("stopped", 50)], statuses
+    run_sql(database, "INSERT INTO t VALUES (6)")
+    assert stream(config, database).events == 1
+
+
+def test_a_signals_patterns_share_one_time_bound(database: str) -> None:
+    """Each match of a pattern is bounded (0.25 s of CPU time), but a signal naming a slow pattern against many tables
+    took that bound per table: all the matches of one signal now share 1 s."""
+    names = [f"a{'a' * 11}{i}" for i in range(20)]  # the pattern below takes about a tenth of a second on each
+    run_sql(database, *(f"CREATE TABLE {n} (id int PRIMARY KEY)" for n in names))
+    config = signals_connector(database)
+    slow = send_signal(database, "execute-snapshot", {"data-collections": [r"public\.(?:(?:a|a)|(?:a|aa))+!"]})
+    started = time.monotonic()
+    stream(config, database)
+    assert time.monotonic() - started < 30
+    status = signal_status(database, config, slow)
+    assert status["status"] == "failed" and "s of CPU time in all" in status["error"], status
+
+
+# -- 9b. roles.sql never merges applications' roles ------------------------------------------------------------------
+def test_each_table_owner_has_a_group_of_its_own_and_no_login_but_the_connector_writes_the_wal(
+    database: str, connector_role: dict[str, str]
+) -> None:
+    """roles.sql never merges applications' roles: each table owner's captured tables go to a group of its own
+    (the connector and that owner its members), so neither application gains the other's tables, and the signal
+    table is the connector's. Logical decoding messages can be written by the connector role only; the reader role
+    reads the captured tables and nothing else."""
+    role = connector_role["role"]
+    with psycopg.connect(database) as conn:
+        owners = dict(conn.execute(
+            "SELECT relname, relowner::regrole::text FROM pg_class WHERE relname IN ('customers', 'orders', 'audit', 'walflow_signal')"
+        ).fetchall())
+    assert owners == {"customers": f"{role}_owns_{role}_app_a", "orders": f"{role}_owns_{role}_app_b",
+                      "audit": f"{role}_app_a", "walflow_signal": role}
+    with psycopg.connect(connector_role["app_a_dsn"], autocommit=True) as conn:
+        conn.execute("ALTER TABLE customers ADD COLUMN IF NOT EXISTS extra text")  # still its own
+        for statement in ("ALTER TABLE orders ADD COLUMN extra text", "DROP TABLE walflow_signal", "SELECT count(*) FROM orders"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    with psycopg.connect(connector_role["app_b_dsn"], autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("ALTER TABLE customers ADD COLUMN extra2 text")
+    # logical decoding messages: revoked from PUBLIC, granted to the connector role
+    for who in ("writer_dsn", "reader_dsn", "app_a_dsn"):
+        with psycopg.connect(connector_role[who], autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT pg_logical_emit_message(false, 'x', 'y')")
+    with psycopg.connect(connector_role["dsn"], autocommit=True) as conn:
+        conn.execute("SELECT pg_logical_emit_message(false, 'walflow.test', 'y')")
+    with psycopg.connect(connector_role["reader_dsn"], autocommit=True) as conn:
+        flags = conn.execute("SELECT rolsuper, rolreplication, rolbypassrls FROM pg_roles WHERE rolname = current_user").fetchone()
+        assert flags == (False, False, False)
+        assert conn.execute("SELECT count(*) FROM customers").fetchone() == (250,)
+        for statement in ("SELECT count(*) FROM audit", "SELECT count(*) FROM walflow_signal", "INSERT INTO customers VALUES (5000, 'x')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+
+
+# -- 10. the embedded runtime is closed ------------------------------------------------------------------------------
+def test_the_embedded_runtime_asks_for_passwords_and_listens_on_loopback_only() -> None:
+    """The tests' own runtime is made by the same code as the one `make demo` and `airflow standalone` use: Airflow's
+    API on 127.0.0.1 with the simple auth manager's admin (no 'all admins'), PostgreSQL with scram-sha-256 everywhere
+    (a login without the password is refused), the demo Connection as the least-privilege role, the generated
+    passwords in files only their owner reads, the cluster's folder private. (The UI test logs in with the password.)"""
+    import os
+    import stat
+
+    from walflow import embedded
+
+    env = dict(line.removeprefix("export ").split("=", 1) for line in embedded.ENV_FILE.read_text().splitlines() if line.startswith("export "))
+    env = {k: v.strip("'") for k, v in env.items()}
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1" and "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS" not in env
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
+    assert json.loads(env["AIRFLOW_CONN_POSTGRES_DEFAULT"].replace("'\"'\"'", "'"))["login"] == embedded.CONNECTOR_ROLE
+    for path in (embedded.ENV_FILE, embedded.SECRETS_FILE, embedded.AIRFLOW_PASSWORDS):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert stat.S_IMODE(embedded.STATE.stat().st_mode) == 0o700
+    params = dict(p.split("=", 1) for p in pg_dsn().split())
+    for user in ("postgres", embedded.CONNECTOR_ROLE):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(f"host=127.0.0.1 port={params['port']} user={user} dbname=postgres password=", connect_timeout=5).close()
+    with psycopg.connect(pg_dsn()) as conn:
+        rules = conn.execute("SELECT DISTINCT auth_method FROM pg_hba_file_rules").fetchall()
+        listen = conn.execute("SHOW listen_addresses").fetchone()
+    assert rules == [("scram-sha-256",)] and listen == ("127.0.0.1",)
+    if os.geteuid() == 0:
+        root = embedded._pg_data_root()
+        info = os.lstat(root)
+        assert root.parent == Path("/var/tmp") and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == embedded._pg_uid()
+        assert len(root.name) > len("walflow-pg-") + 6  # a random name, not one derived from the project's path
+
+
+# -- 11. lake catalog credentials come from a Connection -----------------------------------------------------------
+def test_lake_catalog_credentials_never_reach_the_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A credential in walflow.lake.spark.conf (which reaches spark-submit's command line, the task log and the
+    serialized DAG) is refused with the fix; from the catalog's Connection it reaches the job's environment only."""
+    from walflow.airflow.dag_factory import build_connector_dags
+    from walflow.config import parse_config
+    from walflow.lake.settings import CATALOG_ENV
+
+    with pytest.raises(ConfigError, match=r"'spark\.sql\.catalog\.lake\.credential' holds a credential.*walflow\.lake\.catalog\.conn\.id"):
+        parse_config({"name": "x", "topic.prefix": "x", "walflow.lake.spark.conf": {"spark.sql.catalog.lake.credential": "id:secret"}}, "<test>")
+    parse_config({"name": "x", "topic.prefix": "x", "walflow.lake.spark.conf": {"spark.hadoop.fs.s3a.aws.credentials.provider": "x.Y"}}, "<test>")  # no secret
+
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    name = unique("cat")
+    (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntopic.prefix: {name}\nwalflow.lake.catalog.conn.id: {name}_catalog\n")
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_CATALOG", json.dumps(
+        {"conn_type": "generic", "login": "client", "password": secret, "extra": {"type": "rest", "uri": "https://catalog.invalid/api"}}
+    ))
+    apply = build_connector_dags()[f"{name}__stream"].get_task("apply_to_lake")
+    (config,) = load_all(tmp_path)
+    apply._add_catalog(config)
+    shown = json.dumps([apply.conf, apply.application_args, apply.name])
+    assert secret not in shown and "catalog.invalid" not in shown
+    hidden = json.loads(apply.env_vars[CATALOG_ENV])
+    assert hidden["spark.sql.catalog.lake.credential"] == f"client:{secret}" and hidden["spark.sql.catalog.lake.type"] == "rest"

@@ -365,10 +365,13 @@ def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(database
         drain(config, database)
         run_sql(database, "INSERT INTO t VALUES (1001, 'later')")
         assert stream(config, database).events == 1
-    for signal_id, error in ((bad_condition, "no_such_column"), (bad_key, "no_such_column"), (bad_rows, "invalid input syntax")):
+    # the cast's failure is told by its SQLSTATE: the server's message would quote the row's value ("v1")
+    for signal_id, error in ((bad_condition, "no_such_column"), (bad_key, "no_such_column"), (bad_rows, "SQLSTATE 22P02 (InvalidTextRepresentation)")):
         status = signal_status(database, config, signal_id)
         assert status["status"] == "failed" and error in status["error"], status
         assert any(signal_id in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert '"v1"' not in signal_status(database, config, bad_rows)["error"]
+    assert not any('"v1"' in r.getMessage() for r in caplog.records)
     assert "'additional-condition'" in signal_status(database, config, bad_condition)["error"]
     assert "is not a column of public.t" in signal_status(database, config, bad_key)["error"]
     status = signal_status(database, config, good)

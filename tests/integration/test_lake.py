@@ -112,9 +112,10 @@ def test_pgbench_workload_reaches_the_lake(spark: Any, database: str) -> None:
     bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
     pgbench = str(bindir / "pgbench") if (bindir / "pgbench").exists() else "pgbench"
     conn_args = ["-h", params["host"], "-p", params["port"], "-U", params["user"], params["dbname"]]
-    subprocess.run([pgbench, "-i", "-s", "1", "-q", *conn_args], check=True, capture_output=True)
+    env = {**os.environ, "PGPASSWORD": params.get("password", "")}
+    subprocess.run([pgbench, "-i", "-s", "1", "-q", *conn_args], check=True, capture_output=True, env=env)
     setup(config, dsn)  # initial snapshot of 100,000 accounts
-    subprocess.run([pgbench, "-c", "4", "-j", "2", "-t", "250", "-n", *conn_args], check=True, capture_output=True)
+    subprocess.run([pgbench, "-c", "4", "-j", "2", "-t", "250", "-n", *conn_args], check=True, capture_output=True, env=env)
     while stream(config, dsn).events:
         pass
     apply_lake(spark, config)

@@ -58,7 +58,7 @@ def test_reset_refuses_what_is_not_the_connectors_own(database: str, tmp_path: P
             lake_folder(plain.model_copy(update={"walflow_lake_namespace": namespace}))
     assert (tmp_path / "lake" / "keep").is_dir()
     jdbc = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake"), "walflow.lake.catalog.conn.id": "catalog_pg"})
-    with pytest.raises(ConfigError, match="catalog type 'jdbc'"):
+    with pytest.raises(ConfigError, match="catalog type \"given by Connection 'catalog_pg'\""):
         lake_folder(jdbc)
 
     name = unique("notmine")

@@ -4,62 +4,17 @@ publication and an initial snapshot, streaming, and an incremental snapshot with
 from __future__ import annotations
 
 import os
-import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.privileges import as_connector, database_role
+from tests.privileges import PASSWORD, apply_roles_sql, as_connector, database_role
 from tests.support import connector, producer, read_topic, replay, setup, stream, unique
 from walflow.setup import ConnectorSetup
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = "public.walflow_signal"
-
-
-@pytest.fixture()
-def connector_role(database: str) -> Iterator[dict[str, str]]:
-    """Apply include/sql/roles.sql with psql as the superuser, with the signal table and a signal-writer role;
-    yield the new roles' DSNs and the connector role's password (unique to the test)."""
-    role = unique("walflow_role").lower()
-    owners, writers = f"{role}_owners", f"{role}_signals"
-    password = f"pw-{uuid.uuid4().hex}"
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)")
-        conn.execute("CREATE TABLE audit (id int PRIMARY KEY, note text)")  # not captured: keeps its owner
-        conn.execute("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 250) g")
-        conn.execute(f'CREATE ROLE "{writers}" LOGIN')  # the trusted users who may start ad-hoc snapshots
-    params = dict(p.split("=", 1) for p in database.split())
-    bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
-    psql = str(bindir / "psql") if (bindir / "psql").exists() else "psql"
-    result = subprocess.run(
-        [psql, "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
-         "-v", f"role={role}", "-v", f"password={password}", "-v", f"owners={owners}", "-v", "schema=public",
-         "-v", "tables=public.customers", "-v", f"signal_table={SIGNALS}", "-v", f"signal_writers={writers}",
-         "-f", str(ROOT / "include" / "sql" / "roles.sql")],
-        capture_output=True, text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    base = [p for p in database.split() if not p.startswith("user=")]
-    try:
-        yield {
-            "dsn": " ".join([*base, f"user={role}", f"password={password}"]),
-            "writer_dsn": " ".join([*base, f"user={writers}"]),
-            "role": role,
-            "owners": owners,
-            "password": password,
-        }
-    finally:
-        with psycopg.connect(database, autocommit=True) as conn:
-            for slot in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()").fetchall():
-                conn.execute("SELECT pg_drop_replication_slot(%s)", slot)
-            conn.execute(f'REASSIGN OWNED BY "{role}", "{owners}" TO CURRENT_USER')
-            conn.execute(f'DROP OWNED BY "{role}", "{owners}", "{writers}"')
-            for name in (role, owners, writers):
-                conn.execute(f'DROP ROLE "{name}"')
 
 
 def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(database: str, connector_role: dict[str, str]) -> None:
@@ -70,7 +25,7 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
     config = connector(
         unique("priv"),
         **{
-            "table.include.list": "public.customers",
+            "table.include.list": "public.customers,public.orders",
             "publication.autocreate.mode": "filtered",
             "signal.data.collection": SIGNALS,
             "incremental.snapshot.chunk.size": 100,
@@ -79,20 +34,22 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
     report = ConnectorSetup(config, dsn, producer).run()
     assert report["snapshot"]["rows"] == 250
 
-    # the application (the tables' former owner) keeps writing as before
-    with psycopg.connect(database, autocommit=True) as conn:
+    # each application (its tables' former owner) keeps writing its own tables as before
+    with psycopg.connect(connector_role["app_a_dsn"], autocommit=True) as conn:
         conn.execute("UPDATE customers SET name = 'renamed' WHERE id <= 10")
         conn.execute("DELETE FROM customers WHERE id > 240")
         conn.execute("INSERT INTO customers VALUES (1000, 'new')")
+    with psycopg.connect(connector_role["app_b_dsn"], autocommit=True) as conn:
+        conn.execute("INSERT INTO orders VALUES (1, 1000)")
     # the signal writers' role may insert signals (granted by roles.sql), and do nothing else
     with psycopg.connect(connector_role["writer_dsn"], autocommit=True) as conn:
-        conn.execute("INSERT INTO walflow_signal VALUES ('adhoc-1', 'execute-snapshot', '{\"data-collections\": [\"public.customers\"]}')")
+        conn.execute("INSERT INTO walflow_signal VALUES ('adhoc-1', 'execute-snapshot', '{\"data-collections\": [\"public.customers\"], \"additional-condition\": \"id > 0\"}')")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT count(*) FROM customers")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM walflow_signal")
     for _ in range(50):
-        summary = stream(config, dsn)
+        summary = stream(config, dsn, reader_conninfo=connector_role["reader_dsn"])
         if summary.events == 0 and summary.snapshot_rows == 0:
             break
     records = read_topic(f"{config.topic_prefix}.public.customers")
@@ -101,6 +58,38 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
         source = {row[0]: row[1] for row in conn.execute("SELECT id, name FROM customers")}
     assert {v["id"]: v["name"] for v in replay(records).values()} == source
     assert not read_topic(f"{config.topic_prefix}.public.audit")
+
+
+def test_a_publication_made_by_roles_sql_leaves_the_connector_owning_nothing(database: str) -> None:
+    """With -v publication, roles.sql creates the publication itself (its runner owns the tables' rights) and hands
+    the connector no ownership: the connector runs with publication.autocreate.mode 'disabled' and streams."""
+    role = unique("walflow_pub").lower()
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text)")
+    apply_roles_sql(database, role, "public.items", publication=role, signal_table="public.walflow_signal")
+    dsn = " ".join([*(p for p in database.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+    try:
+        with psycopg.connect(database) as conn:
+            assert conn.execute("SELECT relowner::regrole::text FROM pg_class WHERE relname = 'items'").fetchone() == ("postgres",)
+            published = conn.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", (role,)).fetchall()
+            assert published == [("items",), ("walflow_signal",)]
+            assert conn.execute("SELECT count(*) FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchone() == (0,)
+        config = connector(unique("pub"), **{"slot.name": role, "publication.name": role, "publication.autocreate.mode": "disabled",
+                                             "table.include.list": "public.items", "signal.data.collection": "public.walflow_signal"})
+        ConnectorSetup(config, dsn, producer).run()
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("INSERT INTO items VALUES (1, 'one')")
+        assert stream(config, dsn).events == 1
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("ALTER TABLE items ADD COLUMN extra text")
+    finally:
+        with psycopg.connect(database, autocommit=True) as conn:
+            for slot in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (role,)).fetchall():
+                conn.execute("SELECT pg_drop_replication_slot(%s)", slot)
+            conn.execute(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER')
+            conn.execute(f'DROP OWNED BY "{role}"')
+            conn.execute(f'DROP ROLE "{role}"')
 
 
 def test_password_never_reaches_logs_xcom_or_events(

@@ -116,6 +116,7 @@ def test_slot_active_elsewhere_is_an_error(database: str) -> None:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, "PGPASSWORD": params.get("password", "")},
     )
     try:
         with psycopg.connect(database) as conn:
@@ -176,11 +177,13 @@ def test_initial_only_never_recreates_its_slot(database: str) -> None:
 @pytest.fixture()
 def plain_role(database: str) -> Iterator[str]:
     """A LOGIN REPLICATION role with no privilege on anything; yields its DSN."""
+    from tests.privileges import PASSWORD
+
     role = unique("plain").lower()
     with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION PASSWORD {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
     try:
-        yield " ".join([*(p for p in database.split() if not p.startswith("user=")), f"user={role}"])
+        yield " ".join([*(p for p in database.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))

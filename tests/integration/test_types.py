@@ -14,6 +14,7 @@ import hashlib
 import os
 import shutil
 import struct
+import sys
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,22 @@ def unscaled(value: int) -> str:
     """Kafka Connect Decimal bytes: the unscaled value, shortest two's complement, base64."""
     return b64(value.to_bytes(((value if value >= 0 else ~value).bit_length() + 8) // 8, "big", signed=True))
 
+
+def long_int(text: str) -> int:
+    """``int(text)`` for more than 4,300 digits (Python refuses those unless its limit is lifted): lifted here only,
+    and only for the expected values, so the code under test still runs under the limit."""
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return int(text)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
+#: The longest numeric PostgreSQL accepts (131,072 digits before the point, 16,383 after), as any role that may
+#: insert into a captured table can write it into an unconstrained numeric column.
+LONGEST_WHOLE, LONGEST_FRACTION = "9" + "1234567890" * 13107 + "7", "3" * 16382 + "1"
+LONGEST_NUMERIC = f"{LONGEST_WHOLE}.{LONGEST_FRACTION}"
 
 VSD = {
     "type": "struct",
@@ -286,6 +303,9 @@ CASES = [
     Case("numeric_variable_nan", "numeric", "'NaN'", VSD, None),
     Case("numeric_inf", "numeric", "'Infinity'", VSD, None),
     Case("numeric_neginf", "numeric", "'-Infinity'", VSD, None),
+    Case("odd %d{x} name", '"dom%s{y}"', "7", s("int32"), 7),
+    Case("numeric_longest", "numeric", f"'{LONGEST_NUMERIC}'", VSD, {"scale": 16383, "value": unscaled(long_int(LONGEST_WHOLE + LONGEST_FRACTION))}),
+    Case("numeric_longest_negative", "numeric", f"'-{LONGEST_WHOLE}'", VSD, {"scale": 0, "value": unscaled(-long_int(LONGEST_WHOLE))}),
     # -- HSTORE (Table 17) -----------------------------------------------------------------------
     Case("hstore_json", "hstore", "'a=>1, b=>NULL'", JSON, '{"a":"1","b":null}', needs="hstore"),
     # -- time.precision.mode=adaptive_time_microseconds (Table 11) ---------------------------------
@@ -315,6 +335,7 @@ CASES = [
     Case("numeric_double_nan", "numeric", "'NaN'", s("double"), "NaN", mode=DOUBLE),
     Case("numeric_double_inf", "numeric", "'Infinity'", s("double"), "Infinity", mode=DOUBLE),
     Case("numeric_double_neginf", "numeric", "'-Infinity'", s("double"), "-Infinity", mode=DOUBLE),
+    Case("numeric_double_longest", "numeric", f"'{LONGEST_NUMERIC}'", s("double"), "Infinity", mode=DOUBLE),
     Case("domain_over_domain_double", "price2", "12.5", s("double"), 12.5, mode=DOUBLE),
     Case("money_double", "money", "-1.5", s("double"), -1.5, mode=DOUBLE),
     # -- decimal.handling.mode=string (Table 16) --------------------------------------------------
@@ -324,6 +345,7 @@ CASES = [
     Case("numeric_string_nan", "numeric", "'NaN'", s("string"), "NAN", mode=STRING),
     Case("numeric_string_inf", "numeric", "'Infinity'", s("string"), "POSITIVE_INFINITY", mode=STRING),
     Case("numeric_string_neginf", "numeric", "'-Infinity'", s("string"), "NEGATIVE_INFINITY", mode=STRING),
+    Case("numeric_string_longest", "numeric", f"'-{LONGEST_NUMERIC}'", s("string"), f"-{LONGEST_NUMERIC}", mode=STRING),
     Case("money_string", "money", "-1234.5", s("string"), "-1234.50", mode=STRING),
     # -- binary.handling.mode ------------------------------------------------------------------------
     Case("bytea_base64", "bytea", "'\\x0102ff'", s("string"), "AQL/", mode={"binary.handling.mode": "base64"}),
@@ -371,6 +393,8 @@ PREAMBLE = [
     "CREATE DOMAIN price3 AS price2 CHECK (VALUE > -100)",
     "CREATE DOMAIN code AS varchar(5)",
     "CREATE DOMAIN intlist AS integer[]",
+    # a name is data: '%' (psycopg's placeholder sign), braces and spaces in a type's and a column's name
+    'CREATE DOMAIN "dom%s{y}" AS integer',
 ]
 
 

@@ -16,7 +16,7 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from airflow.sdk import BaseHook
 from walflow.kafka import EventProducer, producer_settings
-from walflow.lake.tables import JdbcCatalog
+from walflow.lake.tables import JdbcCatalog, PropertiesCatalog
 
 #: Connection extras that are PostgresHook options rather than libpq parameters.
 _NON_LIBPQ_EXTRAS = {"iam", "redshift", "cursor", "cluster-identifier", "workgroup-name", "aws_conn_id", "sqlalchemy_scheme", "sqlalchemy_query", "azure_conn_id", "enable_log_db_messages", "log_sql"}
@@ -68,25 +68,40 @@ class WalflowKafkaHook(KafkaBaseHook):
 
 
 class WalflowIcebergCatalogHook(BaseHook):
-    """The lake's Iceberg JDBC catalog, from a ``postgres`` Connection (host, port, schema = the database, login,
-    password; extras such as ``sslmode`` are passed to both drivers).
+    """The lake's Iceberg catalog and its credentials, from an Airflow Connection (``walflow.lake.catalog.conn.id``).
 
-    :param catalog_conn_id: the Connection of the catalog's database (``walflow.lake.catalog.conn.id``).
+    * A ``postgres`` Connection is Iceberg's JDBC catalog on that database (host, port, schema = the database,
+      login, password; extras such as ``sslmode`` are passed to both drivers).
+    * Any other Connection type (``generic``, say) is a catalog given by Iceberg's catalog properties: its extras are
+      the properties (``type`` or ``catalog-impl``, ``uri``, ``warehouse``, ``s3.endpoint``...), its host the ``uri``
+      when the extras name none, and its password the credential: ``credential`` as ``<login>:<password>`` (a REST
+      catalog's OAuth2 client) when it has a login, else ``token``.
+
+    Either way the credentials reach the Spark job through its environment, never its command line or the task log.
+
+    :param catalog_conn_id: the catalog's Connection.
     """
 
     conn_name_attr = "catalog_conn_id"
     default_conn_name = "lake_catalog"
     conn_type = "postgres"
-    hook_name = "walflow Iceberg JDBC catalog (PostgreSQL)"
+    hook_name = "walflow Iceberg catalog"
 
     def __init__(self, catalog_conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.catalog_conn_id = catalog_conn_id
 
-    def get_conn(self) -> JdbcCatalog:
+    def get_conn(self) -> JdbcCatalog | PropertiesCatalog:
         conn = self.get_connection(self.catalog_conn_id)
-        options = {k: str(v) for k, v in conn.extra_dejson.items() if k not in _NON_LIBPQ_EXTRAS}
-        return JdbcCatalog(
-            host=conn.host or "localhost", port=int(conn.port or 5432), database=conn.schema or "postgres",
-            user=conn.login or None, password=conn.password or None, options=options,
-        )
+        if (conn.conn_type or "postgres") in ("postgres", "postgresql"):
+            options = {k: str(v) for k, v in conn.extra_dejson.items() if k not in _NON_LIBPQ_EXTRAS}
+            return JdbcCatalog(
+                host=conn.host or "localhost", port=int(conn.port or 5432), database=conn.schema or "postgres",
+                user=conn.login or None, password=conn.password or None, options=options,
+            )  # fmt: skip
+        properties = {str(k): str(v) for k, v in conn.extra_dejson.items()}
+        if conn.host and "uri" not in properties:
+            properties["uri"] = conn.host if not conn.port else f"{conn.host}:{conn.port}"
+        if conn.password:
+            properties.setdefault("credential" if conn.login else "token", f"{conn.login}:{conn.password}" if conn.login else conn.password)
+        return PropertiesCatalog(properties)

@@ -19,6 +19,7 @@ from walflow.airflow.hooks import WalflowIcebergCatalogHook, WalflowPostgresHook
 from walflow.config import ConnectorConfig
 from walflow.connectors import resolve
 from walflow.lake.naming import table_name
+from walflow.lake.tables import JdbcCatalog
 from walflow.lake.settings import CATALOG_ENV, KAFKA_ENV, PROJECT, LakeSettings
 from walflow.source import lake_lock
 
@@ -93,14 +94,16 @@ class _LakeSparkOperator(SparkSubmitOperator):
             self.jars = ",".join(j for j in (self.jars, jar) if j)
 
     def _add_catalog(self, config: ConnectorConfig) -> None:
-        """A JDBC catalog's Spark settings, its password through the environment, and the JDBC driver's jar."""
+        """The catalog's Spark settings from its Connection: what may be shown on the command line, the rest (its
+        credentials) through the job's environment; for a JDBC catalog, the JDBC driver's jar."""
         if not config.walflow_lake_catalog_conn_id:
             return
         settings = LakeSettings.from_config(config)
-        public, secret = WalflowIcebergCatalogHook(config.walflow_lake_catalog_conn_id).get_conn().spark_conf(settings.catalog, settings.warehouse)
+        catalog = WalflowIcebergCatalogHook(config.walflow_lake_catalog_conn_id).get_conn()
+        public, secret = catalog.spark_conf(settings.catalog, settings.warehouse)
         self.conf = {**(self.conf or {}), **public}
         self.env_vars = {**(self.env_vars or {}), CATALOG_ENV: orjson.dumps(secret).decode()}
-        if "spark.jars.packages" not in self.conf:
+        if isinstance(catalog, JdbcCatalog) and "spark.jars.packages" not in self.conf:
             driver = postgresql_jdbc_jar()
             if driver is None:
                 raise AirflowFailException(

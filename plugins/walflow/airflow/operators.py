@@ -170,16 +170,24 @@ class WalflowStreamOperator(_ConnectorOperator):
     :param overrides: Debezium keys that replace the YAML's values for this task.
     :param postgres_conn_id: overrides ``walflow.postgres.conn.id``.
     :param kafka_config_id: overrides ``walflow.kafka.conn.id``.
+    :param postgres_reader_conn_id: overrides ``walflow.postgres.reader.conn.id`` (the role that evaluates the
+        conditions of incremental-snapshot signals).
     """
 
-    template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id")
+    template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id", "postgres_reader_conn_id")
     ui_color = "#9ecae1"
+
+    def __init__(self, *, postgres_reader_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.postgres_reader_conn_id = postgres_reader_conn_id
 
     def _execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
         conninfo = self._conninfo(config)
         producer = self._kafka_hook(config).get_conn
-        batch = StreamBatch(config, conninfo, producer)
+        reader_id = self.postgres_reader_conn_id or config.walflow_postgres_reader_conn_id
+        reader = WalflowPostgresHook(postgres_conn_id=reader_id).get_conninfo(**config.conninfo_options()) if reader_id else None
+        batch = StreamBatch(config, conninfo, producer, reader_conninfo=reader)
         try:
             summary = batch.run()
         except BaseException as exc:

@@ -13,6 +13,7 @@ from psycopg import sql
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from walflow.health import PENDING_WAL_SQL
+from walflow.queries import AsyncCursor
 from walflow.signals import SIGNAL_STATUS_SQL, signal_key
 from walflow.source import split_statements
 
@@ -83,7 +84,7 @@ class WalflowSnapshotTrigger(BaseTrigger):
             try:
                 if conninfo is None:
                     conninfo = await self._conninfo()
-                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True, cursor_factory=AsyncCursor) as conn:
                     for statement in split_statements(self.initial_statements):
                         await conn.execute(statement.encode())
                     cur = await conn.execute(query, (self.connector, signal_key(self.signal_id)))

@@ -51,7 +51,7 @@ from walflow.lake.reader import partition_end, record_fingerprint
 
 __all__ = [
     "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",
-    "JdbcCatalog", "LakeError", "LakeSettings", "format_offsets", "lake_table_names", "read_lake_table", "parse_offsets", "partition_end", "read_hadoop_table",
+    "JdbcCatalog", "LakeError", "LakeSettings", "PropertiesCatalog", "format_offsets", "lake_table_names", "read_lake_table", "parse_offsets", "partition_end", "read_hadoop_table",
     "record_fingerprint", "sql_quote", "sql_string", "table_name",
 ]
 
@@ -62,7 +62,7 @@ def __getattr__(name: str) -> Any:
         from walflow.lake.settings import LakeSettings
 
         return LakeSettings
-    if name in ("read_hadoop_table", "read_lake_table", "lake_table_names", "JdbcCatalog"):
+    if name in ("read_hadoop_table", "read_lake_table", "lake_table_names", "JdbcCatalog", "PropertiesCatalog"):
         from walflow.lake import tables
 
         return getattr(tables, name)

@@ -10,6 +10,7 @@ job through its environment instead (``WALFLOW_KAFKA_CONFIG``).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -18,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from walflow.errors import ConfigError
 from walflow.lake.naming import is_table_topic, sql_quote, topic_name
 from walflow.lake.types import placeholder_values
+
+#: a brace that would start a Jinja tag: ``{{``, ``{%`` or ``{#`` (see LakeSettings.argument)
+_TAG_START = re.compile(r"\{(?=[{%#])")
 
 if TYPE_CHECKING:
     from walflow.config import ConnectorConfig
@@ -94,16 +98,19 @@ class LakeSettings(BaseModel):
 
     # -- on the command line ---------------------------------------------------------------------------
     def argument(self) -> str:
-        """The settings as the job's ``--settings`` argument of a templated Airflow task: JSON inside a Jinja
-        ``raw`` block, so that braces in it are never read as a template."""
-        text = self.model_dump_json()
-        if "{% endraw %}" in text:
-            raise ConfigError(f"connector {self.connector}: a walflow.lake setting contains '{{% endraw %}}'")
-        return "{% raw %}" + text + "{% endraw %}"
+        """The settings as the job's ``--settings`` argument of a templated Airflow task: JSON that Jinja renders
+        as it is.
+
+        Jinja starts a tag only at ``{{``, ``{%`` or ``{#``. In JSON text a ``{`` outside a string is followed by
+        ``"`` or ``}``, so such a pair can only be inside a string value, where JSON may write the brace as
+        ``\\u007b``: every ``{`` followed by ``{``, ``%`` or ``#`` is written so, and the text holds no tag
+        whatever the settings say (wrapping it in a ``raw`` block was not enough: ``{%endraw%}`` in a value closed
+        the block)."""
+        return _TAG_START.sub(r"\\u007b", self.model_dump_json())
 
     @classmethod
     def from_argument(cls, text: str) -> LakeSettings:
-        if text.startswith("{% raw %}") and text.endswith("{% endraw %}"):  # run by hand, without Airflow
+        if text.startswith("{% raw %}") and text.endswith("{% endraw %}"):  # written by an earlier walflow
             text = text[len("{% raw %}") : -len("{% endraw %}")]
         return cls.model_validate_json(text)
 

@@ -84,11 +84,41 @@ class JdbcCatalog:
         return SqlCatalog(catalog, uri=self.sqlalchemy_url(), warehouse=warehouse)
 
 
-def read_lake_table(settings: LakeSettings, table: str, catalog: JdbcCatalog | None = None) -> Any | None:
+@dataclass(frozen=True)
+class PropertiesCatalog:
+    """Any other Iceberg catalog (REST, Hive, Glue, Nessie...), given by Iceberg's catalog properties from an Airflow
+    Connection (see :class:`walflow.airflow.hooks.WalflowIcebergCatalogHook`): ``type`` or ``catalog-impl``,
+    ``uri``, ``warehouse``, ``credential``/``token``, ``s3.*``... Spark (``spark.sql.catalog.<name>.<property>``)
+    and pyiceberg (``load_catalog``) take the same property names."""
+
+    #: every property, credentials included (kept out of its repr)
+    properties: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def spark_conf(self, catalog: str, warehouse: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Spark settings of the catalog named ``catalog``: the class may be shown; every property of the Connection
+        reaches the job through its environment (they may hold credentials), never its command line."""
+        prefix = f"spark.sql.catalog.{catalog}"
+        secret = {f"{prefix}.{key}": value for key, value in self.properties.items()}
+        secret.setdefault(f"{prefix}.warehouse", warehouse)
+        return {prefix: "org.apache.iceberg.spark.SparkCatalog"}, secret
+
+    def pyiceberg(self, catalog: str, warehouse: str) -> Any:
+        """pyiceberg's catalog of the same properties."""
+        from pyiceberg.catalog import load_catalog
+
+        return load_catalog(catalog, **{"warehouse": warehouse, **self.properties})
+
+    def hadoop_warehouse(self, warehouse: str) -> str | None:
+        """The folder of a Hadoop catalog (``type: hadoop``), which pyiceberg reads without a catalog; else None."""
+        return self.properties.get("warehouse", warehouse) if self.properties.get("type") == "hadoop" else None
+
+
+def read_lake_table(settings: LakeSettings, table: str, catalog: JdbcCatalog | PropertiesCatalog | None = None) -> Any | None:
     """The lake table ``table`` (``<schema>__<table>``) of a connector opened with pyiceberg, or None if it does
     not exist: through the JDBC catalog when there is one, else from the Hadoop catalog's folder."""
-    if catalog is None:
-        return read_hadoop_table(settings.warehouse, settings.namespace, table)
+    folder = _hadoop_folder(settings, catalog)
+    if folder is not None or catalog is None:
+        return read_hadoop_table(folder or settings.warehouse, settings.namespace, table)
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
@@ -97,10 +127,11 @@ def read_lake_table(settings: LakeSettings, table: str, catalog: JdbcCatalog | N
         return None
 
 
-def lake_table_names(settings: LakeSettings, catalog: JdbcCatalog | None = None) -> list[str]:
+def lake_table_names(settings: LakeSettings, catalog: JdbcCatalog | PropertiesCatalog | None = None) -> list[str]:
     """The names of the connector's lake tables (its namespace's)."""
-    if catalog is None:
-        folder = Path(settings.warehouse) / settings.namespace
+    hadoop = _hadoop_folder(settings, catalog)
+    if hadoop is not None or catalog is None:
+        folder = Path(hadoop or settings.warehouse) / settings.namespace
         return sorted(p.name for p in folder.glob("*") if (p / "metadata").is_dir())
     from pyiceberg.exceptions import NoSuchNamespaceError
 
@@ -108,3 +139,8 @@ def lake_table_names(settings: LakeSettings, catalog: JdbcCatalog | None = None)
         return sorted(ident[-1] for ident in catalog.pyiceberg(settings.catalog, settings.warehouse).list_tables(settings.namespace))
     except NoSuchNamespaceError:
         return []
+
+
+def _hadoop_folder(settings: LakeSettings, catalog: JdbcCatalog | PropertiesCatalog | None) -> str | None:
+    """The warehouse folder when the lake is a Hadoop catalog given by a Connection's properties, else None."""
+    return catalog.hadoop_warehouse(settings.warehouse) if isinstance(catalog, PropertiesCatalog) else None

@@ -17,7 +17,6 @@ queries (``valid_to > now()``) still read right, and nothing of the source is lo
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from walflow.decimals import EXACT, int_to_decimal
 from walflow.temporal import civil_to_days, days_to_civil
 
 #: Debezium's fixed numbers for 'infinity' / '-infinity' timestamps, in every mode and precision (README,
@@ -54,13 +54,9 @@ MAX_MICROS = (MAX_DAYS + 1) * 86_400_000_000 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 
-#: Decimal arithmetic without rounding: the default context keeps 28 digits, numerics carry up to 131,072
-EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
-
-
 def scaled(unscaled: int, scale: int) -> Decimal:
     """The exact decimal ``unscaled`` × 10^-``scale`` (Kafka Connect's Decimal and Debezium's VariableScaleDecimal)."""
-    return Decimal(unscaled).scaleb(-scale, EXACT)
+    return int_to_decimal(unscaled).scaleb(-scale, EXACT)
 
 
 def special_float(value: Any) -> Any:
