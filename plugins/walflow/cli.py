@@ -136,7 +136,7 @@ def status(connector: str, dsn: str | None = None, warehouse: str | None = None)
     if config.walflow_lake_enabled:
         lake = LakeSettings.from_config(config, **({"warehouse": warehouse} if warehouse else {}))
         catalog = lake_catalog(config)
-        where = f"JDBC catalog {catalog.jdbc_url()}, warehouse {lake.warehouse}" if catalog else lake.warehouse
+        where = catalog.describe(lake.warehouse) if catalog else lake.warehouse
         result["lake"] = {"warehouse": where, "tables": lake_status(lake, catalog)}
     return result
 

@@ -126,16 +126,25 @@ def _refusal(what: str, name: str, volatile: bool, definer: bool) -> str:
 
 def check_reader_role(conn: psycopg.Connection, table_oid: int, table: str) -> None:
     """Refuse to evaluate a condition as a role that could do more than read the captured tables: a superuser, a
-    role with REPLICATION or BYPASSRLS, or one that owns ``table`` (directly or through a group)."""
+    role with REPLICATION or BYPASSRLS or a member of one, or one that owns ``table`` (directly or through a group)."""
     row = conn.execute(
-        "SELECT current_user, r.rolsuper, r.rolreplication, r.rolbypassrls, pg_has_role(current_user, c.relowner, 'USAGE') "
+        "SELECT current_user, r.rolsuper, r.rolreplication, r.rolbypassrls, pg_has_role(current_user, c.relowner, 'USAGE'), "
+        "EXISTS (SELECT FROM pg_roles p WHERE p.rolname <> current_user AND (p.rolsuper OR p.rolreplication OR p.rolbypassrls) "
+        "        AND pg_has_role(current_user, p.oid, 'MEMBER')) "
         "FROM pg_roles r, pg_class c WHERE r.rolname = current_user AND c.oid = %s",
         (table_oid,),
     ).fetchone()
     if row is None:
         return  # the table is gone: reading it fails with the server's own error
-    role, superuser, replication, bypassrls, owner = row
-    powers = [p for p, has in (("is a superuser", superuser), ("has REPLICATION", replication), ("has BYPASSRLS", bypassrls), (f"owns {table}", owner)) if has]
+    role, superuser, replication, bypassrls, owner, member = row
+    powers = [
+        p
+        for p, has in (
+            ("is a superuser", superuser), ("has REPLICATION", replication), ("has BYPASSRLS", bypassrls), (f"owns {table}", owner),
+            ("is a member of a role with one of those", member),
+        )
+        if has
+    ]  # fmt: skip
     if powers:
         raise ExpressionError(
             f"would be evaluated as role {role!r}, which {' and '.join(powers)}: conditions are evaluated as a role "

@@ -96,6 +96,14 @@ def apply_roles() -> None:
     )
     if result.returncode != 0:
         raise SystemExit(f"include/sql/roles.sql failed: {result.stderr.strip()}")
+    # a demo database an earlier walflow set up as the superuser: its state and signal tables become the role's
+    with psycopg.connect(dsn("inventory"), autocommit=True) as conn:
+        for (statement,) in conn.execute(
+            "SELECT format('ALTER TABLE %%s OWNER TO %%I', c.oid::regclass, %s::text) FROM pg_class c "
+            "WHERE c.oid IN (to_regclass('public.walflow_state'), to_regclass('public.walflow_signal')) AND pg_get_userbyid(c.relowner) <> %s",
+            (CONNECTOR_ROLE, CONNECTOR_ROLE),
+        ).fetchall():
+            conn.execute(statement)
 
 
 def make_changes(rng: random.Random) -> None:

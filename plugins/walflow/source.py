@@ -561,6 +561,16 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
     if config.signal_table:
         published.add(config.signal_table)
     ensure_publication(conn, config, published, report)
+    open_messages = conn.execute(
+        "SELECT has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+    ).fetchone()
+    if open_messages and open_messages[0]:
+        report.warnings.append(
+            "any login of this database may write logical decoding messages into the WAL the connector reads "
+            "(EXECUTE on pg_logical_emit_message is granted to PUBLIC), and one too large for a Kafka record stops "
+            "every batch: run include/sql/roles.sql, which revokes it from PUBLIC and grants it to the connector's role, "
+            "or set walflow.message.oversized.handling.mode: skip"
+        )
     for warning in report.warnings:
         log.warning("%s", warning)
     slot = check_slot(conn, config, info.database, missing_ok=True)

@@ -34,9 +34,11 @@ class Writer(threading.Thread):
     cut off by a restart (committed or not: the source table is the truth for the checks).
     """
 
-    def __init__(self, dsn: str, seed: int, first_id: int = 1_000_000) -> None:
+    def __init__(self, dsn: str, seed: int, first_id: int = 1_000_000, pause: float = 0.005) -> None:
         super().__init__(daemon=True)
         self.dsn = dsn
+        #: seconds between two transactions
+        self.pause = pause
         self.rng = random.Random(seed)
         self.next_id = first_id
         self.stop_event = threading.Event()
@@ -67,7 +69,7 @@ class Writer(threading.Thread):
                 except psycopg.OperationalError:
                     self.uncertain += changes
                     raise
-                time.sleep(0.005)
+                time.sleep(self.pause)
             except psycopg.OperationalError:
                 conn = None
                 time.sleep(0.3)

@@ -38,3 +38,17 @@ def test_runaway_backtracking_fails_with_the_pattern_and_the_name() -> None:
         pattern.fullmatch("a" * 60)
     # the first bound plus one retry that computed all along, not every retry
     assert time.monotonic() - started < patterns.MATCH_TIMEOUT_S + 2 * patterns.RETRY_TIMEOUT_S + 1
+
+
+def test_a_signals_matches_share_one_budget() -> None:
+    """Each match stays under its own bound, but together they spend the signal's budget: the match that spends the
+    last of it fails, naming the origin and the pattern."""
+    budget = patterns.MatchBudget(0.2, "signal 'bulk'")
+    slow = Pattern(r"(?:(?:a|a)|(?:a|aa))+!", "'data-collections'")
+    with pytest.raises(PatternError, match=r"signal 'bulk': matching its patterns .* took more than 0\.2 s of CPU time in all"):
+        for i in range(50):
+            slow.fullmatch("a" * 11 + str(i), budget)
+    assert budget.left < 0
+    fast = Pattern(r"public\..*", "'data-collections'")
+    roomy = patterns.MatchBudget(1.0, "signal 'ok'")
+    assert all(fast.fullmatch(f"public.t{i}", roomy) for i in range(1000)) and roomy.left > 0

@@ -71,6 +71,10 @@ class JdbcCatalog:
         secret = {f"{prefix}.jdbc.password": self.password} if self.password else {}
         return public, secret
 
+    def describe(self, warehouse: str) -> str:
+        """Where the lake is, for ``walflow status`` (no credential)."""
+        return f"JDBC catalog {self.jdbc_url()}, warehouse {warehouse}"
+
     def sqlalchemy_url(self) -> str:
         from sqlalchemy.engine import URL
 
@@ -107,6 +111,12 @@ class PropertiesCatalog:
         from pyiceberg.catalog import load_catalog
 
         return load_catalog(catalog, **{"warehouse": warehouse, **self.properties})
+
+    def describe(self, warehouse: str) -> str:
+        """Where the lake is, for ``walflow status``: the catalog's kind and address, never a credential."""
+        kind = self.properties.get("type") or self.properties.get("catalog-impl") or "Iceberg"
+        uri = self.properties.get("uri")
+        return f"{kind} catalog{f' {uri}' if uri else ''}, warehouse {self.properties.get('warehouse', warehouse)}"
 
     def hadoop_warehouse(self, warehouse: str) -> str | None:
         """The folder of a Hadoop catalog (``type: hadoop``), which pyiceberg reads without a catalog; else None."""
