@@ -12,7 +12,7 @@ BENCH_STATE := $(CURDIR)/.walflow/bench
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults test-lake-rounds bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
+.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults test-lake-rounds test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -55,10 +55,11 @@ demo: up
 
 # make test runs three lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
 # and Airflow), then alone the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL,
-# a slot creation that waits for every transaction). Lane B holds every test that uses Airflow's SQLite metadata
-# database, lanes A and C none; the rest is split to even their times. Each lane's output is printed when it ends.
+# a slot creation that waits for every transaction). Lane B holds the end-to-end tests (Airflow's SQLite metadata
+# database, spark-submit); lane C every test of the lake job in the tests' own Spark session, so that one JVM warms up
+# for all of them; lane A the rest. Each lane's output is printed when it ends.
 LANE_B := tests/e2e
-LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration/test_incremental.py tests/integration/test_lake.py tests/integration/test_roles.py tests/integration/test_setup.py tests/integration/test_snapshot.py
+LANE_C := tests/faults tests/integration/test_hostile_input.py tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py
 LANE_A := tests/unit tests/compat tests/integration $(patsubst %,--ignore=%,$(filter tests/integration/%,$(LANE_C)))
 LANES := a b c
 #: where the tests marked disruptive are (run after the lanes, alone)
@@ -95,6 +96,10 @@ test-faults: test-up
 # the lake maintenance test in full: 20 stream + apply rounds before the maintenance (make test runs 6)
 test-lake-rounds: test-up
 	$(TEST_ENV) WALFLOW_LAKE_ROUNDS=20 python -m pytest tests/integration/test_lake_maintain.py -q -p no:cacheprovider
+
+# the standalone-cluster test with two workers (make test starts one)
+test-cluster: test-up
+	$(TEST_ENV) WALFLOW_CLUSTER_WORKERS=2 python -m pytest tests/e2e/test_cluster.py -q -p no:cacheprovider
 
 bench-snapshot: bench-up
 	$(BENCH_ENV) python bench/bench_snapshot.py

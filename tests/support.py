@@ -257,7 +257,9 @@ def run_dag(dag_id: str) -> Any:
 #: the optimising compiler's threads compete with the tests for the CPU: a small apply takes about half as long
 #: without them (measured: 3-5 s instead of 5-11 s per in-process apply, 13 s instead of 28 s for the first).
 TEST_SPARK_CONF = {
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 

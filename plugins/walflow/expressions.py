@@ -3,16 +3,16 @@ snapshot form may use in them.
 
 An ``additional-condition`` is spliced into the snapshot's ``SELECT ... WHERE (<condition>)``, so it must be one SQL
 expression and nothing else: not several statements (``1=1); DROP TABLE t; SELECT (1``), and not a way out of the
-parentheses into another clause (``true) UNION SELECT ... FROM other_table WHERE (true``). :func:`check_condition`
+parentheses into another clause (``true) UNION SELECT ... FROM other_table WHERE (true``). :func:`analyse_condition`
 parses it with PostgreSQL's own grammar (libpg_query, through ``pglast``) as the only item of ``SELECT (<text>)``:
-text that closes the parentheses early adds a target, a FROM, a set operation or a statement, and is refused. The
-stream task then also runs every snapshot query with the extended protocol (which refuses several statements) in a
-READ ONLY transaction under a statement timeout, so even an expression that calls a function cannot change data
-or run forever.
+text that closes the parentheses early adds a target, a FROM, a set operation or a statement, and is refused. It must
+also be an expression over the snapshotted row alone (no subquery, parameter, aggregate, ``*`` or qualified name),
+and it says what it names (:class:`Condition`: columns, functions, operators, cast types), which
+:mod:`walflow.conditions` then checks against the server's catalog before the reader role evaluates it.
 
 Values typed into the snapshot form are data. The only templating a condition gets is :func:`render_condition`:
-a sandboxed Jinja environment that knows the run's data interval and nothing else (no Connections, Variables or
-Airflow internals), which is what backfills need (``updated_at >= '{{ data_interval_start }}'``).
+the template may hold text and the run's interval variables, nothing else (no Connections, Variables, Airflow
+internals, expressions or statements), which is what backfills need (``updated_at >= '{{ data_interval_start }}'``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""The stream DAG's Spark task on a real Spark standalone cluster (a master and two workers on loopback, started from
+"""The stream DAG's Spark task on a real Spark standalone cluster (a master and its workers on loopback, started from
 the pyspark installation's own scripts), writing through Iceberg's JDBC catalog on PostgreSQL, configured from an
 Airflow Connection; the lake is read back with pyiceberg's SQL catalog, by ``walflow status`` and by the example
-consumer DAG."""
+consumer DAG.
+
+``make test`` starts one worker (its executor a JVM of its own); ``make test-cluster`` two, whose two executors
+share the Kafka slices."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from walflow.lake import JdbcCatalog, LakeSettings, read_lake_table
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]
+WORKERS = int(os.environ.get("WALFLOW_CLUSTER_WORKERS", "1"))
 
 
 @pytest.fixture()
@@ -50,20 +55,20 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
         monkeypatch.setenv(key, value)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text, n numeric(10,2))")
-        conn.execute("INSERT INTO items SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, 40000) g")
+        conn.execute(f"INSERT INTO items SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, {10_000 * WORKERS}) g")
     run_dag(f"{name}__setup")
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("UPDATE items SET v = v || '!' WHERE id % 3 = 0")
         conn.execute("DELETE FROM items WHERE id % 5 = 0")
 
-    with standalone_cluster(workers=2) as cluster:
+    with standalone_cluster(workers=WORKERS) as cluster:
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": cluster.master_url, "extra": {"deploy-mode": "client"}}))
         run_dag(f"{name}__stream")
         state = cluster.state()
-        assert sum(w["state"] == "ALIVE" for w in state["workers"]) == 2
-        # the apply ran on the cluster, its executors in the two workers' JVMs, and they read the Kafka slices
+        assert sum(w["state"] == "ALIVE" for w in state["workers"]) == WORKERS
+        # the apply ran on the cluster, its executors in the workers' JVMs, and they read the Kafka slices
         logs = cluster.executor_logs(f"walflow-apply-to-lake-{name}")
-        assert len(logs) == 2, logs
+        assert len(logs) == WORKERS, logs
         assert all("Running task" in log.read_text() for log in logs), "an executor ran no task"
 
     # the JDBC catalog in PostgreSQL names the table; pyiceberg's SQL catalog reads it

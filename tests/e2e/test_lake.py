@@ -117,8 +117,14 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd
     assert lake_tables[f"{name}.public__accounts"]["offsets"]
     assert "retained WAL" in render(report)
 
-    # the maintain DAG: fewer data and delete files (the apply above merged on read into the snapshot's rows: a
-    # delete file and a data file), as many snapshots as the next apply needs, the same rows
+    # merge-on-read: every apply into a table with rows adds a delete file and a data file
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE accounts SET balance = balance + 2 WHERE id % 5 = 0")
+        conn.execute("DELETE FROM accounts WHERE id % 9 = 0")
+    run_dag(f"{name}__stream")
+    assert_lake_equals_source(name, dsn, "accounts")
+
+    # the maintain DAG: fewer data and delete files, as many snapshots as the next apply needs, the same rows
     files_before = _files(name, "public__accounts")
     assert files_before["delete"] >= 1 and files_before["data"] >= 2, files_before
     run_dag(f"{name}__maintain")
@@ -161,7 +167,8 @@ def test_a_record_the_lake_cannot_apply_fails_at_once_and_is_accepted_on_purpose
     lake_connector: dict[str, str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A LakeError cannot pass by itself: the apply task fails at once (not retried by the stream DAG's retries),
-    with the job's own message leading its log; the documented way past it (walflow.lake.accept.records) works."""
+    with the job's own message leading its log; the documented way past it (walflow.lake.accept.records) reaches the
+    job."""
     import os
 
     from confluent_kafka import Producer
@@ -189,8 +196,11 @@ def test_a_record_the_lake_cannot_apply_fails_at_once_and_is_accepted_on_purpose
     text = log.out + log.err
     assert "not retried: this needs a fix first" in text and "walflow.lake.accept.records" in text
     assert " INFO SparkContext" not in text  # Spark's start-up chatter stays out of the task log (WARN)
-    # accepted on purpose: the job skips that one record (listed in its commit) and the lake equals the source
+    # accepted on purpose: the key reaches the job in its settings argument (that the job then skips that one record
+    # and the lake equals the source is tests/integration/test_lake.py's, in the tests' own Spark session)
+    from walflow.lake.settings import LakeSettings
+
     path = Path(os.environ["WALFLOW_CONNECTORS_DIR"]) / f"{name}.yaml"
     path.write_text(path.read_text() + f"\nwalflow.lake.accept.records: {topic}:0:{offset}\n")
-    run_dag(f"{name}__stream")
-    assert_lake_equals_source(name, dsn, "t")
+    args = build_connector_dags()[f"{name}__stream"].get_task("apply_to_lake").application_args
+    assert LakeSettings.from_argument(args[args.index("--settings") + 1]).accepted(topic) == {(0, offset)}

@@ -84,7 +84,7 @@ def test_stream_killed_at_random_points(spark: Any, database: str, tmp_path: Pat
         seed_table(database, 3000)
         with connector_role(database, "public.t") as role:
             raw, config = make_connector(role)
-            writer = Writer(database, seed=1)
+            writer = Writer(database, seed=1, pause=0.02)  # 50 transactions a second: every batch has some to cut
             writer.start()
             kills: Counter[str] = Counter()
             env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}

@@ -143,7 +143,8 @@ def test_the_snapshot_form_renders_no_connection_secret(database: str, tmp_path:
     (data,) = query(database, f"SELECT data FROM {SIGNALS}")[0]
     assert "{{" not in data and "updated_at < '" in data
     # templates that would take the worker's CPU or memory are refused before anything is rendered or written
-    for bomb in ("{{ 9**9**9 }}", "{{ 'x'*10**10 }}", "{{ range(10**8)|join }}", "{% for i in range(10**9) %}{% endfor %}"):
+    # (each kind is refused in tests/unit/test_expressions.py; one goes through the form here)
+    for bomb in ("{{ 9**9**9 }}",):
         started = time.monotonic()
         refused = snapshot.test(run_conf={"data_collections": ["public.t"], "additional_condition": f"id::text = '{bomb}'"},
                                 mark_success_pattern="wait_for_snapshot")

@@ -213,11 +213,12 @@ class WalflowSignalOperator(_ConnectorOperator):
 
     For ``execute-snapshot``, ``data_collections``, ``additional_condition`` and ``surrogate_key`` build the
     reference's signal data. A value typed into a form is data: after Airflow rendered the DAG author's template
-    (``{{ params.additional_condition }}``), the condition is rendered once more in a sandbox that knows only the
-    run's interval (``{{ data_interval_start }}`` and the like, :data:`walflow.expressions.CONDITION_VARIABLES`),
-    which is how backfills snapshot each interval; Connections, Variables and the rest of the task context are out
-    of its reach. The condition must be one SQL expression (checked before the signal is written); the stream task
-    reads it in a READ ONLY transaction under ``database.query.timeout.ms``.
+    (``{{ params.additional_condition }}``), the condition is rendered once more from a template that may hold only
+    text and the run's interval (``{{ data_interval_start }}`` and the like,
+    :data:`walflow.expressions.CONDITION_VARIABLES`), which is how backfills snapshot each interval; Connections,
+    Variables, the rest of the task context and any expression are out of its reach. The condition must be one SQL
+    expression over the snapshotted row (checked before the signal is written); the stream task checks it against
+    the server's catalog and evaluates it as the reader role (:mod:`walflow.conditions`).
 
     :param signal_type: ``execute-snapshot``, ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot`` or ``log``.
     :param data_collections: table names or regular expressions (``schema.table``).
