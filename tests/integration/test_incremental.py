@@ -209,27 +209,27 @@ def _running(dsn: str, config) -> bool:
 
 
 def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 60000) g")
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 6000) g")
     name = unique("incKill")
     raw = {"name": name, "topic.prefix": name, "slot.name": name.lower(), "publication.name": name.lower(),
-           "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 1000}
+           "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 100}
     config = connector(name, **{k: v for k, v in raw.items() if k != "name"})
     setup(config, database)
     send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}", "WALFLOW_TEST_ROUND_ROWS": "20000"}
-    # rounds select 20 chunks (20,000 rows): dying as the third round starts leaves two rounds saved
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}", "WALFLOW_TEST_ROUND_ROWS": "2000"}
+    # rounds select 20 chunks (2,000 rows): dying as the third round starts leaves two rounds saved
     child = subprocess.run(
         [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, "incremental_chunk", "3"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     before = len(read_topic(f"{name}.public.t"))
-    assert before == 40000
+    assert before == 4000
     with psycopg.connect(database) as conn:
         progress = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (name,)).fetchone()[0]
-    assert progress["rows"] == 40000 and progress["last_key"] == ["40000"]
+    assert progress["rows"] == 4000 and progress["last_key"] == ["4000"]
     drain(config, database)
-    assert len(read_topic(f"{name}.public.t")) == 60000  # resumed, not restarted
+    assert len(read_topic(f"{name}.public.t")) == 6000  # resumed, not restarted
     assert topic_state(config) == table_state(database, "t")
 
 

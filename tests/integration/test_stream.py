@@ -260,7 +260,7 @@ def test_asynchronous_commits_are_never_skipped(database: str) -> None:
 
     run_sql(database, "CREATE TABLE async_t (id int PRIMARY KEY, pad text)")
     config = setup(database)
-    rows = 20_000
+    rows = 8_000
     done = threading.Event()
 
     def writer() -> None:

@@ -36,10 +36,12 @@ def _lake(config: ConnectorConfig) -> str:
 
 
 def _where(config: ConnectorConfig) -> str:
+    reader = config.walflow_postgres_reader_conn_id
+    conditions = f"Signals' conditions are evaluated as Connection `{reader}`. " if reader else ""
     return (
         f"Source: Airflow Connection `{config.walflow_postgres_conn_id}`, replication slot `{config.slot_name}`, "
         f"publication `{config.publication_name}` ({config.publication_autocreate_mode}), state table "
-        f"`{config.walflow_state_table}`. Kafka: Connection `{config.walflow_kafka_conn_id}`."
+        f"`{config.walflow_state_table}`. {conditions}Kafka: Connection `{config.walflow_kafka_conn_id}`."
     )
 
 
