@@ -43,6 +43,7 @@ from walflow.source import (
     list_tables,
     quote_table,
     setup_source,
+    release_slot_lock,
     try_lock_slot,
 )
 from walflow.state import StateStore
@@ -213,6 +214,7 @@ class ConnectorSetup:
             result["snapshot"] = {"ran": True, **summary}
             return result
         finally:
+            release_slot_lock(conn)
             conn.close()
 
     def _snapshot(self, conn: psycopg.Connection, report: SetupReport, *, slot_exists: bool, previous: dict[str, Any] | None) -> dict[str, Any]:

@@ -505,6 +505,18 @@ def try_lock_slot(conn: psycopg.Connection, config: ConnectorConfig) -> None:
         )
 
 
+def release_slot_lock(conn: psycopg.Connection) -> None:
+    """Release the slot's advisory lock before closing: the server frees a closed session's locks only when its
+    backend has exited, so a run started right after this one (a stream after a failed setup, a retry) could
+    otherwise still find the slot taken."""
+    if conn.closed or conn.broken:
+        return
+    try:
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    except psycopg.Error:
+        pass  # the session ends anyway
+
+
 def lake_lock_key(connector: str) -> str:
     return f"walflow:lake:{connector}"
 

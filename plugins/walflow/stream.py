@@ -52,6 +52,7 @@ from walflow.source import (
     list_tables,
     publication_tables,
     server_info,
+    release_slot_lock,
     try_lock_slot,
 )
 from walflow.state import StateStore
@@ -264,7 +265,7 @@ class StreamBatch:
             if self._inc is not None:
                 self._inc.close()
             catalog_conn.close()
-            _release_slot_lock(conn)
+            release_slot_lock(conn)
             conn.close()
         summary.seconds = round(time.monotonic() - started, 3)
         rate = summary.events / summary.seconds if summary.seconds else 0.0
@@ -580,17 +581,6 @@ def _stopped_at(exc: ConversionError, lsn: int, xid: int) -> ConversionError:
         "an incremental snapshot brings the column back once it is included again). PostgreSQL printed this value, so "
         "walflow should convert it: please report it as a walflow bug with the value."
     )
-
-
-def _release_slot_lock(conn: psycopg.Connection) -> None:
-    """Release the slot's advisory lock before closing: the server frees a closed session's locks only when its
-    backend has exited, so a batch started right after this one could otherwise still find the slot taken."""
-    if conn.closed or conn.broken:
-        return
-    try:
-        conn.execute("SELECT pg_advisory_unlock_all()")
-    except psycopg.Error:
-        pass  # the session ends anyway
 
 
 def _quote_publication(name: str) -> str:

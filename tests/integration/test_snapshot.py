@@ -283,7 +283,7 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
     reader; streaming is refused; the next setup takes the whole snapshot again and nothing is lost."""
     import psutil
 
-    total = 100_000
+    total = 40_000
     run_sql(
         database,
         "CREATE TABLE t (id int PRIMARY KEY, v text)",
@@ -291,7 +291,7 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
         "ANALYZE t",
     )
     name = unique("killreader")
-    config = connector(name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 500, "walflow.snapshot.range.rows": 10_000})
+    config = connector(name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 500, "walflow.snapshot.range.rows": 4_000})
     failure: list[BaseException] = []
 
     def run_setup() -> None:
