@@ -97,7 +97,7 @@ test-e2e: test-up
 test-faults: test-up
 	$(TEST_ENV) WALFLOW_FAULT_ITERATIONS=20 python -m pytest tests/faults -q -p no:cacheprovider
 
-# the lake maintenance test in full: 20 stream + apply rounds before the maintenance (make test runs 6)
+# the lake maintenance test in full: 20 stream + apply rounds before the maintenance (make test runs 4)
 test-lake-rounds: test-up
 	$(TEST_ENV) WALFLOW_LAKE_ROUNDS=20 python -m pytest tests/integration/test_lake_maintain.py -q -p no:cacheprovider
 

@@ -55,7 +55,7 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
         monkeypatch.setenv(key, value)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text, n numeric(10,2))")
-        conn.execute(f"INSERT INTO items SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, {10_000 * WORKERS}) g")
+        conn.execute(f"INSERT INTO items SELECT g, 'v' || g, g / 4.0 FROM generate_series(1, {4_000 * WORKERS}) g")
     run_dag(f"{name}__setup")
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("UPDATE items SET v = v || '!' WHERE id % 3 = 0")

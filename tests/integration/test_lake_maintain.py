@@ -16,8 +16,8 @@ from walflow.lake.maintain import MAINTAIN_COMMIT, LakeMaintenance
 
 pytestmark = pytest.mark.timeout(900)
 
-#: apply rounds before the maintenance: ``make test`` runs 6, ``make test-lake-rounds`` 20
-ROUNDS = int(os.environ.get("WALFLOW_LAKE_ROUNDS", "6"))
+#: apply rounds before the maintenance: ``make test`` runs 4, ``make test-lake-rounds`` 20
+ROUNDS = int(os.environ.get("WALFLOW_LAKE_ROUNDS", "4"))
 
 
 def _source(dsn: str) -> dict[int, tuple[Any, ...]]:
