@@ -112,7 +112,7 @@ def _check_names(conn: psycopg.Connection, condition: Condition, depth: int) -> 
             try:
                 _check_names(conn, analyse_condition(inner, f"the CHECK of {name}"), depth + 1)
             except ExpressionError as exc:
-                raise ExpressionError(f"casts to {type_text}, whose {exc}") from None
+                raise ExpressionError(f"casts to {type_text}, whose CHECK {inner} {exc}") from None
 
 
 def _refusal(what: str, name: str, volatile: bool, definer: bool) -> str:

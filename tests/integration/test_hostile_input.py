@@ -531,6 +531,8 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
         database,
         "CREATE TABLE people (id int PRIMARY KEY, name text, email text, ssn text, score float8)",
         "INSERT INTO people SELECT g, 'name' || g, 'secret.mail' || g || '@example.com', 'ssn-' || g, 1::float8 / 3 + g FROM generate_series(1, 30) g",
+        # a cast to it runs its CHECK, which calls a volatile function
+        "CREATE DOMAIN acting AS int CHECK (VALUE > random() - 1)",
     )
     config = signals_connector(database, **{"column.exclude.list": r"public\.people\.email", "column.mask.with.4.chars": r"public\.people\.ssn"})
     writing = signal_writer(database)
@@ -548,6 +550,7 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
         "visible": ("CAST(name AS int) = 0", "SQLSTATE 22P02"),  # evaluated, fails on the rows: told without the value
         "subquery": ("id IN (SELECT id FROM people)", "a subquery"),
         "whole_row": ("walflow_t::text LIKE '%secret%'", "'walflow_t', which is not a column"),
+        "domain": ("CAST(id AS acting) = 1", "casts to acting, whose CHECK "),
     }
     ids = {}
     for label, (condition, _) in hostile.items():
@@ -563,8 +566,9 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
     for label, (condition, cause) in hostile.items():
         status = signal_status(database, config, ids[label])
         assert status["status"] == "failed" and cause in status["error"], (label, status)
-        if label in ("terminate", "advance", "physical", "setting", "file"):
+        if label in ("terminate", "advance", "physical", "setting", "file", "domain"):
             assert "which is VOLATILE" in status["error"], status
+    assert "calls random(), which is VOLATILE" in signal_status(database, config, ids["domain"])["error"]
     assert signal_status(database, config, good)["status"] == "completed"
     # nothing changed on the server: the same slots, the connector's not moved by a condition (the row inserted after
     # the signals was streamed, not skipped), no backend terminated (the batches all ran)
