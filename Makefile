@@ -118,5 +118,12 @@ bench-stream: bench-up
 bench-vs-debezium: bench-up
 	$(BENCH_ENV) python bench/bench_vs_debezium.py
 
+# the clusters' files too: when run as root they live in private folders under /var/tmp that .walflow links to
 clean: down
+	@if [ -x $(VENV)/bin/python ]; then \
+		for state in $(TEST_STATE) $(BENCH_STATE); do \
+			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.embedded remove-cluster; fi; \
+		done; \
+		if [ -d .walflow ]; then $(VENV)/bin/python -m walflow.embedded remove-cluster; fi; \
+	fi
 	rm -rf .walflow

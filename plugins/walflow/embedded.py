@@ -439,7 +439,7 @@ def status() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m walflow.embedded", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down", "status", "pg-restart"])
+    parser.add_argument("command", choices=["up", "down", "status", "pg-restart", "remove-cluster"])
     parser.add_argument("--mode", default="fast", help="shutdown mode for pg-restart (fast or immediate)")
     args = parser.parse_args(argv)
     if args.command == "up":
@@ -448,9 +448,23 @@ def main(argv: list[str] | None = None) -> int:
         down()
     elif args.command == "pg-restart":
         restart_pg(args.mode)
+    elif args.command == "remove-cluster":
+        remove_cluster()
     else:
         return status()
     return 0
+
+
+def remove_cluster() -> None:
+    """Stop the cluster and remove its files: under ``.walflow/``, or the private folder under /var/tmp that
+    ``.walflow/pg`` links to (``make clean``; a new ``make up`` makes a new one with a new name)."""
+    pg_down()
+    root = _pg_data_root()
+    if root != PG_DIR and root.parent == Path("/var/tmp") and root.name.startswith("walflow-pg-") and not root.is_symlink():
+        shutil.rmtree(root, ignore_errors=True)
+        _log(f"removed {root}")
+    if PG_DIR.is_symlink():
+        PG_DIR.unlink()
 
 
 def restart_pg(mode: str = "fast") -> None:
