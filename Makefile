@@ -55,17 +55,18 @@ demo: up
 	$(ENV) python -m walflow.demo
 
 # make test runs three lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
-# and Airflow), then alone the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL,
-# a slot creation that waits for every transaction). Lane B holds the end-to-end tests (Airflow's SQLite metadata
-# database, spark-submit); lane C every test of the lake job in the tests' own Spark session, so that one JVM warms up
-# for all of them, and the fault suite's short form; lane A the rest. Each lane's output is printed when it ends.
+# and Airflow), then the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot
+# creation that waits for every transaction) with no other test using the services: beside them only the unit tests
+# run, which use none. Lane B holds the end-to-end tests (Airflow's SQLite metadata database, spark-submit); lane C
+# every test of the lake job in the tests' own Spark session, so that one JVM warms up for all of them, and the fault
+# suite's short form; lane A the rest. Each lane's output is printed when it ends.
 LANE_B := tests/e2e
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
 LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py
-LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE)
-LANE_A := tests/unit tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK)) --deselect $(HOSTILE_LAKE)
-LANES := a b c
+LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE)
+LANES := a b c unit
 #: where the tests marked disruptive are (run after the lanes, alone)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
 PYTEST_ARGS ?=
@@ -78,9 +79,11 @@ test: test-up
 	  ( $(PYTEST) $(LANE_B) -m "not disruptive" > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
 	  ( $(PYTEST) $(LANE_C) -m "not disruptive" > $(TEST_STATE)/lanes/lane-c.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-c.rc ) & \
 	  wait; \
-	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
+	  for lane in a b c; do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
+	  ( $(PYTEST) tests/unit > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
 	  echo "== tests that need the services to themselves (restarts, server-wide WAL)"; \
 	  $(PYTEST) $(ALONE) -m disruptive; last=$$?; \
+	  wait; echo "== unit tests (beside them)"; cat $(TEST_STATE)/lanes/lane-unit.log; \
 	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \
 	  for lane in $(LANES); do [ "$$(cat $(TEST_STATE)/lanes/lane-$$lane.rc)" = 0 ] || exit 1; done; [ $$last = 0 ]
 
