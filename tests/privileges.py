@@ -13,17 +13,16 @@ in ``tables`` must exist before, since the script hands their ownership to the r
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 from psycopg import sql
 
-ROOT = Path(__file__).resolve().parents[1]
+from walflow.embedded import run_roles_sql
+
 PASSWORD = "s3cret-for-tests"
 
 
@@ -33,11 +32,6 @@ class ConnectorRole:
 
     dsn: str
     role: str
-
-
-def _psql() -> str:
-    bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
-    return str(bindir / "psql") if (bindir / "psql").exists() else "psql"
 
 
 def _params(dsn: str) -> dict[str, str]:
@@ -53,15 +47,9 @@ def apply_roles_sql(superuser_dsn: str, role: str, tables: str, schema: str = "p
     """Run include/sql/roles.sql with psql as the superuser of ``superuser_dsn`` (its password, if any, from the
     DSN), with ``password`` for the connector role, the tests' for the reader, and ``variables`` as further psql
     variables."""
-    params = _params(superuser_dsn)
-    command = [_psql(), "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"],
-               "-v", f"role={role}", "-v", f"password={password}", "-v", f"schema={schema}", "-v", f"tables={tables}"]
     if "reader" in variables:
         variables.setdefault("reader_password", PASSWORD)
-    for name, value in variables.items():
-        command += ["-v", f"{name}={value}"]
-    env = {**os.environ, **({"PGPASSWORD": params["password"]} if "password" in params else {})}
-    result = subprocess.run([*command, "-f", str(ROOT / "include" / "sql" / "roles.sql")], capture_output=True, text=True, env=env)
+    result = run_roles_sql(superuser_dsn, {"role": role, "password": password, "schema": schema, "tables": tables, **variables})
     assert result.returncode == 0, result.stderr
 
 

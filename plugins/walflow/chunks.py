@@ -22,7 +22,7 @@ from psycopg import sql
 
 from walflow.catalog import Catalog
 from walflow.conditions import check_on_server as check_condition_on_server
-from walflow.conditions import check_reader_role, describe_error
+from walflow.conditions import check_reader_role, describe_error, visible_columns
 from walflow.config import ConnectorConfig
 from walflow.errors import ExpressionError
 from walflow.expressions import analyse_condition
@@ -309,17 +309,7 @@ class ChunkReader:
                 "that may only read the captured tables; include/sql/roles.sql creates one with -v reader=...). "
                 "Set it, or send the signal without a condition"
             )
-        visible = {f.index for f in events.fields} | {f.index for f in events.key_fields}
-        columns: dict[str, str | None] = {}
-        for index, column in enumerate(events.column_names):
-            catalog_column = info.columns.get(column)
-            if index not in visible or catalog_column is None:
-                columns[column] = "the events leave out (column.include.list, column.exclude.list, or a type walflow does not capture)"
-                continue
-            mapping = self.rules.mapping(info.schema, info.name, column, catalog_column.type)
-            columns[column] = None if mapping is None or mapping.convert is None else f"the events carry changed ({mapping.rule})"
-        for column in info.columns:
-            columns.setdefault(column, "the events leave out")
+        columns = visible_columns(info, events, self.rules)
         reader = self.reader
         if reader.info.dbname != self.conn.info.dbname:
             raise SignalError(

@@ -18,12 +18,18 @@ lists what it names. Here that list meets the server's catalog, as the role that
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from walflow.errors import ExpressionError
 from walflow.expressions import Condition, analyse_condition
 from walflow.signals import first_line
+
+if TYPE_CHECKING:
+    from walflow.catalog import CatalogTable
+    from walflow.events import TableSchema
+    from walflow.transforms import ColumnRules
 
 #: How deep domain checks are followed (a domain over a domain over ...); deeper ones are refused.
 _MAX_DEPTH = 8
@@ -90,6 +96,24 @@ def check_on_server(conn: psycopg.Connection, condition: Condition, table: str, 
         if reason is not None:
             raise ExpressionError(f"reads column {name!r} of {table}, which {reason}; a condition may read only the columns the events carry as they are")
     _check_names(conn, condition, 0)
+
+
+def visible_columns(info: CatalogTable, events: TableSchema, rules: ColumnRules) -> dict[str, str | None]:
+    """Every column of a table, mapped to ``None`` where its events carry it as it is (in the value or the key), else
+    to why a condition may not read it: left out by the column filters (or of a type walflow does not capture), or
+    changed by a column rule (masked, hashed, truncated)."""
+    visible = {f.index for f in events.fields} | {f.index for f in events.key_fields}
+    columns: dict[str, str | None] = {}
+    for index, column in enumerate(events.column_names):
+        catalog_column = info.columns.get(column)
+        if index not in visible or catalog_column is None:
+            columns[column] = "the events leave out (column.include.list, column.exclude.list, or a type walflow does not capture)"
+            continue
+        mapping = rules.mapping(info.schema, info.name, column, catalog_column.type)
+        columns[column] = None if mapping is None or mapping.convert is None else f"the events carry changed ({mapping.rule})"
+    for column in info.columns:
+        columns.setdefault(column, "the events leave out")
+    return columns
 
 
 def _check_names(conn: psycopg.Connection, condition: Condition, depth: int) -> None:

@@ -77,23 +77,14 @@ def apply_roles() -> None:
     ``walflow`` (the Connection ``postgres_default``), its signals' conditions are evaluated as ``walflow_reader``
     (``postgres_reader``), and the script creates the publication, so the connector owns none of the tables
     (``publication.autocreate.mode: disabled``). The passwords are the runtime's generated ones (secrets.json)."""
-    from walflow.embedded import CONNECTOR_ROLE, PROJECT, READER_ROLE, runtime_secrets
+    from walflow.embedded import CONNECTOR_ROLE, READER_ROLE, run_roles_sql, runtime_secrets
 
     passwords = runtime_secrets()
-    params = dict(part.split("=", 1) for part in dsn("inventory").split())
-    bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
-    psql = str(bindir / "psql") if (bindir / "psql").exists() else "psql"
-    variables = {
+    result = run_roles_sql(dsn("inventory"), {
         "role": CONNECTOR_ROLE, "password": passwords[CONNECTOR_ROLE], "reader": READER_ROLE, "reader_password": passwords[READER_ROLE],
         "schema": "public", "tables": "public.customers,public.products,public.orders", "publication": "walflow_inventory",
         "signal_table": "public.walflow_signal",
-    }  # fmt: skip
-    command = [psql, "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", "inventory"]
-    for name, value in variables.items():
-        command += ["-v", f"{name}={value}"]
-    result = subprocess.run(
-        [*command, "-f", str(PROJECT / "include" / "sql" / "roles.sql")], capture_output=True, text=True, env={**os.environ, "PGPASSWORD": params["password"]}
-    )
+    })  # fmt: skip
     if result.returncode != 0:
         raise SystemExit(f"include/sql/roles.sql failed: {result.stderr.strip()}")
     # a demo database an earlier walflow set up as the superuser: its state and signal tables become the role's

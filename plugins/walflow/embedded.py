@@ -455,6 +455,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_roles_sql(superuser_dsn: str, variables: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``include/sql/roles.sql`` with psql as an administrator would: as the superuser of ``superuser_dsn`` (its
+    password, if any, from the DSN, through the environment), in its database, with ``variables`` as the script's psql
+    variables (its header lists them). The demo and the tests' roles run it so."""
+    params = dict(part.split("=", 1) for part in superuser_dsn.split())
+    bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", ""))
+    psql = str(bindir / "psql") if (bindir / "psql").exists() else "psql"
+    command = [psql, "-X", "-q", "-h", params["host"], "-p", params["port"], "-U", params["user"], "-d", params["dbname"]]
+    for name, value in variables.items():
+        command += ["-v", f"{name}={value}"]
+    env = {**os.environ, **({"PGPASSWORD": params["password"]} if "password" in params else {})}
+    return subprocess.run([*command, "-f", str(PROJECT / "include" / "sql" / "roles.sql")], capture_output=True, text=True, env=env)
+
+
 def remove_cluster() -> None:
     """Stop the cluster and remove its files: under ``.walflow/``, or the private folder under /var/tmp that
     ``.walflow/pg`` links to (``make clean``; a new ``make up`` makes a new one with a new name)."""

@@ -61,6 +61,8 @@ STATE_KEY = "incremental"
 SIGNALS_KEY = "incremental_signals"
 #: state-table key of how many execute-snapshot signals wait for room in the queue (IncrementalSnapshots._wait)
 WAITING_KEY = "incremental_waiting"
+#: what fails a signal rather than the stream (SignalError is a ValueError)
+_SIGNAL_FAILURES = (ValueError, TypeError, ConfigError, ConversionError)
 #: signal types whose second application would differ from the first (they act on whatever snapshot is current)
 _REPEAT_SENSITIVE = frozenset({"stop-snapshot", "pause-snapshot", "resume-snapshot"})
 
@@ -230,12 +232,10 @@ class IncrementalSnapshots:
                 self._pause(False)
             else:
                 raise SignalError(f"unknown signal type {kind!r} (known: execute-snapshot, stop-snapshot, pause-snapshot, resume-snapshot, log)")
-        except (ValueError, TypeError, ConfigError, ConversionError) as exc:
+        except _SIGNAL_FAILURES as exc:
             # SignalError, data of unexpected shapes, or a table whose events cannot be built (a key column of a type
             # walflow cannot represent, message.key.columns naming a dropped column): the signal fails, read once
-            log.warning("signal %r skipped: %s", signal_id, printable(exc))
-            if signal_id:
-                self.store.put(signal_key(str(signal_id)), {"status": "failed", "error": str(exc), "at_ms": now_ms()})
+            self._fail_signal(signal_id, exc)
 
     def _known(self, signal_id: str) -> bool:
         """Whether this execute-snapshot signal is already in the saved progress (running or queued) or finished.
@@ -362,10 +362,15 @@ class IncrementalSnapshots:
                 self._waiting -= 1
                 try:
                     self._execute(signal_id, value.get("data") or {}, stops=value.get("stops") or [])
-                except (ValueError, TypeError, ConfigError, ConversionError) as exc:
-                    log.warning("signal %r skipped: %s", signal_id, printable(exc))
-                    self.store.put(key, {"status": "failed", "error": str(exc), "at_ms": now_ms()})
+                except _SIGNAL_FAILURES as exc:
+                    self._fail_signal(signal_id, exc)
         self._waiting = max(self._waiting, 0)
+
+    def _fail_signal(self, signal_id: Any, exc: BaseException) -> None:
+        """A signal that cannot be acted on: logged (escaped) and recorded as failed; the stream goes on."""
+        log.warning("signal %r skipped: %s", signal_id, printable(exc))
+        if signal_id:
+            self.store.put(signal_key(str(signal_id)), {"status": "failed", "error": str(exc), "at_ms": now_ms()})
 
     def _stop(self, signal_id: str, data: dict[str, Any]) -> None:
         """Drop the named tables (every table without ``data-collections``) from the running and the queued
