@@ -83,7 +83,7 @@ def slot_status(
 def lake_status(settings: LakeSettings, catalog: JdbcCatalog | PropertiesCatalog | None = None) -> list[dict[str, Any]]:
     """The current snapshot of every lake table of the connector: from its JDBC catalog when it has one, else
     from the Hadoop catalog's warehouse folder."""
-    from walflow.lake import OFFSETS_PROPERTY, lake_table_names, parse_offsets, read_lake_table  # pyiceberg: only when a lake is read
+    from walflow.lake import BACKLOG_PROPERTY, OFFSETS_PROPERTY, lake_table_names, parse_offsets, read_lake_table  # pyiceberg: only when a lake is read
 
     tables = []
     for name in lake_table_names(settings, catalog):
@@ -103,6 +103,10 @@ def lake_status(settings: LakeSettings, catalog: JdbcCatalog | PropertiesCatalog
                 text = (older.summary.additional_properties if older.summary else {}).get(OFFSETS_PROPERTY)
                 if text:
                     entry["offsets"] = parse_offsets(text)
+                    # the records the last apply left for the next runs (walflow.lake.max.records), by partition
+                    backlog = (older.summary.additional_properties if older.summary else {}).get(BACKLOG_PROPERTY)
+                    if backlog:
+                        entry["backlog"] = sum(orjson.loads(backlog).values())
                     break
         tables.append(entry)
     return tables
@@ -179,7 +183,8 @@ def render(result: dict[str, Any]) -> str:
                 lines.append(f"    {t['table']}: no commit yet")
                 continue
             offsets = ", ".join(f"{p}:{o}" for parts in (t.get("offsets") or {}).values() for p, o in parts.items()) or "-"
-            lines.append(f"    {t['table']}: {t['rows']} row(s), last commit {t['committed_at']} ({t['operation']}), offsets {offsets}")
+            behind = f", {t['backlog']} record(s) left by the last apply" if t.get("backlog") else ""
+            lines.append(f"    {t['table']}: {t['rows']} row(s), last commit {t['committed_at']} ({t['operation']}), offsets {offsets}{behind}")
         if not lake["tables"]:
             lines.append("    no tables yet")
     return "\n".join(lines)

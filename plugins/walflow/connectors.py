@@ -15,6 +15,7 @@ import yaml
 
 from walflow.config import ConnectorConfig, parse_config
 from walflow.errors import ConfigError
+from walflow.lake.naming import prefixes_nest
 
 
 def load_config(path: str | os.PathLike[str]) -> ConnectorConfig:
@@ -43,6 +44,7 @@ def load_all(directory: str | os.PathLike[str] | None = None) -> list[ConnectorC
     folder = connectors_dir(directory)
     configs: list[ConnectorConfig] = []
     seen: dict[tuple[str, ...], Path] = {}
+    paths: list[Path] = []
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         config = load_config(path)
         for claim, what in (
@@ -53,7 +55,15 @@ def load_all(directory: str | os.PathLike[str] | None = None) -> list[ConnectorC
             if claim in seen:
                 raise ConfigError(f"{what} is used by both {seen[claim]} and {path}; each connector needs its own")
             seen[claim] = path
+        for other, other_path in zip(configs, paths):
+            if other.topic_prefix != config.topic_prefix and prefixes_nest(config.topic_prefix, config.topic_delimiter, other.topic_prefix, other.topic_delimiter):
+                raise ConfigError(
+                    f"topic prefixes {other.topic_prefix!r} ({other_path}) and {config.topic_prefix!r} ({path}) nest: the topics of "
+                    "one start with the other's prefix and delimiter, so each connector would take the other's topics for its "
+                    "own tables (and apply them to its lake). Give one of them a prefix that does not start the other's"
+                )
         configs.append(config)
+        paths.append(path)
     return configs
 
 

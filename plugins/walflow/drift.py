@@ -28,6 +28,7 @@ from psycopg import sql
 from walflow.config import ConnectorConfig
 from walflow.errors import DriftError, SlotError
 from walflow.events import TableSchema, now_ms, topic_name
+from walflow.lake.naming import prefixes_nest
 from walflow.source import check_publication_privileges, publication_tables, quote_table
 from walflow.state import StateStore
 
@@ -60,6 +61,22 @@ def check_claims(store: StateStore, config: ConnectorConfig) -> None:
                 f"connectors on one slot would each get part of the changes. Give {config.name!r} its own 'slot.name'. "
                 f"If {other!r} was renamed to {config.name!r} or is gone for good, release its claim: {release}"
             )
+        prefix = claim.get("topic_prefix")
+        if isinstance(prefix, str) and prefix != config.topic_prefix and prefixes_nest(
+            config.topic_prefix, config.topic_delimiter, prefix, str(claim.get("topic_delimiter") or ".")
+        ):
+            raise DriftError(
+                f"topic prefix {config.topic_prefix!r} nests with {prefix!r} of connector {other!r} (recorded in {table}): "
+                "the topics of one start with the other's prefix and delimiter, so each would take the other's topics for "
+                f"its own tables. Give {config.name!r} a 'topic.prefix' that neither starts nor is started by {prefix!r}. If "
+                f"{other!r} is gone for good, release its claim: {release}"
+            )
+        if config.walflow_lake_enabled and claim.get("lake") == lake_claim(config):
+            raise DriftError(
+                f"lake namespace {lake_claim(config)!r} belongs to connector {other!r} (recorded in {table}); two connectors "
+                "writing one namespace would read and reset each other's tables. Give "
+                f"{config.name!r} its own 'walflow.lake.namespace'. If {other!r} is gone for good, release its claim: {release}"
+            )
         if claim.get("topic_prefix") == config.topic_prefix:
             raise DriftError(
                 f"topic prefix {config.topic_prefix!r} belongs to connector {other!r} (recorded in {table}); two "
@@ -69,9 +86,19 @@ def check_claims(store: StateStore, config: ConnectorConfig) -> None:
             )
 
 
+def lake_claim(config: ConnectorConfig) -> str:
+    """The lake namespace a connector writes, as its claim records it: catalog (or its Connection), warehouse (as
+    configured: "default" for the embedded one) and namespace."""
+    catalog = config.walflow_lake_catalog_conn_id or config.walflow_lake_catalog
+    return f"{catalog}|{config.walflow_lake_warehouse or 'default'}|{config.walflow_lake_namespace or config.topic_prefix}"
+
+
 def record_claim(store: StateStore, config: ConnectorConfig) -> None:
     """Record (or update) this connector's claim on its slot and topic prefix."""
-    claim = {"slot": config.slot_name, "topic_prefix": config.topic_prefix, "publication": config.publication_name}
+    claim = {
+        "slot": config.slot_name, "topic_prefix": config.topic_prefix, "topic_delimiter": config.topic_delimiter,
+        "publication": config.publication_name, "lake": lake_claim(config) if config.walflow_lake_enabled else None,
+    }
     current = store.get(OWNER_KEY)
     if not isinstance(current, dict) or any(current.get(k) != v for k, v in claim.items()):
         store.put(OWNER_KEY, {**claim, "at_ms": now_ms()})

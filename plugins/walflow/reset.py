@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+import orjson
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
 from walflow.drift import OWNER_KEY, check_claims
 from walflow.errors import ConcurrentRunError, ConfigError, SlotError
+from walflow.lake.columns import CONNECTOR_PROPERTY
 from walflow.source import connect, lake_lock, slot_info, try_lock_slot
 from walflow.state import StateStore
 
@@ -38,6 +40,7 @@ class ResetReport:
     state_keys: list[str] = field(default_factory=list)
     lake_tables: list[str] = field(default_factory=list)
     lake_folder: str | None = None
+    lake_kept: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = [f"connector {self.connector}: reset"]
@@ -45,8 +48,23 @@ class ResetReport:
         out.append(f"  state: {len(self.state_keys)} record(s) removed ({', '.join(self.state_keys) or 'none'})")
         if self.lake_folder is not None:
             out.append(f"  lake: {len(self.lake_tables)} table(s) removed from {self.lake_folder} ({', '.join(self.lake_tables) or 'none'})")
+            if self.lake_kept:
+                out.append(f"  lake: kept {', '.join(self.lake_kept)}")
         out.append(f"  next: run {self.connector}__setup, which takes a new snapshot, then {self.connector}__stream")
         return out
+
+
+def table_owner(folder: Path) -> str | None:
+    """The connector recorded as the owner of the Iceberg table in ``folder`` (a Hadoop catalog's table: its current
+    metadata file's properties), or None when it records none or cannot be read."""
+    metadata = folder / "metadata"
+    try:
+        version = (metadata / "version-hint.text").read_text().strip()
+        properties = orjson.loads((metadata / f"v{version}.metadata.json").read_bytes()).get("properties") or {}
+    except (OSError, ValueError):
+        return None
+    owner = properties.get(CONNECTOR_PROPERTY)
+    return owner if isinstance(owner, str) else None
 
 
 def lake_folder(config: ConnectorConfig) -> Path:
@@ -139,5 +157,14 @@ def _reset(config: ConnectorConfig, conninfo: str, report: ResetReport, folder: 
     if folder is not None:
         report.lake_folder = str(folder)
         if folder.is_dir():
-            report.lake_tables = sorted(p.name for p in folder.iterdir() if p.is_dir())
-            shutil.rmtree(folder)
+            # only the tables this connector owns (or that an earlier walflow created without recording an owner):
+            # another connector's table in the same namespace is its own, whatever the namespace setting says
+            for table in sorted(p for p in folder.iterdir() if p.is_dir()):
+                owner = table_owner(table)
+                if owner is not None and owner != config.name:
+                    report.lake_kept.append(f"{table.name} (owned by connector {owner!r})")
+                    continue
+                shutil.rmtree(table)
+                report.lake_tables.append(table.name)
+            if not any(folder.iterdir()):
+                folder.rmdir()

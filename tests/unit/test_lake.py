@@ -334,6 +334,25 @@ def test_offsets_round_trip_and_slices() -> None:
     assert offset_slices([(0, 0, 10), (1, 5, 6)], 2) == [(0, 0, 10), (1, 5, 6)]
 
 
+def test_the_record_budget_is_shared_fairly() -> None:
+    from walflow.lake.positions import share
+
+    assert share(60, {"a": 200, "b": 5, "c": 7}) == {"a": 48, "b": 5, "c": 7}
+    assert share(10, {"a": 100, "b": 100, "c": 100}) == {"a": 4, "b": 3, "c": 3}  # the remainder in key order
+    assert share(1000, {"a": 3, "b": 0}) == {"a": 3, "b": 0}
+    assert share(0, {"a": 3}) == {"a": 0} and share(5, {}) == {}
+    given = share(1_000_003, {i: (i * 7919) % 50_000 for i in range(300)})
+    assert sum(given.values()) == min(1_000_003, sum((i * 7919) % 50_000 for i in range(300)))
+
+
+def test_nested_topic_prefixes() -> None:
+    from walflow.lake.naming import prefixes_nest
+
+    assert prefixes_nest("shop", ".", "shop.eu", ".") and prefixes_nest("shop.eu", ".", "shop", ".")
+    assert not prefixes_nest("shop", ".", "shop_eu", ".") and not prefixes_nest("shop", ".", "shopping", ".")
+    assert prefixes_nest("shop", "_", "shop_eu", "_") and not prefixes_nest("shop", ".", "shop_eu", "_")
+
+
 def test_table_names_never_collide() -> None:
     assert table_name("public", "orders") == "public__orders"
     assert table_name("inventory", "order_lines") == "inventory__order_lines"

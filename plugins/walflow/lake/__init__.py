@@ -37,6 +37,7 @@ from typing import Any
 
 from walflow.errors import LakeError
 from walflow.lake.columns import (
+    BACKLOG_PROPERTY,
     COMMIT_PROPERTY,
     DELETED,
     FINGERPRINTS_PROPERTY,
@@ -50,7 +51,7 @@ from walflow.lake.positions import format_offsets, parse_offsets
 from walflow.lake.reader import partition_end, record_fingerprint
 
 __all__ = [
-    "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",
+    "BACKLOG_PROPERTY", "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",
     "JdbcCatalog", "LakeError", "LakeSettings", "PropertiesCatalog", "format_offsets", "lake_table_names", "read_lake_table", "parse_offsets", "partition_end", "read_hadoop_table",
     "record_fingerprint", "sql_quote", "sql_string", "table_name",
 ]

@@ -13,24 +13,25 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from walflow.errors import LakeError, LakeSchemaError, UnappliableRecordError
+from walflow.errors import LakeError, LakeSchemaError, UnappliableRecordError, WalflowError
 from walflow.lake import columns as C
-from walflow.lake import frames, reader, sql
+from walflow.lake import claims, frames, reader, sql
 from walflow.lake.ddl import ensure_table
 from walflow.lake.decoder import DecodePlan, split_records
-from walflow.lake.history import commit, holds_no_rows, stored_position, table_exists
+from walflow.lake.history import commit, holds_no_rows, offsets_snapshot, stored_position, table_exists, table_properties
 from walflow.lake.hooks import ApplyHooks
 from walflow.lake.keyless import merge_keyless
 from walflow.lake.loose import inferred_type, json_kind, loose_field, loose_schema
 from walflow.lake.naming import names_from_topic, sql_quote, table_name
-from walflow.lake.positions import check_last_applied, check_offsets, format_offsets, offset_slices, source_position
+from walflow.lake.positions import check_last_applied, check_offsets, format_offsets, offset_slices, parse_offsets, share, source_position
 from walflow.lake.settings import LakeSettings
 from walflow.lake.types import RowShape, field_defaults
 
@@ -38,6 +39,23 @@ log = logging.getLogger("walflow.apply")
 #: lake types whose values may have been fitted (README): key columns of these types also match on their
 #: ``_walflow_overflow`` text
 _FITTED_KEY_TYPES = ("date", "timestamp", "timestamp_ntz")
+CHANGELOG_SUFFIX = "__changelog"
+
+
+@dataclass
+class TopicPlan:
+    """What one run reads of one topic: its lake table, the offsets its table and changelog applied, and per
+    partition the offsets waiting (``bounds``: start, end) and those this run reads (``slices``)."""
+
+    topic: str
+    name: str
+    stored: dict[int, int]
+    log_stored: dict[int, int] | None
+    bounds: dict[int, tuple[int, int]]
+    slices: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def waiting(self) -> int:
+        return sum(end - start for start, end in self.bounds.values())
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,28 @@ class Guess:
     watch: tuple[str, ...] = ()
 
 
+def check_column_names(topic: str, ident: str, names: list[str]) -> None:
+    """Refuse source columns the lake cannot hold apart from its own or from each other: a name with walflow's
+    metadata prefix, or two names equal but for case (Spark resolves names without case)."""
+    reserved = [n for n in names if n.lower().startswith(C.PREFIX)]
+    if reserved:
+        raise LakeSchemaError(
+            f"topic {topic}: the source column(s) {reserved} of lake table {ident} start with {C.PREFIX!r}, which names the "
+            "lake's own metadata columns. Nothing of this topic was written. Rename the column(s) in the source, or leave "
+            "them out with column.exclude.list (or rename them with a transform)."
+        )
+    by_case: dict[str, list[str]] = {}
+    for n in names:
+        by_case.setdefault(n.lower(), []).append(n)
+    clashes = [group for group in by_case.values() if len(group) > 1]
+    if clashes:
+        raise LakeSchemaError(
+            f"topic {topic}: the source columns {clashes} of lake table {ident} differ only in case, and Spark (like most "
+            "lake engines) resolves column names without case, so the lake cannot keep them apart. Nothing of this topic "
+            "was written. Rename one of each pair in the source, or leave it out with column.exclude.list."
+        )
+
+
 class LakeJob:
     """One run of the lake job over a connector's table topics."""
 
@@ -59,7 +99,7 @@ class LakeJob:
         self.kafka = kafka
         self.hooks = hooks or ApplyHooks()
         self.placeholders = settings.placeholders()
-        self.remaining = settings.max_records
+        self._claims: dict[str, str] | None = None
         # The decoded events are cached between the statistics pass and the MERGE; compressing the cache cost
         # about a fifth of the read phase (a million changes: 1.5 s of 8) for memory a run frees at its end.
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
@@ -70,17 +110,65 @@ class LakeJob:
         return {t: p for t, p in topics.items() if t in set(only)} if only else topics
 
     def run(self, only: list[str] | None = None) -> list[dict[str, Any]]:
+        """Apply every table topic (or those of ``only``); one topic's failure does not hold the others back.
+
+        Every topic is planned first (its lake table, the offsets to read, the checks that need no write), so that
+        two topics that would write one lake table are refused before either writes, and ``walflow.lake.max.records``
+        is shared among the topics that have records waiting. A topic that fails is reported after the others were
+        applied: the run then raises (one failure as it is, several as one :class:`LakeError` naming each).
+        """
         topics = self.table_topics(only)
-        results = []
+        plans: dict[str, TopicPlan] = {}
+        failures: dict[str, WalflowError] = {}
         for topic in sorted(topics):
-            result = self.apply_topic(topic, topics[topic])
-            log.info("%s → %s: %s record(s)%s", topic, result["table"], result["records"], "" if result["committed"] else " (nothing to commit)")
+            try:
+                plans[topic] = self.plan_topic(topic, topics[topic])
+            except WalflowError as exc:
+                failures[topic] = exc
+        targets = [(t, claims.TABLE, p.name) for t, p in plans.items()]
+        if self.settings.changelog:
+            targets += [(t, claims.CHANGELOG, p.name + CHANGELOG_SUFFIX) for t, p in plans.items()]
+        for name, writers in claims.shared_tables(targets).items():
+            error = claims.shared_table_error(name, writers)
+            for topic, _kind in writers:
+                plans.pop(topic, None)
+                failures.setdefault(topic, error)
+        self.share_budget(plans)
+        results = []
+        for topic in sorted(plans):
+            try:
+                result = self.apply_plan(plans[topic])
+            except WalflowError as exc:
+                failures[topic] = exc
+                continue
+            log.info(
+                "%s → %s: %s record(s)%s%s", topic, result["table"], result["records"], "" if result["committed"] else " (nothing to commit)",
+                f", {result['backlog']} left for the next runs" if result.get("backlog") else "",
+            )
             results.append(result)
+        if failures:
+            raise self._failed(failures, results)
         return results
 
-    # -- one topic -------------------------------------------------------------------------------------
+    @staticmethod
+    def _failed(failures: dict[str, WalflowError], results: list[dict[str, Any]]) -> WalflowError:
+        """The error a run with failed topics raises: the failure itself when there is one, else one naming each;
+        it carries the results of the topics that were applied (``results``)."""
+        for topic, exc in sorted(failures.items()):
+            log.error("%s: not applied: %s", topic, exc)
+        if len(failures) == 1:
+            error = next(iter(failures.values()))
+        else:
+            listed = " | ".join(f"topic {topic}: {exc}" for topic, exc in sorted(failures.items()))
+            error = LakeError(f"{len(failures)} topics could not be applied (the {len(results)} other(s) were): {listed}")
+            error.retryable = all(exc.retryable for exc in failures.values())
+        error.results = results  # type: ignore[attr-defined]
+        return error
+
+    # -- planning: what each topic reads ---------------------------------------------------------------
     def lake_name(self, topic: str, partitions: list[int]) -> str:
-        """The lake table name of a topic: from the source names its records carry, else from the topic name.
+        """The lake table name of a topic: from the source names its records carry, else the table that claims the
+        topic (its records expired), else from the topic name.
 
         Topic names replace every character Kafka rejects with ``_`` (as Debezium does), so they cannot name the
         lake table: ``café`` and ``caf_`` share a topic name but not a source name.
@@ -89,12 +177,33 @@ class LakeJob:
             source = payload.get("source") if isinstance(payload, dict) else None
             if isinstance(source, dict) and source.get("schema") is not None and source.get("table") is not None:
                 return table_name(str(source["schema"]), str(source["table"]))
+        claimed = self._claimed().get(topic)
+        if claimed is not None:
+            return claimed
         return table_name(*names_from_topic(topic, self.settings.topic_prefix, self.settings.topic_delimiter))
 
-    def apply_topic(self, topic: str, partitions: list[int]) -> dict[str, Any]:
+    def _claimed(self) -> dict[str, str]:
+        """The lake tables of the namespace that claim a topic (table property), ``{topic: table name}``; read once."""
+        if self._claims is None:
+            self._claims = {}
+            s = self.settings
+            try:
+                rows = self.spark.sql(f"SHOW TABLES IN {s.namespace_ident()}").collect()
+            except AnalysisException:
+                rows = []  # no namespace yet: no table claims anything
+            for row in rows:
+                props = table_properties(self.spark, s.ident(row["tableName"]))
+                if props.get(C.CONNECTOR_PROPERTY) == s.connector and props.get(C.KIND_PROPERTY, claims.TABLE) == claims.TABLE and C.TOPIC_PROPERTY in props:
+                    self._claims[props[C.TOPIC_PROPERTY]] = row["tableName"]
+        return self._claims
+
+    def plan_topic(self, topic: str, partitions: list[int]) -> TopicPlan:
+        """Where ``topic``'s read starts and ends in each partition, after the checks that need no write: the lake
+        table's owner, its history, the topic's identity and retention."""
         s = self.settings
         name = self.lake_name(topic, partitions)
         ident = s.ident(name)
+        claims.check_claim(ident, table_properties(self.spark, ident), s.connector, topic, claims.TABLE)
         stored, stored_prints = stored_position(self.spark, ident, topic, (s.catalog, s.namespace, name))
         # The topic must still be the one the lake read: a recreated topic (or a broker that lost its data and
         # was refilled) can hold as many records as before, so offsets alone cannot tell.
@@ -104,33 +213,62 @@ class LakeJob:
             if warning:
                 log.warning("%s", warning)
         # the changelog commits separately with its own offsets: read from the lower of the two
-        log_name = name + "__changelog"
-        log_stored = stored_position(self.spark, s.ident(log_name), topic, (s.catalog, s.namespace, log_name))[0] if s.changelog else None
-        slices = []
+        log_stored = None
+        if s.changelog:
+            log_name = name + CHANGELOG_SUFFIX
+            log_ident = s.ident(log_name)
+            claims.check_claim(log_ident, table_properties(self.spark, log_ident), s.connector, topic, claims.CHANGELOG)
+            found = offsets_snapshot(self.spark, log_ident, (s.catalog, s.namespace, log_name))
+            if found is None:
+                # A changelog turned on later (or dropped) starts where the table is: the events the table applied
+                # before are gone from its view, and reading them again from offset 0 would hold the table back
+                # (or fail on records retention deleted).
+                log_stored = dict(stored)
+                if stored:
+                    log.info("%s: the changelog %s starts at the table's offsets %s (events applied before it was turned on are not in it)", topic, log_ident, stored)
+            else:
+                log_stored = parse_offsets(found[1][C.OFFSETS_PROPERTY]).get(topic, {})
+        bounds = {}
         for p in partitions:
             start = stored.get(p, 0) if log_stored is None else min(stored.get(p, 0), log_stored.get(p, 0))
             applied = stored.get(p, 0) if log_stored is None else max(stored.get(p, 0), log_stored.get(p, 0))
             low, end = reader.offset_bounds(self.kafka, topic, p, applied)
             check_offsets(topic, p, start, applied, low, end, ident, s.connector)
-            end = min(end, start + max(self.remaining, 0))
-            if end > start:
-                slices.append((p, start, end))
-                self.remaining -= end - start
-        if not slices:
-            return {"topic": topic, "table": ident, "records": 0, "committed": False}
-        tasks = frames.task_frame(self.spark, topic, offset_slices(slices, self.spark.sparkContext.defaultParallelism))
+            bounds[p] = (start, end)
+        return TopicPlan(topic, name, stored, log_stored, bounds)
+
+    def share_budget(self, plans: dict[str, TopicPlan]) -> None:
+        """Cut each plan's read to its share of ``walflow.lake.max.records``: equal among the topics with records
+        waiting, then among a topic's partitions (what one topic does not need goes to the others), so that a
+        backlog on one topic never starves the rest."""
+        backlogs = {t: p.waiting() for t, p in plans.items()}
+        given = share(self.settings.max_records, backlogs)
+        for topic, plan in plans.items():
+            parts = share(given[topic], {q: end - start for q, (start, end) in plan.bounds.items()})
+            plan.slices = [(q, start, start + parts[q]) for q, (start, _end) in sorted(plan.bounds.items()) if parts[q] > 0]
+            if backlogs[topic]:
+                left = backlogs[topic] - given[topic]
+                log.info(
+                    "%s: %d record(s) waiting, %d read in this run%s", topic, backlogs[topic], given[topic],
+                    f" ({left} left for the next runs: walflow.lake.max.records {self.settings.max_records} is shared by {sum(1 for b in backlogs.values() if b)} topic(s))" if left else "",
+                )
+
+    def apply_plan(self, plan: TopicPlan) -> dict[str, Any]:
+        """Read, decode and commit one topic's planned slices."""
+        ident = self.settings.ident(plan.name)
+        if not plan.slices:
+            return {"topic": plan.topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
+        tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
         cached: list[DataFrame] = []
         try:
-            return self._apply(topic, name, tasks, stored, slices, log_stored, cached)
+            return self._apply(plan, tasks, cached)
         finally:
             for frame in cached:
                 frame.unpersist()
 
-    def _apply(
-        self, topic: str, name: str, tasks: DataFrame, stored: dict[int, int], slices: list[tuple[int, int, int]],
-        log_stored: dict[int, int] | None, cached: list[DataFrame],
-    ) -> dict[str, Any]:
+    def _apply(self, plan: TopicPlan, tasks: DataFrame, cached: list[DataFrame]) -> dict[str, Any]:
         s = self.settings
+        topic, name, stored, slices, log_stored = plan.topic, plan.name, plan.stored, plan.slices, plan.log_stored
         ident = s.ident(name)
         # Each table commits its own offsets, never below what it applied before: with the changelog behind the
         # table, the read starts at the changelog's offsets and may end (walflow.lake.max.records) below the
@@ -147,7 +285,7 @@ class LakeJob:
         if stats["problems"]:
             raise self._unappliable(topic, ident, stats)
         if not counts:
-            return {"topic": topic, "table": ident, "records": 0, "committed": False}
+            return {"topic": topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
         if len(stats["sources"]) > 1:
             tables = ", ".join(sorted(f"{a}.{b}" for a, b in stats["sources"]))
             raise LakeError(
@@ -165,7 +303,8 @@ class LakeJob:
         target = RowShape(value_schema)
         names, types = target.names, target.types
         meta = C.TABLE_META + (((C.DELETED, "boolean"),) if s.soft_deletes else ())
-        properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, field_defaults(value_schema), meta)
+        owner = claims.claim(s.connector, topic, claims.TABLE)
+        properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, field_defaults(value_schema), meta, owner)
         self.hooks.reached("after_ddl", ident)
         timings["table_s"] = round(time.monotonic() - phase, 2)
         phase = time.monotonic()
@@ -207,8 +346,10 @@ class LakeJob:
             else:
                 frame = frame.filter(frames.after(cut))
         frame = frame.filter(F.col(C.OP) != "t")
+        backlog = {p: max(plan.bounds[p][1] - o, 0) for p, o in offsets.items() if p in plan.bounds}
         properties_out = {
             C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
+            C.BACKLOG_PROPERTY: orjson.dumps(backlog, option=orjson.OPT_NON_STR_KEYS).decode(),
             C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
         }
         if stats["skipped"]:
@@ -227,7 +368,10 @@ class LakeJob:
         timings["merge_s"] = round(time.monotonic() - phase, 2)
         log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
         records = int(sum(counts.values()))
-        return {"topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets, "timings": timings, **result}
+        return {
+            "topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets,
+            "backlog": sum(backlog.values()), "timings": timings, **result,
+        }
 
     def _merge_keyed(
         self, topic: str, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
@@ -309,8 +453,9 @@ class LakeJob:
         self, topic: str, name: str, frame: DataFrame, log_stored: dict[int, int], offsets: dict[int, int], names: list[str], types: dict[str, str]
     ) -> None:
         """Append every event not yet in the changelog table (an audit trail: one row per event)."""
-        log_ident = self.settings.ident(name + "__changelog")
-        ensure_table(self.spark, log_ident, self.settings.namespace_ident(), names, types, {}, C.CHANGELOG_META)
+        log_ident = self.settings.ident(name + CHANGELOG_SUFFIX)
+        owner = claims.claim(self.settings.connector, topic, claims.CHANGELOG)
+        ensure_table(self.spark, log_ident, self.settings.namespace_ident(), names, types, {}, C.CHANGELOG_META, owner)
         properties = {C.OFFSETS_PROPERTY: format_offsets({topic: offsets})}
         self._with_view(
             frame.filter(frames.from_offsets(log_stored)),
@@ -326,6 +471,8 @@ class LakeJob:
         guess = self._guess(ident, reader.last_records(self.kafka, topic, slices))
         accept = self.settings.accepted(topic)
         for passes in (1, 2, 3):
+            # before Spark sees the columns: a clash with the frame's own columns fails there without a word of why
+            check_column_names(topic, ident, RowShape(guess.schema).names)
             plan = DecodePlan(topic, self.kafka, guess.schema, field_defaults(guess.schema), self.placeholders, guess.watch, accept)
             decoded = frames.decode(tasks, plan).persist()
             stats = frames.run_stats(decoded)

@@ -80,3 +80,10 @@ SKIPPED_PROPERTY = "walflow.skipped"
 TRUNCATED_AT = "walflow.truncated-at"
 #: table property prefix: a column added with a default whose existing rows still need it (crash-safe DDL)
 PENDING_DEFAULT = "walflow.pending-default."
+#: table properties: the connector and the topic that own a lake table, and whether it is the table itself or its
+#: changelog (:mod:`walflow.lake.claims`)
+CONNECTOR_PROPERTY = "walflow.connector"
+TOPIC_PROPERTY = "walflow.topic"
+KIND_PROPERTY = "walflow.table-kind"
+#: snapshot summary: the records of the topic not yet applied when this commit was made, ``{partition: count}``
+BACKLOG_PROPERTY = "walflow.backlog"

@@ -12,7 +12,7 @@ from pyspark.sql.types import _parse_datatype_string
 from walflow.errors import LakeError, LakeSchemaError
 from walflow.lake import columns as C
 from walflow.lake import sql
-from walflow.lake.history import commit, table_exists
+from walflow.lake.history import commit, table_exists, table_properties
 from walflow.lake.types import check_evolution, sql_literal
 
 log = logging.getLogger("walflow.apply")
@@ -24,18 +24,20 @@ def simple_type(ddl_type: str) -> str:
 
 
 def ensure_table(
-    spark: SparkSession, ident: str, namespace: str, names: list[str], types: dict[str, str], defaults: dict[str, Any], meta: tuple[tuple[str, str], ...]
+    spark: SparkSession, ident: str, namespace: str, names: list[str], types: dict[str, str], defaults: dict[str, Any],
+    meta: tuple[tuple[str, str], ...], owner: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Create the table, or bring it to the events' schema: add columns, widen types, add missing metadata
-    columns. Returns the table's properties.
+    columns. Returns the table's properties. ``owner`` (:func:`walflow.lake.claims.claim`) is recorded in the
+    table's properties, also on a table an earlier walflow created without it.
 
     A column added with a default is recorded as pending in a table property before it is added, and filled in
     the table's existing rows afterwards, so a crash between the steps is finished by the next run.
     """
     if not table_exists(spark, ident):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
-        spark.sql(sql.create_table(ident, [*((n, types[n]) for n in names), *meta]))
-        return {}
+        spark.sql(sql.create_table(ident, [*((n, types[n]) for n in names), *meta], owner))
+        return dict(owner or {})
     existing = {f.name: f.dataType.simpleString() for f in spark.table(ident).schema.fields}
     wanted = {n: simple_type(types[n]) for n in names}
     add, widen, problems = check_evolution(existing, wanted)
@@ -69,7 +71,11 @@ def ensure_table(
             # PostgreSQL gave every existing row the default without a change event: so must the lake.
             spark.sql(sql.set_property(ident, C.PENDING_DEFAULT + name, literals[name]))
         spark.sql(sql.add_column(ident, name, types[name]))
-    properties = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
+    properties = table_properties(spark, ident)
+    for key, value in (owner or {}).items():
+        if properties.get(key) != value:
+            spark.sql(sql.set_property(ident, key, value))
+            properties[key] = value
     for key, literal in properties.items():
         if key.startswith(C.PENDING_DEFAULT):
             commit(spark, sql.fill_default(ident, key[len(C.PENDING_DEFAULT) :], literal), {}, "default")

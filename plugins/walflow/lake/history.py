@@ -22,6 +22,13 @@ def table_exists(spark: SparkSession, ident: str) -> bool:
     return bool(spark.catalog.tableExists(ident))
 
 
+def table_properties(spark: SparkSession, ident: str) -> dict[str, str]:
+    """The table's properties; empty for a table that does not exist."""
+    if not table_exists(spark, ident):
+        return {}
+    return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {ident}").collect()}
+
+
 def holds_no_rows(spark: SparkSession, ident: str) -> bool:
     """True when the table's current snapshot has no data file (a new table, or one whose files were all deleted)."""
     return int(spark.sql(f"SELECT count(*) FROM {ident}.data_files").collect()[0][0]) == 0

@@ -117,7 +117,9 @@ def _run(task: str, argv: list[str] | None) -> int:
         # file to know whether running again can help (a LakeError cannot: it needs a person)
         log.error("the lake job stopped: %s", exc)
         if args.result:
-            Path(args.result).write_text(orjson.dumps({"error": str(exc), "type": type(exc).__name__, "retryable": exc.retryable}).decode())
+            # the topics applied before the failure (LakeJob.run goes on past a failed topic) are reported too
+            failed = {"error": str(exc), "type": type(exc).__name__, "retryable": exc.retryable, "tables": getattr(exc, "results", [])}
+            Path(args.result).write_text(orjson.dumps(failed, default=str, option=orjson.OPT_NON_STR_KEYS).decode())
         spark.stop()
         return ERROR_EXIT
     except Exception as exc:

@@ -58,3 +58,10 @@ def names_from_topic(topic: str, prefix: str, delimiter: str) -> tuple[str, str]
     rest = topic[len(topic_name(prefix, "", delimiter=delimiter)) :]
     schema, _, table = rest.partition(delimiter)
     return schema, table
+
+
+def prefixes_nest(prefix: str, delimiter: str, other: str, other_delimiter: str) -> bool:
+    """Whether the topics of one topic prefix look like table topics of the other (``shop`` and ``shop.eu``: the
+    topic ``shop.eu.public.orders`` starts with ``shop.``), or the two prefixes are equal."""
+    mine, theirs = topic_name(prefix, "", delimiter=delimiter), topic_name(other, "", delimiter=other_delimiter)
+    return mine.startswith(theirs) or theirs.startswith(mine)

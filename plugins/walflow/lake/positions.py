@@ -147,3 +147,23 @@ def check_offsets(topic: str, partition: int, start: int, applied: int, low: int
             "retention.bytes) before the lake read them. Nothing was skipped. Keep the topics' retention longer than "
             f"the time between two applies. {_start_over(connector)}"
         )
+
+
+def share(budget: int, backlogs: dict[Any, int]) -> dict[Any, int]:
+    """Split ``budget`` records among ``backlogs`` (key -> records waiting) fairly: every key gets an equal share,
+    and what a key with a smaller backlog leaves goes to the others (water filling). Keys are served in their
+    order for the remainder of a division, so the result is the same on every run."""
+    given = {k: 0 for k in backlogs}
+    waiting = [k for k, n in backlogs.items() if n > 0]
+    left = max(budget, 0)
+    while waiting and left > 0:
+        each = max(1, left // len(waiting))
+        for key in list(waiting):
+            take = min(each, backlogs[key] - given[key], left)
+            given[key] += take
+            left -= take
+            if given[key] >= backlogs[key]:
+                waiting.remove(key)
+            if left == 0:
+                break
+    return given

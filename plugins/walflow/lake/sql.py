@@ -21,8 +21,10 @@ TABLE_PROPERTIES = (
 _EMPTY_OVERFLOW = f"CAST(map() AS {C.OVERFLOW_TYPE})"
 
 
-def create_table(ident: str, columns: list[tuple[str, str]]) -> str:
-    return f"CREATE TABLE {ident} ({', '.join(f'{q(n)} {t}' for n, t in columns)}) USING iceberg TBLPROPERTIES ({TABLE_PROPERTIES})"
+def create_table(ident: str, columns: list[tuple[str, str]], properties: dict[str, str] | None = None) -> str:
+    """CREATE TABLE with :data:`TABLE_PROPERTIES` and ``properties`` (walflow's claim on the table)."""
+    extra = "".join(f", {s(k)}={s(v)}" for k, v in (properties or {}).items())
+    return f"CREATE TABLE {ident} ({', '.join(f'{q(n)} {t}' for n, t in columns)}) USING iceberg TBLPROPERTIES ({TABLE_PROPERTIES}{extra})"
 
 
 def add_column(ident: str, name: str, ddl_type: str) -> str:
