@@ -63,7 +63,7 @@ demo: up
 LANE_B := tests/e2e
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py
+LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/integration/test_lake_truth.py
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE)
 LANES := a b c unit

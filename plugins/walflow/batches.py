@@ -46,6 +46,10 @@ class BatchSummary:
     ops: dict[str, int] = field(default_factory=dict)
     #: what the batch repaired or found worth a look (a table put back into the publication, ...)
     warnings: list[str] = field(default_factory=list)
+    #: schema facts written (tables whose definition changed: walflow.schema_facts)
+    schema_facts: list[str] = field(default_factory=list)
+    #: tables walflow re-read itself (an incremental snapshot) and why
+    rereads: list[dict[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

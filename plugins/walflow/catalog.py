@@ -38,6 +38,9 @@ class CatalogColumn:
     attnum: int = 0
     #: a generated column (pgoutput leaves those out of its Relation and tuples)
     generated: bool = False
+    #: pg_attribute.attmissingval as text (a one-element array) when atthasmissing: what rows older than the
+    #: column hold in it (see :mod:`walflow.schema_facts`)
+    missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,8 @@ SELECT a.attname,
        a.attndims,
        a.attnotnull,
        pg_catalog.pg_get_expr(d.adbin, d.adrelid),
-       pg_catalog.format_type(a.atttypid, a.atttypmod)
+       pg_catalog.format_type(a.atttypid, a.atttypmod),
+       CASE WHEN a.atthasmissing THEN a.attmissingval::text END
 FROM pg_catalog.pg_attribute a
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s AND a.attnum > 0
@@ -249,7 +253,7 @@ class Catalog:
         self.types.load(a[4] for a in attrs if not a[2])
         columns: dict[str, CatalogColumn] = {}
         attributes: list[tuple[int, str | None]] = []
-        for attname, attnum, dropped, generated, typoid, typmod, ndims, notnull, default_expr, formatted in attrs:
+        for attname, attnum, dropped, generated, typoid, typmod, ndims, notnull, default_expr, formatted, missing in attrs:
             if dropped:
                 attributes.append((attnum, None))
                 continue
@@ -264,6 +268,7 @@ class Catalog:
                 attr_type_modifier=typmod,
                 attnum=attnum,
                 generated=generated,
+                missing=missing,
             )
             if default_expr is not None and not generated:
                 column = self._with_default(column)

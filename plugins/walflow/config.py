@@ -221,6 +221,8 @@ class ConnectorConfig(BaseModel):
     # the record format: Debezium 3.6.3's, or the pre-2.6 envelope for consumers pinned to it (walflow.envelope)
     walflow_event_format: Literal["3.6", "pre-2.6"] = Field("3.6", alias="walflow.event.format")
     walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
+    # walflow's own topic of schema facts (walflow.schema_facts), read by the lake job; written only with the lake on
+    walflow_schema_topic: str | None = Field(None, alias="walflow.schema.topic")
     walflow_lake_catalog: str = Field("lake", alias="walflow.lake.catalog")
     walflow_lake_namespace: str | None = Field(None, alias="walflow.lake.namespace")
     walflow_lake_warehouse: str | None = Field(None, alias="walflow.lake.warehouse")
@@ -403,6 +405,12 @@ class ConnectorConfig(BaseModel):
     @property
     def transaction_topic(self) -> str:
         return f"{self.topic_prefix}{self.topic_delimiter}{self.topic_transaction}"
+
+    @property
+    def schema_topic(self) -> str:
+        """The topic of the connector's schema facts (:mod:`walflow.schema_facts`): ``walflow.schema.topic``, by default
+        ``__walflow-schema<delimiter><topic.prefix>`` (named like the heartbeat topic: outside the prefix's topics)."""
+        return self.walflow_schema_topic or f"__walflow-schema{self.topic_delimiter}{self.topic_prefix}"
 
     @property
     def heartbeat_topic(self) -> str:

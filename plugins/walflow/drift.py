@@ -71,18 +71,18 @@ def check_claims(store: StateStore, config: ConnectorConfig) -> None:
                 f"its own tables. Give {config.name!r} a 'topic.prefix' that neither starts nor is started by {prefix!r}. If "
                 f"{other!r} is gone for good, release its claim: {release}"
             )
-        if config.walflow_lake_enabled and claim.get("lake") == lake_claim(config):
-            raise DriftError(
-                f"lake namespace {lake_claim(config)!r} belongs to connector {other!r} (recorded in {table}); two connectors "
-                "writing one namespace would read and reset each other's tables. Give "
-                f"{config.name!r} its own 'walflow.lake.namespace'. If {other!r} is gone for good, release its claim: {release}"
-            )
         if claim.get("topic_prefix") == config.topic_prefix:
             raise DriftError(
                 f"topic prefix {config.topic_prefix!r} belongs to connector {other!r} (recorded in {table}); two "
                 f"connectors writing one prefix would mix their tables' events in the same topics. Give "
                 f"{config.name!r} its own 'topic.prefix'. If {other!r} was renamed to {config.name!r} or is gone for "
                 f"good, release its claim: {release}"
+            )
+        if config.walflow_lake_enabled and claim.get("lake") == lake_claim(config):
+            raise DriftError(
+                f"lake namespace {lake_claim(config)!r} belongs to connector {other!r} (recorded in {table}); two connectors "
+                "writing one namespace would read and reset each other's tables. Give "
+                f"{config.name!r} its own 'walflow.lake.namespace'. If {other!r} is gone for good, release its claim: {release}"
             )
 
 

@@ -30,6 +30,7 @@ signal, never the stream: it is tried when the signal arrives and again per tabl
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -236,6 +237,19 @@ class IncrementalSnapshots:
             # SignalError, data of unexpected shapes, or a table whose events cannot be built (a key column of a type
             # walflow cannot represent, message.key.columns naming a dropped column): the signal fails, read once
             self._fail_signal(signal_id, exc)
+
+    def reread(self, signal_id: str, table: str, reason: str) -> None:
+        """Start (or queue) an incremental snapshot of one table that walflow asks for itself, as an
+        execute-snapshot signal of that table's exact name would (read again after a restart, it is recognised).
+
+        :raises SignalError: the snapshot cannot be taken (the table is gone, or its key cannot be read).
+        """
+        log.info("incremental snapshot %s: re-reading %s: %s", signal_id, printable(table), reason)
+        try:
+            self._execute(signal_id, {"type": "incremental", "data-collections": [re.escape(table)]})
+        except _SIGNAL_FAILURES as exc:
+            self._fail_signal(signal_id, exc)
+            raise SignalError(str(exc)) from exc
 
     def _known(self, signal_id: str) -> bool:
         """Whether this execute-snapshot signal is already in the saved progress (running or queued) or finished.

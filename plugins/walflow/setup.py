@@ -34,6 +34,7 @@ from walflow.drift import KeyRegistry, check_claims, check_topics, record_claim,
 from walflow.errors import SlotError
 from walflow.events import Filters, now_ms
 from walflow.kafka import EventProducer
+from walflow.schema_facts import SchemaFacts, catalog_fact
 from walflow.snapshot import InitialSnapshot, SnapshotError, create_slot_with_snapshot, plan_tables
 from walflow.source import (
     SetupReport,
@@ -259,7 +260,16 @@ class ConnectorSetup:
         else:
             runner = InitialSnapshot(config, self.conninfo, producer, snapshot_name=None, position_lsn=None, progress=self._progress, fault_hook=self._fault)
             summary = runner.run(tables)
+        facts = None
+        if config.walflow_lake_enabled and runner.position_lsn is not None:
+            # the definitions the snapshot read, for the lake (walflow.schema_facts): what a later rename or re-added
+            # column is told apart from
+            facts = SchemaFacts(StateStore(conn, config.name, config.state_table), producer, config.schema_topic)
+            for table in tables:
+                facts.observe(table.catalog.oid, catalog_fact(table.schema, table.catalog, runner.position_lsn))
         producer.flush(config.walflow_kafka_flush_timeout_s)
+        if facts is not None:
+            facts.save()
         info = conn.execute(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
         ).fetchone()

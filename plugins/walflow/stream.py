@@ -23,7 +23,7 @@ from walflow.catalog import Catalog
 from walflow.changes import ChangeEvents, Transaction
 from walflow.config import ConnectorConfig
 from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
-from walflow.errors import ConversionError, DriftError, RecordTooLargeError, SlotError, SourceUnavailableError
+from walflow.errors import ConversionError, DriftError, RecordTooLargeError, SlotError, SourceUnavailableError, WalflowError
 from walflow.events import Filters, Serializer, TableSchema
 from walflow.health import assess_slot_health, health_limits, slot_health
 from walflow.incremental import STATE_KEY as INCREMENTAL_KEY
@@ -44,7 +44,8 @@ from walflow.pgoutput import (
     str_to_lsn,
 )
 from walflow.prefetch import BlockPrefetch
-from walflow.signals import first_line
+from walflow.schema_facts import SchemaFacts, build_fact
+from walflow.signals import SignalError, first_line
 from walflow.source import (
     MESSAGES_SERVER_VERSION,
     check_slot,
@@ -112,6 +113,14 @@ class StreamBatch:
         self._stop_error: RecordTooLargeError | DriftError | None = None
         self._topic_owners: dict[str, str] = {}
         self._keys: KeyRegistry | None = None
+        #: tables re-read by this batch (incremental snapshots walflow started itself), for its summary
+        self.rereads: list[dict[str, str]] = []
+        #: schema facts for the lake (walflow.schema_facts), when the connector has a lake
+        self._facts: SchemaFacts | None = None
+        #: relation OID -> LSN of its latest Relation message (where a new definition starts)
+        self._relation_lsn: dict[int, int] = {}
+        self._catalog_conn: Any = None
+        self._store: StateStore | None = None
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
@@ -147,13 +156,12 @@ class StreamBatch:
             self.producer.check_reachable()
             self.events.database = info.database
             self._catalog = Catalog(catalog_conn)
+            self._catalog_conn = catalog_conn
+            if config.walflow_lake_enabled:
+                # the catalog's autocommit connection: the stream connection holds the peek's transaction open
+                self._facts = SchemaFacts(StateStore(catalog_conn, config.name, config.state_table), self.producer, config.schema_topic)
             if config.signal_table or store.get(INCREMENTAL_KEY):
-                # its own autocommit connection: the stream connection holds the peek's transaction open
-                inc_store = StateStore(catalog_conn, config.name, config.state_table)
-                self._inc = IncrementalSnapshots(
-                    config, inc_store, catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook, reader=self._reader_factory()
-                )
-                self.events.inc = self._inc
+                self._incremental()
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
             summary.start_lsn = slot.confirmed_flush_lsn
@@ -216,6 +224,11 @@ class StreamBatch:
                 self._fault("flushed")
                 summary.records = self.producer.sent
                 summary.bytes = self.producer.bytes
+                if self._facts is not None:
+                    self._facts.save()  # acknowledged: the definitions they describe are now the ones to compare with
+                    summary.schema_facts = [f"{f.schema}.{f.table}@{lsn_to_str(f.lsn)}" for f in self._facts.produced]
+                summary.rereads = list(self.rereads)
+                inc = self._inc  # a re-read this round may have started the incremental snapshots
                 if inc is not None:
                     # Saved before the slot moves past the signals and watermarks this round read: a crash
                     # after the advance would otherwise lose a signal read this round.
@@ -441,6 +454,7 @@ class StreamBatch:
                                     complete = False
                                     break
                             elif cls is Relation:
+                                self._relation_lsn[msg.relation_id] = lsn_value  # type: ignore[attr-defined]
                                 previous = self._schemas.pop(msg.relation_id, None)  # type: ignore[attr-defined]
                                 self._captured_before[msg.relation_id] = previous is not None  # type: ignore[attr-defined]
                                 self._catalog.forget(msg.relation_id)  # type: ignore[attr-defined]
@@ -533,8 +547,63 @@ class StreamBatch:
             if self._keys is not None:
                 self._keys.check(schema, self.config.name)
             self.producer.ensure_topic(schema.topic)
+            if self._facts is not None:
+                self._observe_definition(relation, schema)
         self._schemas[rid] = schema
         return schema
+
+    def _observe_definition(self, relation: Relation, schema: TableSchema) -> None:
+        """Write the table's schema fact when its definition changed, and re-read a keyed table whose new column
+        holds values walflow cannot know in the rows that existed before it (a per-row default, or a table
+        rewritten since): an incremental snapshot of the table, so that the lake converges without anyone acting."""
+        assert self._facts is not None
+        rid = relation.relation_id
+        fact = build_fact(schema, relation, self._catalog.table(rid), self._relation_lsn.get(rid, 0), self._facts.previous(rid))
+        produced, before = self._facts.observe(rid, fact)
+        if produced is None or before is None:
+            return
+        older = {attnum for _n, attnum, _f, _k in before.fields}
+        unknown = [name for name, attnum, _f, known in produced.fields if not known and attnum not in older]
+        if not unknown:
+            return
+        if not produced.key:
+            log.warning(
+                "connector %s: table %s gained column(s) %s whose values in the rows that existed before walflow cannot "
+                "know (a default evaluated per row, or a table rewritten since), and it has no key to re-read it by; the "
+                "lake job stops at this table with the fix",
+                self.config.name, schema.data_collection, unknown,
+            )
+            return
+        self._reread(schema, unknown, produced.lsn)
+
+    def _reread(self, schema: TableSchema, columns: list[str], lsn: int) -> None:
+        """Start (or queue) an incremental snapshot of ``schema``'s table, logged and in the batch's summary."""
+        reason = f"column(s) {columns} added with values walflow cannot know in the existing rows"
+        if not StateStore(self._catalog_conn, self.config.name, self.config.state_table).exists():
+            log.warning("connector %s: table %s is not re-read (%s): the connector has no state table (its setup never ran)",
+                        self.config.name, schema.data_collection, reason)
+            return
+        inc = self._incremental()
+        signal_id = f"walflow-reread:{schema.data_collection}:{lsn:X}"
+        try:
+            inc.reread(signal_id, schema.data_collection, reason)
+        except (WalflowError, SignalError) as exc:
+            log.error("connector %s: cannot re-read table %s (%s): %s; its lake table may differ from the source until it is snapshotted again",
+                      self.config.name, schema.data_collection, reason, exc)
+            return
+        self.rereads.append({"table": schema.data_collection, "signal": signal_id, "reason": reason})
+
+    def _incremental(self) -> IncrementalSnapshots:
+        """The batch's incremental snapshots, started on first use (a signal, saved progress, or a re-read)."""
+        if self._inc is None:
+            config = self.config
+            # its own autocommit connection: the stream connection holds the peek's transaction open
+            inc_store = StateStore(self._catalog_conn, config.name, config.state_table)
+            self._inc = IncrementalSnapshots(
+                config, inc_store, self._catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook, reader=self._reader_factory()
+            )
+            self.events.inc = self._inc
+        return self._inc
 
     def _warn_uncaptured(self, relation: Relation) -> None:
         """Say so when a table that was captured no longer is: renamed or moved out of the filters.

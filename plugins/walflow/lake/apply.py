@@ -26,6 +26,7 @@ from walflow.lake import columns as C
 from walflow.lake import claims, frames, reader, sql
 from walflow.lake.ddl import ensure_table
 from walflow.lake.decoder import DecodePlan, split_records
+from walflow.lake.evolution import ATTNUMS_PROPERTY, Mapping, TableFacts, plan_renames, read_property, refuse_unknown_fill, with_fills
 from walflow.lake.history import commit, holds_no_rows, offsets_snapshot, stored_position, table_exists, table_properties
 from walflow.lake.hooks import ApplyHooks
 from walflow.lake.keyless import merge_keyless
@@ -33,7 +34,7 @@ from walflow.lake.loose import inferred_type, json_kind, loose_field, loose_sche
 from walflow.lake.naming import names_from_topic, sql_quote, table_name
 from walflow.lake.positions import check_last_applied, check_offsets, format_offsets, offset_slices, parse_offsets, share, source_position
 from walflow.lake.settings import LakeSettings
-from walflow.lake.types import RowShape, field_defaults
+from walflow.lake.types import RowShape, field_defaults, sql_literal
 
 log = logging.getLogger("walflow.apply")
 #: lake types whose values may have been fitted (README): key columns of these types also match on their
@@ -56,6 +57,20 @@ class TopicPlan:
 
     def waiting(self) -> int:
         return sum(end - start for start, end in self.bounds.values())
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """What the schema facts say about a run's target (:mod:`walflow.lake.evolution`): each column's source
+    attribute, the decoder's mapping, the target schema with the defaults replaced by what older rows hold, and
+    the columns whose older rows' values cannot be known."""
+
+    facts: TableFacts
+    attnums: dict[str, int]
+    mapping: Mapping
+    defaults_schema: dict[str, Any]
+    fills: dict[str, tuple[bool, Any]]
+    unknown: list[str]
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,10 @@ class LakeJob:
         self.hooks = hooks or ApplyHooks()
         self.placeholders = settings.placeholders()
         self._claims: dict[str, str] | None = None
+        #: source (schema, table) of each topic, from its records (lake_name)
+        self._sources: dict[str, tuple[str, str]] = {}
+        #: the connector's schema facts by source table, read once per run
+        self._facts: dict[tuple[str, str], TableFacts] | None = None
         # The decoded events are cached between the statistics pass and the MERGE; compressing the cache cost
         # about a fifth of the read phase (a million changes: 1.5 s of 8) for memory a run frees at its end.
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
@@ -118,6 +137,11 @@ class LakeJob:
         applied: the run then raises (one failure as it is, several as one :class:`LakeError` naming each).
         """
         topics = self.table_topics(only)
+        self._facts = {}
+        for fact in reader.read_facts(self.kafka, self.settings.schema_topic):
+            self._facts.setdefault((str(fact.get("schema")), str(fact.get("table"))), TableFacts([])).facts.append(fact)
+        for facts in self._facts.values():
+            facts.facts.sort(key=lambda f: int(f.get("lsn") or 0))
         plans: dict[str, TopicPlan] = {}
         failures: dict[str, WalflowError] = {}
         for topic in sorted(topics):
@@ -176,6 +200,7 @@ class LakeJob:
         for _h, _t, _p, _o, _k, _key, payload, _n, _e in split_records(reader.first_records(self.kafka, topic, partitions)):
             source = payload.get("source") if isinstance(payload, dict) else None
             if isinstance(source, dict) and source.get("schema") is not None and source.get("table") is not None:
+                self._sources[topic] = (str(source["schema"]), str(source["table"]))
                 return table_name(str(source["schema"]), str(source["table"]))
         claimed = self._claimed().get(topic)
         if claimed is not None:
@@ -279,7 +304,7 @@ class LakeJob:
             offsets[p] = max(end, stored.get(p, 0))
             log_offsets[p] = max(end, log_offsets.get(p, 0))
         phase = time.monotonic()
-        decoded, stats, value_schema, passes = self._decode(topic, ident, tasks, slices)
+        decoded, stats, value_schema, passes, evolution = self._decode(topic, ident, tasks, slices)
         cached.append(decoded)
         counts, key_names = stats["counts"], stats["key_names"]
         if stats["problems"]:
@@ -304,7 +329,12 @@ class LakeJob:
         names, types = target.names, target.types
         meta = C.TABLE_META + (((C.DELETED, "boolean"),) if s.soft_deletes else ())
         owner = claims.claim(s.connector, topic, claims.TABLE)
-        properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, field_defaults(value_schema), meta, owner)
+        attnums = None
+        if evolution is not None:
+            attnums = self._follow_source(topic, ident, evolution, bool(key_names), stats)
+            owner = {**owner, ATTNUMS_PROPERTY: orjson.dumps(attnums).decode()}
+        defaults = field_defaults(evolution.defaults_schema if evolution is not None else value_schema)
+        properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, defaults, meta, owner)
         self.hooks.reached("after_ddl", ident)
         timings["table_s"] = round(time.monotonic() - phase, 2)
         phase = time.monotonic()
@@ -463,26 +493,82 @@ class LakeJob:
         )
 
     # -- decoding: a guessed target, checked against what was read ------------------------------------
-    def _decode(self, topic: str, ident: str, tasks: DataFrame, slices: list[tuple[int, int, int]]) -> tuple[DataFrame, dict[str, Any], dict[str, Any], int]:
+    def _decode(
+        self, topic: str, ident: str, tasks: DataFrame, slices: list[tuple[int, int, int]]
+    ) -> tuple[DataFrame, dict[str, Any], dict[str, Any], int, Evolution | None]:
         """Decode the slices once with the guessed target, again only when the records showed it was wrong.
 
-        Returns (the decoded frame, cached; its statistics; the target value schema; the number of passes).
+        Returns (the decoded frame, cached; its statistics; the target value schema; the number of passes; what the
+        schema facts say of the target, or None).
         """
         guess = self._guess(ident, reader.last_records(self.kafka, topic, slices))
         accept = self.settings.accepted(topic)
         for passes in (1, 2, 3):
             # before Spark sees the columns: a clash with the frame's own columns fails there without a word of why
             check_column_names(topic, ident, RowShape(guess.schema).names)
-            plan = DecodePlan(topic, self.kafka, guess.schema, field_defaults(guess.schema), self.placeholders, guess.watch, accept)
+            evolution = self._evolution(topic, guess)
+            defaults = field_defaults(evolution.defaults_schema if evolution else guess.schema)
+            mapping = evolution.mapping if evolution else None
+            plan = DecodePlan(topic, self.kafka, guess.schema, defaults, self.placeholders, guess.watch, accept, mapping)
             decoded = frames.decode(tasks, plan).persist()
             stats = frames.run_stats(decoded)
             better = self._better_guess(ident, guess, stats)
             if better is None:
-                return decoded, stats, guess.schema, passes
+                return decoded, stats, guess.schema, passes, evolution
             log.info("%s: the records read do not have the columns guessed from the slices' last records; decoding again", topic)
             decoded.unpersist()
             guess = better
         raise LakeError(f"topic {topic}: the schema of its records kept changing between passes; run the job again")
+
+    def _evolution(self, topic: str, guess: Guess) -> Evolution | None:
+        """What the schema facts say of the target ``guess``: None without facts for the topic's table, for records
+        without a schema part, or when no fact describes exactly the target's fields."""
+        facts = (self._facts or {}).get(self._sources.get(topic, ("", "")))
+        if not facts or not guess.hash:
+            return None
+        names = RowShape(guess.schema).names
+        target = next((f for f in reversed(facts.facts) if [g["field"] for g in f["fields"]] == names), None)
+        if target is None:
+            return None
+        fills = facts.fills(target)
+        defaults_schema, unknown = with_fills(guess.schema, fills)
+        return Evolution(facts, facts.attnums(target), facts.mapping(target), defaults_schema, fills, unknown)
+
+    def _follow_source(self, topic: str, ident: str, evolution: Evolution, keyed: bool, stats: dict[str, Any]) -> dict[str, int]:
+        """Rename the lake columns whose source attribute was renamed, refill those whose name now belongs to
+        another attribute, before the columns are brought to the target (:func:`ensure_table`). Returns the
+        attribute numbers to record once the table has the target's columns.
+
+        :raises LakeSchemaError: a keyless table needs values the events cannot give (see :mod:`walflow.lake.evolution`).
+        """
+        properties = table_properties(self.spark, ident)
+        existing = [f.name for f in self.spark.table(ident).schema.fields] if properties else []
+        source_columns = [c for c in existing if not c.startswith(C.PREFIX)]
+        recorded = read_property(properties)
+        lake = {**evolution.facts.adopt([c for c in source_columns if c not in recorded]), **{c: a for c, a in recorded.items() if c in source_columns}}
+        renames, readded = plan_renames(lake, evolution.attnums, set(existing))
+        # the values older rows hold cannot be known, and without a key a re-read cannot replace them
+        lacking = set()
+        for text in stats["schemas"].values():
+            if text:
+                lacking |= set(evolution.attnums) - set(RowShape(orjson.loads(text)).names)
+        new_here = [c for c in evolution.unknown if c in readded or (c not in lake.values() and evolution.attnums.get(c) not in lake.values())]
+        if not keyed and new_here and ((existing and not holds_no_rows(self.spark, ident)) or lacking & set(new_here)):
+            raise refuse_unknown_fill(topic, ident, new_here)
+        for old, new in renames:
+            log.info("%s: column %s was renamed %s in the source (attribute %d): renamed in the lake", ident, old, new, lake[old])
+            self.spark.sql(sql.rename_column(ident, old, new))
+            lake[new] = lake.pop(old)
+        if renames:
+            self.spark.sql(sql.set_property(ident, ATTNUMS_PROPERTY, orjson.dumps(lake).decode()))
+        for column in readded:
+            known, fill = evolution.fills.get(column, (False, None))
+            log.info("%s: column %s is another source attribute now (dropped and added again): its older rows take %s", ident, column,
+                     "the new column's value" if known else "its value when the table is re-read")
+            if known:
+                literal = sql_literal(field_defaults(evolution.defaults_schema).get(column), str(dict(self.spark.table(ident).dtypes)[column]))
+                self.spark.sql(sql.set_property(ident, C.PENDING_REFILL + column, literal))
+        return {**lake, **evolution.attnums}
 
     def _guess(self, ident: str, sample: list[Any]) -> Guess:
         """The target from the newest of the slices' last records: its schema, or for records without a schema

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from walflow.lake import columns as C
+from walflow.lake.evolution import Mapping
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
 from walflow.lake.positions import position
@@ -61,6 +62,9 @@ class DecodePlan:
     watch: tuple[str, ...] = ()
     #: (partition, offset) of records whose unconvertible values are accepted (walflow.lake.accept.records)
     accept: frozenset[tuple[int, int]] = frozenset()
+    #: the target's columns by source attribute, so that records written before a rename map onto the renamed
+    #: column (:mod:`walflow.lake.evolution`); None maps by name
+    mapping: Mapping | None = None
     batch_rows: int = 20_000
     #: a batch is cut at this many bytes of records too, so that huge rows (arrays, documents) keep memory
     #: bounded and Arrow's 32-bit offsets of one batch never overflow
@@ -296,8 +300,10 @@ class Decoder:
             if schema_text is None:
                 raise ValueError(f"schema {schema_hash} came without its text")
             shape = RowShape(orjson.loads(schema_text))
-            positions = {n: i for i, n in enumerate(shape.names)}
-            order = [positions.get(n, -1) for n in self.names]
+            order = self.plan.mapping.order(shape.names, self.names) if self.plan.mapping is not None else None
+            if order is None:
+                positions = {n: i for i, n in enumerate(shape.names)}
+                order = [positions.get(n, -1) for n in self.names]
             same = order == list(range(self.n_data)) and len(shape.names) == self.n_data
             known = self.shapes[schema_hash] = (shape, None if same else order, shape.compiled())
         return known

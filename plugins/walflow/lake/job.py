@@ -35,7 +35,7 @@ log = logging.getLogger("walflow.apply")
 #: the exit status of a run stopped by a walflow error (its JSON is in the --result file)
 ERROR_EXIT = 3
 #: the modules the executors import (the decoder and what it needs): pure Python, no Spark, no pydantic
-EXECUTOR_MODULES = ("__init__.py", "decimals.py", "errors.py", "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/loose.py",
+EXECUTOR_MODULES = ("__init__.py", "decimals.py", "errors.py", "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/evolution.py", "lake/loose.py",
                     "lake/naming.py", "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py", "temporal.py")
 
 

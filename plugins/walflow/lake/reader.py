@@ -216,3 +216,24 @@ def key_names(key: bytes | bytearray | None) -> list[str]:
     if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
         doc = doc["payload"]
     return list(doc.keys()) if isinstance(doc, dict) else []
+
+
+def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
+    """Every schema fact of the connector's schema topic (:mod:`walflow.schema_facts`; a small topic: one record per
+    definition change), or none when the topic does not exist."""
+    if not topic:
+        return []
+    partitions = list_topics(kafka).get(topic)
+    if not partitions:
+        return []
+    facts = []
+    for _p, _o, _key, value in first_records(kafka, topic, partitions):
+        if value is None:
+            continue
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            continue  # not walflow's: the topic is walflow's own, but a stray record must not stop the lake
+        if isinstance(doc, dict) and doc.get("format") == 1 and isinstance(doc.get("fields"), list):
+            facts.append(doc)
+    return facts

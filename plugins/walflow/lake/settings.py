@@ -54,6 +54,8 @@ class LakeSettings(BaseModel):
     delete_mode: Literal["hard", "soft"]
     changelog: bool
     toasted_value_placeholder: str
+    #: the connector's schema facts (walflow.schema_facts); "" when none are kept
+    schema_topic: str = ""
     #: "<topic>:<partition>:<offset>" of records whose unconvertible values are accepted (README)
     accept_records: tuple[str, ...] = ()
     #: maintenance: snapshots older than this are expired (never the ones the next apply needs)
@@ -86,6 +88,7 @@ class LakeSettings(BaseModel):
             "delete_mode": config.walflow_lake_delete_mode,
             "changelog": config.walflow_lake_changelog,
             "toasted_value_placeholder": config.toasted_value_placeholder,
+            "schema_topic": config.schema_topic,
             "accept_records": tuple(config.walflow_lake_accept_records),
             "snapshot_retention_hours": config.walflow_lake_maintain_snapshot_retention_hours,
             "orphan_retention_hours": config.walflow_lake_maintain_orphan_retention_hours,

@@ -31,6 +31,10 @@ def add_column(ident: str, name: str, ddl_type: str) -> str:
     return f"ALTER TABLE {ident} ADD COLUMN {q(name)} {ddl_type}"
 
 
+def rename_column(ident: str, old: str, new: str) -> str:
+    return f"ALTER TABLE {ident} RENAME COLUMN {q(old)} TO {q(new)}"
+
+
 def widen_column(ident: str, name: str, ddl_type: str) -> str:
     return f"ALTER TABLE {ident} ALTER COLUMN {q(name)} TYPE {ddl_type}"
 
@@ -46,6 +50,11 @@ def unset_property(ident: str, key: str) -> str:
 def fill_default(ident: str, column: str, literal: str) -> str:
     """Give the rows that existed before a column was added its default (PostgreSQL did, without events)."""
     return f"UPDATE {ident} SET {q(column)} = {literal} WHERE {q(column)} IS NULL"
+
+
+def refill(ident: str, column: str, literal: str) -> str:
+    """Give every row the value of a column that is another source attribute now (dropped and added again)."""
+    return f"UPDATE {ident} SET {q(column)} = {literal}"
 
 
 def _nonempty(expr: str) -> str:
