@@ -29,6 +29,7 @@ import orjson
 
 from walflow.arrays import parse_array
 from walflow.events import match_columns, now_ms
+from walflow.lake.evolution import field_type
 
 if TYPE_CHECKING:
     from walflow.catalog import CatalogColumn, CatalogTable
@@ -58,10 +59,12 @@ class Fact:
     identity: str
     #: the fields the replica identity writes into old tuples (under REPLICA IDENTITY USING INDEX: the index's)
     identity_fields: tuple[str, ...]
+    #: each field's type as its events' schema gives it (:func:`walflow.lake.evolution.field_type`)
+    types: tuple[str, ...] = ()
 
     def signature(self) -> list[Any]:
         """What tells one definition from another (the fills are not part of it: they are facts about rows)."""
-        return [[[name, attnum] for name, attnum, _f, _k in self.fields], list(self.key), self.identity, list(self.identity_fields)]
+        return [[[name, attnum] for name, attnum, _f, _k in self.fields], list(self.key), self.identity, list(self.identity_fields), list(self.types)]
 
     def record(self) -> tuple[bytes, bytes]:
         key = orjson.dumps({"schema": self.schema, "table": self.table})
@@ -70,7 +73,7 @@ class Fact:
             "schema": self.schema,
             "table": self.table,
             "lsn": self.lsn,
-            "fields": [{"field": n, "attnum": a, "fill": f, "known": k} for n, a, f, k in self.fields],
+            "fields": [{"field": n, "attnum": a, "fill": f, "known": k, "type": ty} for (n, a, f, k), ty in zip(self.fields, self.types)],
             "key": list(self.key),
             "identity": self.identity,
             "identity_fields": list(self.identity_fields),
@@ -110,14 +113,20 @@ def build_fact(schema: TableSchema, relation: Relation, table: CatalogTable | No
     The catalog is read now; the Relation message may be older. A column matched by name to an attribute that
     cannot have existed when the message was written is another attribute of that name, since dropped (``a``
     dropped and added again): every live attribute numbered below the match existed before it, so the message
-    would list them all before the column. Such a column takes the attribute the previous fact gave its field
+    would list them all before the column; and an attribute of another type than the message's column, when the
+    previous fact gave the name another attribute, is the new one. Such a column takes the attribute the previous fact gave its field
     (``previous``: field name -> attribute number), or none.
     """
     matched = match_columns(relation, table) if table is not None else [None] * len(relation.columns)
     if table is not None:
         live = sorted(attnum for attnum, name in table.attributes if name is not None)
-        for i, info in enumerate(matched):
-            if info is not None and sum(1 for a in live if a < info.attnum) > i:
+        for i, (column, info) in enumerate(zip(relation.columns, matched)):
+            if info is None:
+                continue
+            if sum(1 for a in live if a < info.attnum) > i:
+                matched[i] = None
+            elif info.attr_type_oid != column.type_oid and previous and column.name in previous and previous[column.name] != info.attnum:
+                # another type than the attribute of that name has now, and another attribute before: the old one
                 matched[i] = None
     fields = []
     for spec in schema.fields:
@@ -127,7 +136,8 @@ def build_fact(schema: TableSchema, relation: Relation, table: CatalogTable | No
         else:
             fields.append(_field(spec, info))
     flagged = [c.name for c in relation.columns if c.is_key]
-    return Fact(schema.schema, schema.table, lsn, tuple(fields), tuple(f.name for f in schema.key_fields), relation.replica_identity, tuple(flagged))
+    types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
+    return Fact(schema.schema, schema.table, lsn, tuple(fields), tuple(f.name for f in schema.key_fields), relation.replica_identity, tuple(flagged), types)
 
 
 def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
@@ -136,7 +146,8 @@ def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
     fields = tuple(_field(spec, columns[spec.index]) for spec in schema.fields)
     identity = table.replica_identity
     flagged = [c.name for c in columns if not c.generated] if identity == "f" else list(table.primary_key) if identity == "d" else []
-    return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged))
+    types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
+    return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged), types)
 
 
 class SchemaFacts:

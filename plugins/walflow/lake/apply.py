@@ -26,7 +26,7 @@ from walflow.lake import columns as C
 from walflow.lake import claims, frames, reader, sql
 from walflow.lake.ddl import ensure_table
 from walflow.lake.decoder import DecodePlan, split_records
-from walflow.lake.evolution import ATTNUMS_PROPERTY, Mapping, TableFacts, plan_renames, read_property, refuse_unknown_fill, with_fills
+from walflow.lake.evolution import ATTNUMS_PROPERTY, Mapping, TableFacts, field_type, plan_renames, read_property, refuse_unknown_fill, with_fills
 from walflow.lake.history import commit, holds_no_rows, offsets_snapshot, stored_position, table_exists, table_properties
 from walflow.lake.hooks import ApplyHooks
 from walflow.lake.keyless import merge_keyless
@@ -34,7 +34,7 @@ from walflow.lake.loose import inferred_type, json_kind, loose_field, loose_sche
 from walflow.lake.naming import names_from_topic, sql_quote, table_name
 from walflow.lake.positions import check_last_applied, check_offsets, format_offsets, offset_slices, parse_offsets, share, source_position
 from walflow.lake.settings import LakeSettings
-from walflow.lake.types import RowShape, field_defaults, sql_literal
+from walflow.lake.types import RowShape, field_defaults
 
 log = logging.getLogger("walflow.apply")
 #: lake types whose values may have been fitted (README): key columns of these types also match on their
@@ -387,13 +387,18 @@ class LakeJob:
             log.warning("%s: skipped %d record(s) listed in walflow.lake.accept.records that are not change events: %s", topic, len(skipped), skipped)
             properties_out[C.SKIPPED_PROPERTY] = orjson.dumps(skipped).decode()
         result: dict[str, Any] = {}
+        # columns the source dropped stay in the lake as history: rows written from now on hold NULL there
+        history = self._history(ident, names)
+        written = names + [h for h, _t in history]
         if keyed:
-            self._merge_keyed(topic, ident, frame, names, types, key_names, stats, cut, before_image, properties_out)
+            frame = self._with_nulls(frame, history)
+            self._merge_keyed(topic, ident, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
         elif counts.get("u") or counts.get("d"):
-            result["unmatched_before_images"] = merge_keyless(self.spark, ident, frame, names, types, properties_out, s.soft_deletes)
+            result["unmatched_before_images"] = merge_keyless(self.spark, ident, frame, names, types, properties_out, s.soft_deletes, tuple(history))
         else:
             # inserts only (a table without key, e.g. an append-only history): every event is a new row
-            self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(ident, view, names, s.soft_deletes), properties_out, "insert"))
+            frame = self._with_nulls(frame, history)
+            self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(ident, view, written, s.soft_deletes), properties_out, "insert"))
         self.hooks.reached("after_commit", ident)
         timings["merge_s"] = round(time.monotonic() - phase, 2)
         log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
@@ -471,6 +476,17 @@ class LakeJob:
             condition = condition | more
         return bool(events.filter(condition).limit(1).count())
 
+    def _history(self, ident: str, names: list[str]) -> list[tuple[str, str]]:
+        """(name, type) of the table's source columns the events no longer have (dropped in the source)."""
+        wanted = set(names)
+        return [(f.name, f.dataType.simpleString()) for f in self.spark.table(ident).schema.fields if not f.name.startswith(C.PREFIX) and f.name not in wanted]
+
+    @staticmethod
+    def _with_nulls(frame: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
+        for name, kind in columns:
+            frame = frame.withColumn(name, F.lit(None).cast(kind))
+        return frame
+
     def _with_view(self, frame: DataFrame, run: Any) -> None:
         view = f"walflow_src_{uuid.uuid4().hex[:8]}"
         frame.createOrReplaceTempView(view)
@@ -486,6 +502,8 @@ class LakeJob:
         log_ident = self.settings.ident(name + CHANGELOG_SUFFIX)
         owner = claims.claim(self.settings.connector, topic, claims.CHANGELOG)
         ensure_table(self.spark, log_ident, self.settings.namespace_ident(), names, types, {}, C.CHANGELOG_META, owner)
+        history = self._history(log_ident, names)
+        frame, names = self._with_nulls(frame, history), names + [h for h, _t in history]
         properties = {C.OFFSETS_PROPERTY: format_offsets({topic: offsets})}
         self._with_view(
             frame.filter(frames.from_offsets(log_stored)),
@@ -526,8 +544,8 @@ class LakeJob:
         facts = (self._facts or {}).get(self._sources.get(topic, ("", "")))
         if not facts or not guess.hash:
             return None
-        names = RowShape(guess.schema).names
-        target = next((f for f in reversed(facts.facts) if [g["field"] for g in f["fields"]] == names), None)
+        shape = [(f["field"], field_type(f)) for f in RowShape(guess.schema).fields]
+        target = next((f for f in reversed(facts.facts) if [(g["field"], g.get("type", "")) for g in f["fields"]] == shape), None)
         if target is None:
             return None
         fills = facts.fills(target)
@@ -535,8 +553,8 @@ class LakeJob:
         return Evolution(facts, facts.attnums(target), facts.mapping(target), defaults_schema, fills, unknown)
 
     def _follow_source(self, topic: str, ident: str, evolution: Evolution, keyed: bool, stats: dict[str, Any]) -> dict[str, int]:
-        """Rename the lake columns whose source attribute was renamed, refill those whose name now belongs to
-        another attribute, before the columns are brought to the target (:func:`ensure_table`). Returns the
+        """Rename the lake columns whose source attribute was renamed, drop those whose name now belongs to another
+        attribute (added again as new columns), before the columns are brought to the target (:func:`ensure_table`). Returns the
         attribute numbers to record once the table has the target's columns.
 
         :raises LakeSchemaError: a keyless table needs values the events cannot give (see :mod:`walflow.lake.evolution`).
@@ -552,7 +570,8 @@ class LakeJob:
         for text in stats["schemas"].values():
             if text:
                 lacking |= set(evolution.attnums) - set(RowShape(orjson.loads(text)).names)
-        new_here = [c for c in evolution.unknown if c in readded or (c not in lake.values() and evolution.attnums.get(c) not in lake.values())]
+        had = set(lake.values())
+        new_here = [c for c in evolution.unknown if c in readded or evolution.attnums.get(c) not in had]
         if not keyed and new_here and ((existing and not holds_no_rows(self.spark, ident)) or lacking & set(new_here)):
             raise refuse_unknown_fill(topic, ident, new_here)
         for old, new in renames:
@@ -562,12 +581,12 @@ class LakeJob:
         if renames:
             self.spark.sql(sql.set_property(ident, ATTNUMS_PROPERTY, orjson.dumps(lake).decode()))
         for column in readded:
-            known, fill = evolution.fills.get(column, (False, None))
-            log.info("%s: column %s is another source attribute now (dropped and added again): its older rows take %s", ident, column,
-                     "the new column's value" if known else "its value when the table is re-read")
-            if known:
-                literal = sql_literal(field_defaults(evolution.defaults_schema).get(column), str(dict(self.spark.table(ident).dtypes)[column]))
-                self.spark.sql(sql.set_property(ident, C.PENDING_REFILL + column, literal))
+            # the lake's column is the dropped attribute's (history), the name now another attribute's: dropped from
+            # the lake (Iceberg drops by field id: no data file is rewritten) and added again below with what the
+            # new attribute's older rows hold, whatever its type
+            log.info("%s: column %s is another source attribute now (dropped and added again in the source): made anew", ident, column)
+            self.spark.sql(sql.drop_column(ident, column))
+            lake.pop(column, None)
         return {**lake, **evolution.attnums}
 
     def _guess(self, ident: str, sample: list[Any]) -> Guess:

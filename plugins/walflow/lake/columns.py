@@ -80,8 +80,6 @@ SKIPPED_PROPERTY = "walflow.skipped"
 TRUNCATED_AT = "walflow.truncated-at"
 #: table property prefix: a column added with a default whose existing rows still need it (crash-safe DDL)
 PENDING_DEFAULT = "walflow.pending-default."
-#: table property prefix: a column whose name is another source attribute now, whose rows still need its value
-PENDING_REFILL = "walflow.pending-refill."
 #: table properties: the connector and the topic that own a lake table, and whether it is the table itself or its
 #: changelog (:mod:`walflow.lake.claims`)
 CONNECTOR_PROPERTY = "walflow.connector"

@@ -80,7 +80,4 @@ def ensure_table(
         if key.startswith(C.PENDING_DEFAULT):
             commit(spark, sql.fill_default(ident, key[len(C.PENDING_DEFAULT) :], literal), {}, "default")
             spark.sql(sql.unset_property(ident, key))
-        elif key.startswith(C.PENDING_REFILL):
-            commit(spark, sql.refill(ident, key[len(C.PENDING_REFILL) :], literal), {}, "refill")
-            spark.sql(sql.unset_property(ident, key))
     return properties

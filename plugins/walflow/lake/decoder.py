@@ -266,6 +266,8 @@ class Decoder:
         # None: the target's own order) and its compiled converter
         self.shapes: dict[str, tuple[RowShape, list[int] | None, Any]] = {"": (self.target, None, self.target.compiled())}
         self.unknown: dict[tuple[str, ...], list[str]] = {}
+        #: per schema hash: field name -> target column, for fields mapped onto a column of another name
+        self.renamed: dict[str, dict[str, str]] = {}
         #: the target was built for records without a schema part (their columns are typed from JSON values)
         self.plan_schemaless = any(f.get("name") == LOOSE for f in self.target.fields)
 
@@ -300,11 +302,16 @@ class Decoder:
             if schema_text is None:
                 raise ValueError(f"schema {schema_hash} came without its text")
             shape = RowShape(orjson.loads(schema_text))
-            order = self.plan.mapping.order(shape.names, self.names) if self.plan.mapping is not None else None
+            order = self.plan.mapping.order(shape.fields, self.names) if self.plan.mapping is not None else None
             if order is None:
                 positions = {n: i for i, n in enumerate(shape.names)}
                 order = [positions.get(n, -1) for n in self.names]
             same = order == list(range(self.n_data)) and len(shape.names) == self.n_data
+            # the columns a record's field lands in under another name (renamed since): its TOAST placeholders are
+            # named after the target's column, which carries the value forward
+            renamed = {shape.names[j]: self.names[i] for i, j in enumerate(order) if j >= 0 and shape.names[j] != self.names[i]}
+            if renamed:
+                self.renamed[schema_hash] = renamed
             known = self.shapes[schema_hash] = (shape, None if same else order, shape.compiled())
         return known
 
@@ -405,6 +412,8 @@ class Decoder:
                     last_hash = last_keyed = None
                     continue  # reported
                 old_values, old_toasted, old_failures = old_image
+                if old_toasted and schema_hash in self.renamed:
+                    old_toasted = [self.renamed[schema_hash].get(n, n) for n in old_toasted]
                 if old_failures:
                     out.overflow.setdefault(len(rows), []).extend((n, _short(v, 10_000)) for n, v, _why in old_failures)
                 if order is not None:
@@ -424,6 +433,8 @@ class Decoder:
                 values = [values[j] if j >= 0 else default for j, default in zip(order, filled)]
             if toasted:
                 out.toasted = True
+                if schema_hash in self.renamed:
+                    toasted = [self.renamed[schema_hash].get(n, n) for n in toasted]
             if schema_hash != last_hash or keyed != last_keyed:
                 out.runs(len(rows), schema_hash, keyed)
                 last_hash, last_keyed = schema_hash, keyed

@@ -23,6 +23,12 @@ import orjson
 
 from walflow.errors import LakeSchemaError
 
+
+def field_type(schema: dict[str, Any]) -> str:
+    """A field's type as its events' schema says it, without its default and name (as
+    :func:`walflow.schema_facts.field_type` writes it into a fact)."""
+    return orjson.dumps({k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS).decode()
+
 #: table property: the source attribute number of each lake column, ``{column: attnum}``
 ATTNUMS_PROPERTY = "walflow.attnums"
 
@@ -33,15 +39,16 @@ class Mapping:
     each target column, and for each field list a fact describes, its fields' attributes."""
 
     target: dict[str, int] = field(default_factory=dict)
-    #: (field names, their attribute numbers) of each fact, newest last
-    shapes: tuple[tuple[tuple[str, ...], tuple[int | None, ...]], ...] = ()
+    #: (fields as (name, type), their attribute numbers) of each fact, newest last
+    shapes: tuple[tuple[tuple[tuple[str, str], ...], tuple[int | None, ...]], ...] = ()
 
-    def order(self, names: list[str], target_names: list[str]) -> list[int] | None:
-        """Where each target column sits among ``names`` (a record schema's fields; -1: absent), by attribute when a
-        fact describes exactly these fields, else None (map by name)."""
+    def order(self, fields: list[dict[str, Any]], target_names: list[str]) -> list[int] | None:
+        """Where each target column sits among ``fields`` (a record schema's ``after`` fields; -1: absent), by
+        attribute when a fact describes exactly these fields (names and types), else None (map by name)."""
         if not self.target:
             return None
-        key = tuple(names)
+        names = [f["field"] for f in fields]
+        key = tuple((f["field"], field_type(f)) for f in fields)
         attnums = None
         for shape, numbers in reversed(self.shapes):
             if shape == key:
@@ -92,7 +99,7 @@ class TableFacts:
     def mapping(self, target: dict[str, Any]) -> Mapping:
         return Mapping(
             self.attnums(target),
-            tuple((tuple(f["field"] for f in fact["fields"]), tuple(f.get("attnum") for f in fact["fields"])) for fact in self.facts),
+            tuple((tuple((f["field"], f.get("type", "")) for f in fact["fields"]), tuple(f.get("attnum") for f in fact["fields"])) for fact in self.facts),
         )
 
     def adopt(self, columns: list[str]) -> dict[str, int]:

@@ -27,7 +27,8 @@ _OVK = "_walflow_ovk"
 
 
 def merge_keyless(
-    spark: SparkSession, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], properties: dict[str, str], soft: bool
+    spark: SparkSession, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], properties: dict[str, str], soft: bool,
+    history: tuple[tuple[str, str], ...] = (),
 ) -> int:
     """Apply the events of ``frame`` to the keyless table ``ident`` in one MERGE committed with ``properties``.
 
@@ -98,7 +99,7 @@ def merge_keyless(
     view = f"walflow_src_{uuid.uuid4().hex[:8]}"
     source.createOrReplaceTempView(view)
     try:
-        commit(spark, sql.keyless_merge(ident, view, names, soft), properties, "merge")
+        commit(spark, sql.keyless_merge(ident, view, names, soft, history), properties, "merge")
     finally:
         spark.catalog.dropTempView(view)
         source.unpersist()

@@ -31,6 +31,10 @@ def add_column(ident: str, name: str, ddl_type: str) -> str:
     return f"ALTER TABLE {ident} ADD COLUMN {q(name)} {ddl_type}"
 
 
+def drop_column(ident: str, name: str) -> str:
+    return f"ALTER TABLE {ident} DROP COLUMN {q(name)}"
+
+
 def rename_column(ident: str, old: str, new: str) -> str:
     return f"ALTER TABLE {ident} RENAME COLUMN {q(old)} TO {q(new)}"
 
@@ -50,11 +54,6 @@ def unset_property(ident: str, key: str) -> str:
 def fill_default(ident: str, column: str, literal: str) -> str:
     """Give the rows that existed before a column was added its default (PostgreSQL did, without events)."""
     return f"UPDATE {ident} SET {q(column)} = {literal} WHERE {q(column)} IS NULL"
-
-
-def refill(ident: str, column: str, literal: str) -> str:
-    """Give every row the value of a column that is another source attribute now (dropped and added again)."""
-    return f"UPDATE {ident} SET {q(column)} = {literal}"
 
 
 def _nonempty(expr: str) -> str:
@@ -216,14 +215,15 @@ def changelog_insert(ident: str, view: str, names: list[str]) -> str:
     return f"INSERT INTO {ident} ({cols}, {C.APPLIED_AT}) SELECT {cols}, current_timestamp() FROM {view} ORDER BY {order}"
 
 
-def keyless_merge(ident: str, view: str, names: list[str], soft: bool) -> str:
+def keyless_merge(ident: str, view: str, names: list[str], soft: bool, history: tuple[tuple[str, str], ...] = ()) -> str:
     """The MERGE of a table without key (see :mod:`walflow.lake.keyless`): rows of kind 'del' remove every copy of
-    a row value (values and ``_walflow_overflow`` equal), rows of kind 'ins' are written."""
+    a row value (values and ``_walflow_overflow`` equal), rows of kind 'ins' are written. ``history``: (name, type)
+    of the table's columns the source dropped, NULL in the rows written."""
     on = [f"t.{q(n)} <=> s.{q(n)}" for n in names] + [f"to_json(t.{C.OVERFLOW}) <=> to_json(s.{C.OVERFLOW})"]
     if soft:
         on.append(f"NOT coalesce(t.{C.DELETED}, false)")
-    cols = [q(n) for n in names] + [*C.EVENT_META, C.APPLIED_AT]
-    vals = [f"s.{q(n)}" for n in names] + [f"s.{m}" for m in C.EVENT_META] + ["current_timestamp()"]
+    cols = [q(n) for n in names] + [q(h) for h, _t in history] + [*C.EVENT_META, C.APPLIED_AT]
+    vals = [f"s.{q(n)}" for n in names] + [f"CAST(NULL AS {ty})" for _h, ty in history] + [f"s.{m}" for m in C.EVENT_META] + ["current_timestamp()"]
     if soft:
         cols.append(C.DELETED)
         vals.append("s._walflow_is_deleted")

@@ -1,0 +1,290 @@
+"""The model-based differential test of the whole pipeline (``make test-torture``; a short form in ``make test``).
+
+A seeded generator drives random DML and DDL against tables of varied shape; after every round the stream and the
+lake run, cut into random batches (``walflow.batch.max.events`` and ``walflow.lake.max.records``) over several
+partitions and stopped at random points (the stream before or after Kafka acknowledged a batch, the lake job at
+each of its hook points, so that redelivered records are applied in a later run), until both have caught up;
+then every lake table is compared with its source table row by row (:mod:`tests.lakecheck`). A round ends
+
+- ``EQUAL``: every table equals its source;
+- ``REFUSED``: the lake job stopped with a walflow error; it must name the table, the cause and the fix;
+- ``DIVERGED``: every run reported success and a lake table differs from its source: a failure.
+
+Everything random comes from ``random.Random(seed)``; a failing round prints the seed and its statements.
+
+Left out of the generator because they are known to diverge (issue 29, still open): a primary-key change of a row
+whose TOASTed columns are unchanged, ``REPLICA IDENTITY USING INDEX`` on a non-key index, and partitioned tables;
+the keyless table is compared only until the first stream fault (its redelivered records are indistinguishable from
+equal rows: the README's documented limit; the outcome says until which round it was compared). A column added
+to a table is followed by a change of that table in the same round (the lake learns a definition from events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from tests.lakecheck import differences
+from tests.support import apply_lake, connector, setup, stream, unique
+from walflow.errors import WalflowError
+from walflow.lake.hooks import POINTS, ApplyHooks
+from walflow.lake.naming import table_name
+
+STREAM_POINTS = ("before_produce", "produced", "before_flush", "flushed")
+TYPES = {
+    "int": lambda r: r.randint(-1000, 1000),
+    "text": lambda r: r.choice(["", "a", "b c", "ü%{x}", "'q'"]) + str(r.randint(0, 99)),
+    "numeric(8,2)": lambda r: round(r.uniform(-9999, 9999), 2),
+    "boolean": lambda r: r.random() < 0.5,
+    "int[]": lambda r: [r.randint(0, 9) for _ in range(r.randint(0, 3))],
+    "jsonb": lambda r: psycopg.types.json.Jsonb({"k": r.randint(0, 5), "l": [r.random() < 0.5]}),
+}
+DEFAULTS = {"int": ["5", "-1"], "text": ["'old'", "'d%s'"], "numeric(8,2)": ["1.25"], "boolean": ["true"], "int[]": ["ARRAY[1, 2]"], "jsonb": ["'{\"d\": 1}'"]}
+
+
+@dataclasses.dataclass
+class Table:
+    name: str
+    key: list[str]
+    columns: dict[str, str]
+    next_id: int = 1
+
+    def ident(self) -> sql.Identifier:
+        return sql.Identifier("public", self.name)
+
+
+class Crash(Exception):
+    """A fault the harness injects (the process would have died here)."""
+
+
+class LakeCrash(ApplyHooks):
+    def __init__(self, point: str) -> None:
+        self.point = point
+
+    def reached(self, point: str, table: str) -> None:
+        if point == self.point:
+            raise Crash(f"lake job stopped at {point} ({table})")
+
+
+class StreamCrash:
+    def __init__(self, point: str, after: int) -> None:
+        self.point, self.after = point, after
+
+    def __call__(self, stage: str) -> None:
+        if stage == self.point:
+            self.after -= 1
+            if self.after < 0:
+                raise Crash(f"stream stopped at {stage}")
+
+
+class Torture:
+    """One seed's run: tables, rounds, and the outcome of each round."""
+
+    def __init__(self, seed: int, spark: Any, dsn: str, log: Any = print) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.spark = spark
+        self.dsn = dsn
+        self.log = log
+        partitions = 1 + seed % 3  # one, two or three partitions per topic by seed
+        self.config = connector(unique(f"tort{seed}"), **{"topic.creation.default.partitions": partitions, "skipped.operations": "none"})
+        self.tables = [
+            Table("t_int", ["id"], {"id": "int", "name": "text", "n": "int", "doc": "text", "tags": "int[]"}),
+            Table("t_comp", ["a", "b"], {"a": "text", "b": "int", "v": "numeric(8,2)"}),
+            Table("t_keyless", [], {"x": "int", "y": "text"}),
+            Table("order items", ["id"], {"id": "int", "qty": "int", "note": "text"}),
+        ]
+        self.statements: list[str] = []
+        self.counter = 0
+        self.faults: dict[str, int] = {"stream": 0, "lake": 0}
+        #: the last round after which the keyless table was compared too (see :meth:`compare`)
+        self.keyless_until = 0
+
+    # -- source ------------------------------------------------------------------------------------
+    def execute(self, conn: psycopg.Connection, query: Any, params: Any = None) -> None:
+        self.statements.append(query.as_string(conn) if not isinstance(query, str) else query)
+        conn.execute(query, params)
+
+    def create(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for t in self.tables:
+                cols = [sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(ty)) for c, ty in t.columns.items()]
+                if t.key:
+                    cols.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, t.key))))
+                self.execute(conn, sql.SQL("CREATE TABLE {} ({})").format(t.ident(), sql.SQL(", ").join(cols)))
+                if not t.key:
+                    self.execute(conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(t.ident()))
+            for t in self.tables:
+                self.insert(conn, t, self.rng.randint(5, 30))
+
+    def value(self, ty: str, key: bool = False) -> Any:
+        if ty == "text" and not key and self.rng.random() < 0.1:
+            return "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))  # stored out of line
+        return TYPES.get(ty, TYPES["text"])(self.rng)
+
+    def insert(self, conn: psycopg.Connection, t: Table, count: int) -> None:
+        for _ in range(count):
+            row = {}
+            for c, ty in t.columns.items():
+                if c in t.key and ty == "int":
+                    row[c] = t.next_id
+                    t.next_id += 1
+                else:
+                    row[c] = self.value(ty, c in t.key)
+            if t.key and any(row[k] is None for k in t.key):
+                continue
+            query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING" if t.key else "INSERT INTO {} ({}) VALUES ({})").format(
+                t.ident(), sql.SQL(", ").join(map(sql.Identifier, row)), sql.SQL(", ").join(sql.Literal(v) for v in row.values())
+            )
+            self.execute(conn, query)
+
+    def some_row(self, t: Table) -> sql.Composable:
+        """A condition that selects about one row in ten (or one of a keyless table's rows)."""
+        if t.key and t.columns[t.key[-1]] == "int":
+            return sql.SQL("{} % 10 = {}").format(sql.Identifier(t.key[-1]), sql.Literal(self.rng.randint(0, 9)))
+        return sql.SQL("ctid = (SELECT min(ctid) FROM {})").format(t.ident())
+
+    def dml(self, conn: psycopg.Connection, t: Table) -> None:
+        op = self.rng.random()
+        payload = [c for c in t.columns if c not in t.key]
+        if op < 0.35:
+            self.insert(conn, t, self.rng.randint(1, 8))
+        elif op < 0.75 and payload:
+            column = self.rng.choice(payload)
+            self.execute(conn, sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
+                t.ident(), sql.Identifier(column), sql.Literal(self.value(t.columns[column])), self.some_row(t)))
+        elif op < 0.93:
+            self.execute(conn, sql.SQL("DELETE FROM {} WHERE {}").format(t.ident(), self.some_row(t)))
+        elif t.name == "t_int":
+            # a key change, of rows whose TOASTed columns are not stored out of line (see the module's docstring)
+            short = [sql.SQL("length(coalesce({}::text, '')) < 1000").format(sql.Identifier(c)) for c, ty in t.columns.items() if ty in ("text", "jsonb", "int[]")]
+            self.execute(conn, sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 17 = {} AND id < 100000{}").format(
+                t.ident(), sql.Literal(self.rng.randint(0, 16)), sql.SQL("").join(sql.SQL(" AND ") + c for c in short)))
+        elif t.name == "t_comp":
+            self.execute(conn, sql.SQL("TRUNCATE {}").format(t.ident()))
+
+    def ddl(self, conn: psycopg.Connection, t: Table) -> None:
+        payload = [c for c in t.columns if c not in t.key]
+        op = self.rng.random()
+        self.counter += 1
+        if op < 0.45 or len(payload) < 2:
+            ty = self.rng.choice(list(TYPES))
+            name = f"c{self.counter}"
+            default = self.rng.choice([None, *DEFAULTS[ty]])
+            self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} {}{}").format(
+                t.ident(), sql.Identifier(name), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")))
+            t.columns[name] = ty
+            then = self.rng.random()
+            if then < 0.3:
+                self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                    t.ident(), sql.Identifier(name), sql.SQL(self.rng.choice(DEFAULTS[ty]))))
+            elif then < 0.5 and default:
+                self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(t.ident(), sql.Identifier(name)))
+        elif op < 0.75:
+            old = self.rng.choice(payload)
+            new = f"r{self.counter}"
+            self.execute(conn, sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(t.ident(), sql.Identifier(old), sql.Identifier(new)))
+            t.columns = {(new if c == old else c): ty for c, ty in t.columns.items()}
+        else:
+            gone = self.rng.choice(payload)
+            self.execute(conn, sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(t.ident(), sql.Identifier(gone)))
+            del t.columns[gone]
+            if self.rng.random() < 0.5:  # and added again under its old name
+                ty = self.rng.choice(list(TYPES))
+                default = self.rng.choice([None, *DEFAULTS[ty]])
+                self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} {}{}").format(
+                    t.ident(), sql.Identifier(gone), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")))
+                t.columns[gone] = ty
+
+    def round(self) -> None:
+        """One round of source changes: a few transactions of DML, sometimes a DDL (followed by a change of its
+        table), with stream and lake runs cut in between."""
+        self.statements = []
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for _ in range(self.rng.randint(1, 5)):
+                with conn.transaction():
+                    for _ in range(self.rng.randint(1, 4)):
+                        self.dml(conn, self.rng.choice(self.tables))
+                if self.rng.random() < 0.25:
+                    self.pipeline(cut=True)
+            if self.rng.random() < 0.4:
+                t = self.rng.choice(self.tables)
+                self.ddl(conn, t)
+                self.insert(conn, t, 1)
+
+    # -- pipeline ----------------------------------------------------------------------------------
+    def pipeline(self, cut: bool = False) -> None:
+        """Stream and apply once each, in small batches, maybe stopped part-way (faults are not errors)."""
+        config = self.config.model_copy(update={"walflow_batch_max_events": self.rng.randint(5, 200)})
+        hook = None
+        if self.rng.random() < 0.2:
+            hook = StreamCrash(self.rng.choice(STREAM_POINTS), self.rng.randint(0, 3))
+        try:
+            stream(config, self.dsn, **({"fault_hook": hook} if hook else {}))
+        except Crash:
+            self.faults["stream"] += 1
+        self.apply(cut)
+
+    def apply(self, cut: bool) -> list[dict[str, Any]]:
+        records = self.rng.randint(20, 400) if cut else 5_000_000
+        hooks = LakeCrash(self.rng.choice(POINTS)) if cut and self.rng.random() < 0.3 else None
+        try:
+            return apply_lake(self.spark, self.config, hooks=hooks, **{"max_records": records})
+        except Crash:
+            self.faults["lake"] += 1
+            return []
+
+    def catch_up(self) -> None:
+        """Stream until the slot is drained and no re-read is running, then apply until nothing is left."""
+        for _ in range(50):
+            summary = stream(self.config, self.dsn)
+            if not summary.events and not summary.snapshot_rows and not summary.rereads:
+                break
+        for _ in range(50):
+            results = apply_lake(self.spark, self.config)
+            if not any(r.get("backlog") for r in results):
+                break
+
+    def compare(self) -> list[str]:
+        found: list[str] = []
+        for t in self.tables:
+            if not t.key and self.faults["stream"]:
+                # a stream stopped after Kafka acknowledged records sends them again; the lake cannot tell a keyless
+                # table's redelivered row from a second equal row (README, "Tables without a primary key")
+                continue
+            found += differences(self.dsn, self.config.topic_prefix, table_name("public", t.name), "public", t.name)
+        return found
+
+    def run(self, rounds: int) -> dict[str, Any]:
+        """Create the tables, snapshot them, then ``rounds`` rounds. Stops at the first round that does not end
+        EQUAL (a refusal needs a person; a divergence is a defect)."""
+        started = time.monotonic()
+        self.create()
+        setup(self.config, self.dsn)
+        outcome: dict[str, Any] = {"seed": self.seed, "partitions": self.config.topic_creation_default_partitions, "equal": 0}
+        for number in range(1, rounds + 1):
+            self.round()
+            try:
+                self.catch_up()
+            except WalflowError as exc:
+                outcome.update(result="REFUSED", round=number, error=f"{type(exc).__name__}: {exc}", statements=self.statements)
+                break
+            found = self.compare()
+            if found:
+                outcome.update(result="DIVERGED", round=number, differences=found, statements=self.statements)
+                break
+            outcome["equal"] += 1
+            if not self.faults["stream"]:
+                self.keyless_until = number
+            self.log(f"seed {self.seed} round {number}: EQUAL ({len(self.statements)} statement(s), faults {self.faults})")
+        else:
+            outcome["result"] = "EQUAL"
+        outcome["faults"] = dict(self.faults)
+        outcome["keyless_compared_until_round"] = self.keyless_until
+        outcome["seconds"] = round(time.monotonic() - started, 1)
+        return outcome

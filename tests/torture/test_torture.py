@@ -1,0 +1,35 @@
+"""The torture run (tests/torture/model.py): ``WALFLOW_TORTURE_SEEDS`` (comma-separated, default ``1``) and
+``WALFLOW_TORTURE_ROUNDS`` (default 4; ``make test-torture`` runs 200 on three seeds). Each seed prints one JSON
+line of its outcome, and the statements of a round that does not end EQUAL."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.torture.model import Torture
+
+SEEDS = [int(s) for s in os.environ.get("WALFLOW_TORTURE_SEEDS", "1").split(",") if s.strip()]
+ROUNDS = int(os.environ.get("WALFLOW_TORTURE_ROUNDS", "4"))
+
+pytestmark = pytest.mark.timeout(max(900, ROUNDS * 60))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_lake_equals_the_source_after_every_round(spark: Any, database: str, seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = Torture(seed, spark, database, log=lambda line: print(line, flush=True)).run(ROUNDS)
+    with capsys.disabled():
+        print("WALFLOW_TORTURE " + orjson.dumps({k: v for k, v in outcome.items() if k != "statements"}).decode(), flush=True)
+        if outcome["result"] != "EQUAL":
+            print(f"seed {seed}, round {outcome['round']}: {outcome['result']}; its statements:", flush=True)
+            for statement in outcome["statements"]:
+                print(f"  {statement};", flush=True)
+    if outcome["result"] == "REFUSED":
+        # a refusal must say what to do: walflow's errors name the cause and the fix
+        error = outcome["error"]
+        assert any(word in error for word in ("rebuild", "reset", "Rename", "exclude", "fix", "set ")), error
+        pytest.fail(f"seed {seed}: refused at round {outcome['round']}: {error}")
+    assert outcome["result"] == "EQUAL", f"seed {seed}: DIVERGED at round {outcome['round']}: {outcome['differences']}"
