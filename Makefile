@@ -12,7 +12,7 @@ BENCH_STATE := $(CURDIR)/.walflow/bench
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults test-lake-rounds test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
+.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -63,7 +63,7 @@ demo: up
 LANE_B := tests/e2e
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/integration/test_lake_truth.py
+LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/integration/test_lake_truth.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE)
 LANES := a b c unit
@@ -103,6 +103,10 @@ test-faults: test-up
 # the lake maintenance test in full: 20 stream + apply rounds before the maintenance (make test runs 4)
 test-lake-rounds: test-up
 	$(TEST_ENV) WALFLOW_LAKE_ROUNDS=20 python -m pytest tests/integration/test_lake_maintain.py -q -p no:cacheprovider
+
+# the torture run in full: 200 rounds on three seeds (make test runs 3 rounds of seed 1); one JSON line per seed
+test-torture: test-up
+	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture -q -p no:cacheprovider -s
 
 # the standalone-cluster test with two workers (make test starts one)
 test-cluster: test-up

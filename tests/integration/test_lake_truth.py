@@ -104,3 +104,20 @@ def test_a_per_row_default_is_re_read_on_a_keyed_table_and_refused_on_a_keyless_
     message = str(refused.value)
     assert "has no key" in message and "['r']" in message and "walflow reset" in message, message
     assert_equal(config, dsn, "v")
+
+
+def test_soft_deletes_keep_the_last_values_of_a_row_inserted_and_deleted_in_one_run(spark: Any, database: str) -> None:
+    """With ``walflow.lake.delete.mode: soft`` a deleted row stays, flagged, with its last values: also a row inserted
+    (or updated) and deleted within one run, whose delete event under REPLICA IDENTITY DEFAULT carries the key alone."""
+    from tests.support import lake_rows
+
+    dsn = database
+    config = connector(unique("soft"), **{"walflow.lake.delete.mode": "soft"})
+    run(dsn, "CREATE TABLE s (id int PRIMARY KEY, v text NOT NULL, n int)", "INSERT INTO s VALUES (1, 'one', 1), (2, 'two', 2)")
+    setup(config, dsn)
+    apply_lake(spark, config)
+    run(dsn, "INSERT INTO s VALUES (3, 'three', 3)", "DELETE FROM s WHERE id = 3", "UPDATE s SET v = 'uno' WHERE id = 1", "DELETE FROM s WHERE id = 1",
+        "DELETE FROM s WHERE id = 2")
+    catch_up(spark, config, dsn)
+    rows = {r["id"]: (r["v"], r["n"], r["_walflow_deleted"]) for r in lake_rows(config.topic_prefix, "public__s")}
+    assert rows == {1: ("uno", 1, True), 2: ("two", 2, True), 3: ("three", 3, True)}, rows

@@ -264,6 +264,22 @@ def test_undecodable_records_are_reported_with_topic_partition_offset_column_and
     assert accepted[2][C.PROBLEM] is None and accepted[2]["ts"] is None and accepted[2][C.OVERFLOW] == [("ts", "yesterday")]
 
 
+def test_records_that_are_not_utf8_or_nest_too_deep_are_problems_not_crashes() -> None:
+    """A value with invalid UTF-8, or JSON nested deeper than the parsers go, is a problem record naming its place
+    (so walflow.lake.accept.records can skip it), with or without a schema part."""
+    records = [
+        (0, 0, b"k", b'{"op":"c","after":{"id":1,"doc":"\xff\xfe"}}'),
+        (0, 1, b"k", b'{"op":"c","after":{"id":2,"doc":' + b"[" * 5000 + b"]" * 5000 + b"}}"),
+        (0, 2, b"k", b'{"schema":{"type":"struct"},"payload":{"op":"c","after":' + b"[" * 100000 + b"]" * 100000 + b"}}"),
+        record(3, "c", {"id": 3, "ts": 0, "doc": "c"}),
+    ]
+    rows = decode(records)
+    problems = {r[C.OFFSET]: orjson.loads(r[C.PROBLEM]) for r in rows if r[C.PROBLEM]}
+    assert set(problems) == {0, 1, 2}, problems
+    assert all("not JSON" in p["error"] for p in problems.values())
+    assert [r[C.OFFSET] for r in decode(records, accept=frozenset({(0, 0), (0, 1), (0, 2)})) if r[C.OP]] == [3]
+
+
 def test_events_of_the_wrong_shape_are_reported_not_decoded() -> None:
     """The decoder parses only the fields it reads; an event whose source, transaction or row is not an object, or
     which has no op, is a problem with its place, with or without a schema part."""

@@ -429,6 +429,8 @@ class LakeJob:
         if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
             toastable = [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
             frame = frames.resolve_toast(frame, keys, toastable)
+        if self.settings.soft_deletes and stats["counts"].get("d"):
+            frame = frames.carry_into_deletes(frame, keys, [n for n in names if n not in key_names])
         frame = frames.latest_per_key(frame, keys)
         if "_walflow_truncated" in frame.columns:
             gone = F.col("_walflow_truncated") & (F.col(C.OP) != "d")
@@ -449,7 +451,7 @@ class LakeJob:
         # reads only the rows its keys select anyway)
         null_safe = count <= sql.PREFILTER_MAX_KEYS or self._has_null_key(keyed_events, key_names)
         statement = lambda view: sql.merge_keyed(  # noqa: E731
-            ident, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe
+            ident, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe, carried=frames.CARRIED in frame.columns
         )
         self._with_view(frame, lambda view: commit(self.spark, statement(view), properties, "merge"))
 

@@ -177,7 +177,9 @@ def split_records(
                     schema_hash = hashes[schema_bytes] = hashlib.sha1(schema_bytes).hexdigest() if schema_bytes else ""
                     text = schema_bytes.decode()
                 head_hash = schema_hash
-        except (orjson.JSONDecodeError, msgspec.DecodeError) as exc:
+        except (ValueError, msgspec.DecodeError, RecursionError) as exc:
+            # not JSON, text that is not UTF-8 (a UnicodeDecodeError is a ValueError), or nesting deeper than the
+            # parsers go: a problem record like any other (walflow.lake.accept.records skips it)
             head = b""
             # the record's start, so that the error shows what it holds (text, or the bytes escaped)
             start = value[:120].decode("utf-8", errors="backslashreplace")

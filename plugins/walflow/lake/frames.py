@@ -155,6 +155,26 @@ def latest_per_key(frame: DataFrame, keys: list[Column]) -> DataFrame:
     return frame.withColumn("_walflow_rank", F.row_number().over(latest)).filter("_walflow_rank = 1").drop("_walflow_rank")
 
 
+#: a delete that holds the values of the event before it (:func:`carry_into_deletes`): the MERGE writes them
+CARRIED = "_walflow_carried"
+
+
+def carry_into_deletes(frame: DataFrame, keys: list[Column], columns: list[str]) -> DataFrame:
+    """A delete takes the values of the event before it of the same key in the batch (soft deletes keep the deleted
+    row: under REPLICA IDENTITY DEFAULT its before image holds the key alone, and a row inserted and deleted in one
+    run would otherwise be kept with its other columns empty)."""
+    if not columns:
+        return frame
+    previous = Window.partitionBy(*keys).orderBy(*C.ORDER)
+    before = F.lag(F.struct(F.col(C.OP).alias("op"), F.col(C.OVERFLOW).alias("o"), *[F.col(sql_quote(n)).alias(f"v{i}") for i, n in enumerate(columns)]), 1).over(previous)
+    frame = frame.withColumn("_walflow_before", before)
+    carry = (F.col(C.OP) == "d") & F.col("_walflow_before").isNotNull() & (F.col("_walflow_before.op") != "d")
+    for i, name in enumerate(columns):
+        frame = frame.withColumn(name, F.when(carry, F.col("_walflow_before").getField(f"v{i}")).otherwise(F.col(sql_quote(name))))
+    frame = frame.withColumn(C.OVERFLOW, F.when(carry, F.col("_walflow_before").getField("o")).otherwise(F.col(C.OVERFLOW)))
+    return frame.withColumn(CARRIED, carry).drop("_walflow_before")
+
+
 def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> DataFrame:
     """An unchanged TOASTed value takes the latest value an earlier event of the same batch carried, and with it
     that event's ``_walflow_overflow`` entry for the column.

@@ -133,7 +133,7 @@ def target_prefilter(keys: list[str], types: list[str], values: list[object]) ->
 
 def merge_keyed(
     ident: str, view: str, names: list[str], keys: list[str], overflowing: list[str], soft: bool, toast: bool = True, prefilter: str = "",
-    null_safe: bool = True,
+    null_safe: bool = True, carried: bool = False,
 ) -> str:
     """One MERGE of the latest event per key. An event older than the row's (by source position) is ignored, so
     that a redelivered or late event never overwrites a newer row; equal positions are the same event again.
@@ -142,7 +142,7 @@ def merge_keyed(
     it (no event of the batch holds a placeholder) every column is the event's, so the statement reads none of the
     target's own columns but the key and the position, and Spark prunes the others from its scan. ``prefilter``
     (:func:`target_prefilter`) narrows the target to the rows the batch's keys can match; ``null_safe`` as in
-    :func:`key_match`.
+    :func:`key_match`; ``carried``: the view has ``_walflow_carried`` (soft deletes, :func:`walflow.lake.frames.carry_into_deletes`).
     """
     insert_cols = [q(n) for n in names] + [*C.EVENT_META, C.APPLIED_AT]
     insert_vals = [f"s.{q(n)}" for n in names] + [f"s.{m}" for m in C.EVENT_META] + ["current_timestamp()"]
@@ -161,7 +161,9 @@ def merge_keyed(
     on = key_match(keys, overflowing, null_safe) + (f" AND {prefilter}" if prefilter else "")
     insert = f"INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})"
     if soft:
-        deleted = f"WHEN MATCHED AND s.{C.OP} = 'd' AND {newer} THEN UPDATE SET t.{C.DELETED} = true, {', '.join(stamp)}"
+        # a delete carrying the values of the event before it in the batch (_walflow_carried) writes them too
+        values = [f"t.{q(n)} = CASE WHEN s._walflow_carried THEN s.{q(n)} ELSE t.{q(n)} END" for n in names] if carried else []
+        deleted = f"WHEN MATCHED AND s.{C.OP} = 'd' AND {newer} THEN UPDATE SET t.{C.DELETED} = true, {', '.join([*values, *stamp])}"
         # 't': a row a truncate removed (soft mode writes it flagged, with its last values)
         sets.append(f"t.{C.DELETED} = (s.{C.OP} = 't')")
         not_matched = f"WHEN NOT MATCHED THEN {insert}"
