@@ -58,12 +58,12 @@ demo: up
 # and Airflow), then the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot
 # creation that waits for every transaction) with no other test using the services: beside them only the unit tests
 # run, which use none. Lane B holds the end-to-end tests (Airflow's SQLite metadata database, spark-submit); lane C
-# every test of the lake job in the tests' own Spark session, so that one JVM warms up for all of them, and the fault
-# suite's short form; lane A the rest. Each lane's output is printed when it ends.
+# the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them, the fault suite's
+# short form and the torture run's; lane A the rest (the schema-change lake tests too, in a Spark session of its own). Each lane's output is printed when it ends.
 LANE_B := tests/e2e
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/integration/test_lake_truth.py tests/torture
+LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE)
 LANES := a b c unit

@@ -23,7 +23,7 @@ from tests.support import apply_lake, lake_rows, read_topic, replay
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS: list[dict[str, Any]] = []
-ITERATIONS = int(os.environ.get("WALFLOW_FAULT_ITERATIONS", "3"))
+ITERATIONS = int(os.environ.get("WALFLOW_FAULT_ITERATIONS", "2"))
 TABLE = "CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, note text)"
 
 

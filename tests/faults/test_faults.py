@@ -2,7 +2,7 @@
 stopped, each against a concurrent writer; then (a) the topic replays to the source, (b) the lake equals the
 source, (c) duplicates only repeat records exactly.
 
-``make test`` runs a short form (``WALFLOW_FAULT_ITERATIONS`` defaults to 3); ``make test-faults`` runs 20
+``make test`` runs a short form (``WALFLOW_FAULT_ITERATIONS`` defaults to 2); ``make test-faults`` runs 20
 iterations per scenario and prints the table.
 """
 

@@ -121,3 +121,26 @@ def test_soft_deletes_keep_the_last_values_of_a_row_inserted_and_deleted_in_one_
     catch_up(spark, config, dsn)
     rows = {r["id"]: (r["v"], r["n"], r["_walflow_deleted"]) for r in lake_rows(config.topic_prefix, "public__s")}
     assert rows == {1: ("uno", 1, True), 2: ("two", 2, True), 3: ("three", 3, True)}, rows
+
+
+def test_deletes_under_an_identity_index_without_the_key_remove_the_right_row(spark: Any, database: str) -> None:
+    """``REPLICA IDENTITY USING INDEX`` on a unique index that does not hold the primary key: Debezium keys a delete
+    ``{id: 0}`` (the key zero-filled, its old row holding the index's columns). The lake deletes the row the index's
+    values name, not a genuine row 0, in one run with other changes and in a run of its own."""
+    dsn = database
+    config = connector(unique("ident"))
+    run(
+        dsn,
+        "CREATE TABLE u (id int PRIMARY KEY, code text NOT NULL, n int)",
+        "CREATE UNIQUE INDEX u_code ON u (code)",
+        "ALTER TABLE u REPLICA IDENTITY USING INDEX u_code",
+        "INSERT INTO u SELECT g, 'c' || g, g FROM generate_series(0, 9) g",
+    )
+    setup(config, dsn)
+    catch_up(spark, config, dsn)
+    run(dsn, "UPDATE u SET n = -1 WHERE id = 4", "DELETE FROM u WHERE id = 3", "DELETE FROM u WHERE code = 'c5'", "INSERT INTO u VALUES (11, 'c3', 33)")
+    catch_up(spark, config, dsn)
+    assert_equal(config, dsn, "u")
+    run(dsn, "DELETE FROM u WHERE id IN (7, 8)")
+    catch_up(spark, config, dsn)
+    assert_equal(config, dsn, "u")

@@ -71,6 +71,15 @@ class Evolution:
     defaults_schema: dict[str, Any]
     fills: dict[str, tuple[bool, Any]]
     unknown: list[str]
+    identity: str = ""
+    identity_fields: tuple[str, ...] = ()
+
+    def identity_only(self, key_names: list[str]) -> list[str]:
+        """The replica identity's columns when it is an index that does not hold the whole key (REPLICA IDENTITY USING
+        INDEX on another unique index): old rows then carry those columns, not the key. Else []."""
+        if self.identity != "i" or not self.identity_fields or set(key_names) <= set(self.identity_fields):
+            return []
+        return list(self.identity_fields)
 
 
 @dataclass(frozen=True)
@@ -392,7 +401,17 @@ class LakeJob:
         written = names + [h for h, _t in history]
         if keyed:
             frame = self._with_nulls(frame, history)
-            self._merge_keyed(topic, ident, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
+            identity = evolution.identity_only(key_names) if evolution is not None and counts.get("d") else []
+            if identity:
+                # REPLICA IDENTITY USING INDEX on an index without the key: a delete's old row holds the index's
+                # columns and the key zero-filled (Debezium's form), so deletes match by the index's columns, after
+                # the other events merged by key; the offsets commit with the deletes
+                deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
+                frame = frame.filter(F.col(C.OP) != "d")
+                self._merge_keyed(topic, ident, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
+                self._delete_by_identity(ident, deletes, identity, properties_out)
+            else:
+                self._merge_keyed(topic, ident, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
         elif counts.get("u") or counts.get("d"):
             result["unmatched_before_images"] = merge_keyless(self.spark, ident, frame, names, types, properties_out, s.soft_deletes, tuple(history))
         else:
@@ -407,6 +426,12 @@ class LakeJob:
             "topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets,
             "backlog": sum(backlog.values()), "timings": timings, **result,
         }
+
+    def _delete_by_identity(self, ident: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]) -> None:
+        """Deletes matched by the replica identity's columns (:meth:`Evolution.identity_only`): the latest delete per
+        identity value removes (or flags) the row holding it, if that row is older than the delete."""
+        latest = frames.latest_per_key(deletes, [F.col(sql_quote(c)) for c in identity])
+        self._with_view(latest, lambda view: commit(self.spark, sql.delete_by_identity(ident, view, identity, self.settings.soft_deletes), properties, "merge"))
 
     def _merge_keyed(
         self, topic: str, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
@@ -552,7 +577,10 @@ class LakeJob:
             return None
         fills = facts.fills(target)
         defaults_schema, unknown = with_fills(guess.schema, fills)
-        return Evolution(facts, facts.attnums(target), facts.mapping(target), defaults_schema, fills, unknown)
+        return Evolution(
+            facts, facts.attnums(target), facts.mapping(target), defaults_schema, fills, unknown,
+            str(target.get("identity") or ""), tuple(str(f) for f in target.get("identity_fields") or ()),
+        )
 
     def _follow_source(self, topic: str, ident: str, evolution: Evolution, keyed: bool, stats: dict[str, Any]) -> dict[str, int]:
         """Rename the lake columns whose source attribute was renamed, drop those whose name now belongs to another

@@ -173,6 +173,16 @@ def merge_keyed(
     return f"MERGE INTO {ident} t USING {view} s ON {on} {deleted} WHEN MATCHED AND {newer} THEN UPDATE SET {', '.join(sets)} {not_matched}"
 
 
+def delete_by_identity(ident: str, view: str, identity: list[str], soft: bool) -> str:
+    """Deletes matched by the replica identity's columns instead of the key (an identity index without the key):
+    the row holding the delete's identity values goes, or is flagged, when it is older than the delete."""
+    on = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in identity)
+    older = f"(t.{C.POSITION} IS NULL OR t.{C.POSITION} < s.{C.POSITION})"
+    stamp = [f"t.{m} = s.{m}" for m in (C.OP, C.LSN, C.SOURCE_TS, C.POSITION)] + [f"t.{C.APPLIED_AT} = current_timestamp()"]
+    action = f"UPDATE SET t.{C.DELETED} = true, {', '.join(stamp)}" if soft else "DELETE"
+    return f"MERGE INTO {ident} t USING {view} s ON {on} AND {older} WHEN MATCHED THEN {action}"
+
+
 def insert_latest(ident: str, view: str, names: list[str], soft: bool) -> str:
     """The latest event per key written into a table that holds no rows: exactly what :func:`merge_keyed`'s
     insert clause would write, without the join (an initial load of a large table is an append)."""
