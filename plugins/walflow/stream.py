@@ -160,6 +160,10 @@ class StreamBatch:
             if config.walflow_lake_enabled:
                 # the catalog's autocommit connection: the stream connection holds the peek's transaction open
                 self._facts = SchemaFacts(StateStore(catalog_conn, config.name, config.state_table), self.producer, config.schema_topic)
+                log.info(
+                    "connector %s: schema facts for the lake from the catalog, read when a table's definition changes (topic %s)",
+                    config.name, config.schema_topic,
+                )
             if config.signal_table or store.get(INCREMENTAL_KEY):
                 self._incremental()
             if config.heartbeat_action_query:

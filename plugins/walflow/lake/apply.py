@@ -146,11 +146,7 @@ class LakeJob:
         applied: the run then raises (one failure as it is, several as one :class:`LakeError` naming each).
         """
         topics = self.table_topics(only)
-        self._facts = {}
-        for fact in reader.read_facts(self.kafka, self.settings.schema_topic):
-            self._facts.setdefault((str(fact.get("schema")), str(fact.get("table"))), TableFacts([])).facts.append(fact)
-        for facts in self._facts.values():
-            facts.facts.sort(key=lambda f: int(f.get("lsn") or 0))
+        self._load_facts()
         plans: dict[str, TopicPlan] = {}
         failures: dict[str, WalflowError] = {}
         for topic in sorted(topics):
@@ -182,6 +178,22 @@ class LakeJob:
         if failures:
             raise self._failed(failures, results)
         return results
+
+    def apply_topic(self, topic: str, partitions: list[int]) -> dict[str, Any]:
+        """Plan and apply one topic alone (all of ``walflow.lake.max.records`` is its own): what :meth:`run` does for
+        each topic, for callers that drive topics one by one (the apply benchmark)."""
+        self._load_facts()
+        plan = self.plan_topic(topic, partitions)
+        self.share_budget({topic: plan})
+        return self.apply_plan(plan)
+
+    def _load_facts(self) -> None:
+        """Read the connector's schema facts, once per run, by source table."""
+        self._facts = {}
+        for fact in reader.read_facts(self.kafka, self.settings.schema_topic):
+            self._facts.setdefault((str(fact.get("schema")), str(fact.get("table"))), TableFacts([])).facts.append(fact)
+        for facts in self._facts.values():
+            facts.facts.sort(key=lambda f: int(f.get("lsn") or 0))
 
     @staticmethod
     def _failed(failures: dict[str, WalflowError], results: list[dict[str, Any]]) -> WalflowError:
