@@ -5,6 +5,7 @@ line of its outcome, and the statements of a round that does not end EQUAL."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import orjson
@@ -20,7 +21,12 @@ pytestmark = pytest.mark.timeout(max(900, ROUNDS * 60))
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_lake_equals_the_source_after_every_round(spark: Any, database: str, seed: int, capsys: pytest.CaptureFixture[str]) -> None:
-    outcome = Torture(seed, spark, database, log=lambda line: print(line, flush=True)).run(ROUNDS)
+    def progress(line: str) -> None:
+        # past pytest's capture (capsys holds sys.stdout): each round is seen as it ends, in the terminal or a log
+        sys.__stdout__.write(line + "\n")
+        sys.__stdout__.flush()
+
+    outcome = Torture(seed, spark, database, log=progress).run(ROUNDS)
     with capsys.disabled():
         print("WALFLOW_TORTURE " + orjson.dumps({k: v for k, v in outcome.items() if k != "statements"}).decode(), flush=True)
         if outcome["result"] != "EQUAL":
