@@ -159,15 +159,21 @@ class SchemaFacts:
         self.producer = producer
         self.topic = topic
         self._known: dict[int, Any] = {}
+        self._loaded: dict[int, Any] | None = None
         self._pending: dict[int, Any] = {}
         self.produced: list[Fact] = []
         self._topic_ready = False
 
+    def _last(self, oid: int) -> Any:
+        """The last definition described for relation ``oid`` (all of the connector's are read at first use, in
+        one query: a batch may meet thousands of tables)."""
+        if self._loaded is None:
+            self._loaded = {int(k[len(STATE_PREFIX) :]): v for k, v in self.store.prefixed(STATE_PREFIX).items() if k[len(STATE_PREFIX) :].isdigit()}
+        return self._pending.get(oid, self._known.get(oid, self._loaded.get(oid)))
+
     def previous(self, oid: int) -> dict[str, int]:
         """Field name -> attribute number of the last definition described for relation ``oid``."""
-        if oid not in self._known:
-            self._known[oid] = self.store.get(STATE_PREFIX + str(oid))
-        last = self._pending.get(oid, self._known[oid])
+        last = self._last(oid)
         return {n: a for n, a in last["signature"][0] if a is not None} if last else {}
 
     def observe(self, oid: int, fact: Fact) -> tuple[Fact | None, Fact | None]:
@@ -175,9 +181,7 @@ class SchemaFacts:
 
         :returns: (the fact produced or None, the previous definition's fields as a fact or None when none is known).
         """
-        if oid not in self._known:
-            self._known[oid] = self.store.get(STATE_PREFIX + str(oid))
-        previous = self._pending.get(oid, self._known[oid])
+        previous = self._last(oid)
         signature = fact.signature()
         if previous is not None and previous.get("signature") == signature:
             return None, None

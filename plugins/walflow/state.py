@@ -87,6 +87,17 @@ class StateStore:
             row = cur.fetchone()
         return row[0] if row else default
 
+    def prefixed(self, prefix: str) -> dict[str, Any]:
+        """Every ``key: value`` of this connector whose key starts with ``prefix``, in one query."""
+        if not self.exists():
+            return {}
+        with self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT key, value FROM {} WHERE connector = %s AND starts_with(key, %s)").format(self._ident),
+                (self._connector, prefix),
+            )
+            return {row[0]: row[1] for row in cur.fetchall()}
+
     def others(self, key: str) -> list[tuple[str, Any]]:
         """``(connector, value)`` of every *other* connector in this table that has ``key`` (claims, for instance)."""
         if not self.exists():
