@@ -104,7 +104,7 @@ test-faults: test-up
 test-lake-rounds: test-up
 	$(TEST_ENV) WALFLOW_LAKE_ROUNDS=20 python -m pytest tests/integration/test_lake_maintain.py -q -p no:cacheprovider
 
-# the torture run in full: 200 rounds on three seeds (make test runs 3 rounds of seed 1); one JSON line per seed
+# the torture run in full: 200 rounds on three seeds (make test runs 2 rounds of seed 1); one JSON line per seed
 test-torture: test-up
 	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture -q -p no:cacheprovider -s
 

@@ -1,5 +1,5 @@
 """The torture run (tests/torture/model.py): ``WALFLOW_TORTURE_SEEDS`` (comma-separated, default ``1``) and
-``WALFLOW_TORTURE_ROUNDS`` (default 3; ``make test-torture`` runs 200 on three seeds). Each seed prints one JSON
+``WALFLOW_TORTURE_ROUNDS`` (default 2; ``make test-torture`` runs 200 on three seeds). Each seed prints one JSON
 line of its outcome, and the statements of a round that does not end EQUAL."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from tests.torture.model import Torture
 
 SEEDS = [int(s) for s in os.environ.get("WALFLOW_TORTURE_SEEDS", "1").split(",") if s.strip()]
-ROUNDS = int(os.environ.get("WALFLOW_TORTURE_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("WALFLOW_TORTURE_ROUNDS", "2"))
 
 pytestmark = pytest.mark.timeout(max(900, ROUNDS * 60))
 
