@@ -114,8 +114,8 @@ def build_fact(schema: TableSchema, relation: Relation, table: CatalogTable | No
     cannot have existed when the message was written is another attribute of that name, since dropped (``a``
     dropped and added again): every live attribute numbered below the match existed before it, so the message
     would list them all before the column; and an attribute of another type than the message's column, when the
-    previous fact gave the name another attribute, is the new one. Such a column takes the attribute the previous fact gave its field
-    (``previous``: field name -> attribute number), or none.
+    previous fact gave the name another attribute, is the new one. Such a column takes the attribute the previous
+    fact gave its field (``previous``: field name -> attribute number), or none.
     """
     matched = match_columns(relation, table) if table is not None else [None] * len(relation.columns)
     if table is not None:
