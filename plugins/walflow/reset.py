@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-import orjson
 from psycopg import sql
 
 from walflow.config import ConnectorConfig
@@ -55,15 +54,15 @@ class ResetReport:
 
 
 def table_owner(folder: Path) -> str | None:
-    """The connector recorded as the owner of the Iceberg table in ``folder`` (a Hadoop catalog's table: its current
-    metadata file's properties), or None when it records none or cannot be read."""
-    metadata = folder / "metadata"
+    """The connector recorded as the owner of the Iceberg table in ``folder`` (a Hadoop catalog's table, read with
+    :func:`walflow.lake.tables.read_hadoop_table`), or None when it records none or cannot be read."""
+    from walflow.lake.tables import read_hadoop_table  # pyiceberg: only when a lake is reset
+
     try:
-        version = (metadata / "version-hint.text").read_text().strip()
-        properties = orjson.loads((metadata / f"v{version}.metadata.json").read_bytes()).get("properties") or {}
+        table = read_hadoop_table(str(folder.parent.parent), folder.parent.name, folder.name)
     except (OSError, ValueError):
         return None
-    owner = properties.get(CONNECTOR_PROPERTY)
+    owner = table.properties.get(CONNECTOR_PROPERTY) if table is not None else None
     return owner if isinstance(owner, str) else None
 
 
