@@ -120,7 +120,6 @@ class StreamBatch:
         #: relation OID -> LSN of its latest Relation message (where a new definition starts)
         self._relation_lsn: dict[int, int] = {}
         self._catalog_conn: Any = None
-        self._store: StateStore | None = None
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
