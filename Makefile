@@ -63,9 +63,12 @@ demo: up
 LANE_B := tests/e2e
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/torture
+LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/integration/test_lake_fence.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE)
+#: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
+#: test-torture runs them, make test the same steps applied once
+RUN_BETWEEN := tests/integration/test_lake_truth.py::test_renames_and_defaults_reach_the_lake_as_the_source_has_them[run-between]
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE) --deselect $(RUN_BETWEEN)
 LANES := a b c unit
 #: where the tests marked disruptive are (run after the lanes, alone)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
@@ -104,9 +107,10 @@ test-faults: test-up
 test-lake-rounds: test-up
 	$(TEST_ENV) WALFLOW_LAKE_ROUNDS=20 python -m pytest tests/integration/test_lake_maintain.py -q -p no:cacheprovider
 
-# the torture run in full: 200 rounds on three seeds (make test runs 2 rounds of seed 1); one JSON line per seed
+# the torture run in full: 200 rounds on three seeds (make test runs 2 rounds of seed 1); one JSON line per seed;
+# then the schema-change reproductions with the lake applied after every step
 test-torture: test-up
-	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture -q -p no:cacheprovider -s
+	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture '$(RUN_BETWEEN)' -q -p no:cacheprovider -s
 
 # the standalone-cluster test with two workers (make test starts one)
 test-cluster: test-up

@@ -96,6 +96,13 @@ class LakeHistoryError(LakeError):
     snapshot that holds the offsets walflow applied."""
 
 
+class LakeFenceError(LakeError):
+    """Another run of the apply job committed to a lake table (or started) after this run read its offsets, so this
+    run's changes to it were not published (:mod:`walflow.lake.fence`); the next run reads the offsets again."""
+
+    retryable = True
+
+
 class TopicMismatchError(LakeError):
     """A topic is no longer the one the lake read (recreated, or the broker lost its data)."""
 

@@ -12,8 +12,8 @@ then every lake table is compared with its source table row by row (:mod:`tests.
 
 Everything random comes from ``random.Random(seed)``; a failing round prints the seed and its statements.
 
-Left out of the generator because they are known to diverge (issue 29, still open): a primary-key change of a row
-whose TOASTed columns are unchanged, ``REPLICA IDENTITY USING INDEX`` on a non-key index, and partitioned tables;
+Left out of the generator because they are known to diverge or are not built yet (issue 29, still open): ``REPLICA
+IDENTITY USING INDEX`` on a non-key index, and partitioned tables;
 the keyless table is compared only until the first stream fault (its redelivered records are indistinguishable from
 equal rows: the README's documented limit; the outcome says until which round it was compared). A column added
 to a table is followed by a change of that table in the same round (the lake learns a definition from events).
@@ -161,10 +161,9 @@ class Torture:
         elif op < 0.93:
             self.execute(conn, sql.SQL("DELETE FROM {} WHERE {}").format(t.ident(), self.some_row(t)))
         elif t.name == "t_int":
-            # a key change, of rows whose TOASTed columns are not stored out of line (see the module's docstring)
-            short = [sql.SQL("length(coalesce({}::text, '')) < 1000").format(sql.Identifier(c)) for c, ty in t.columns.items() if ty in ("text", "jsonb", "int[]")]
-            self.execute(conn, sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 17 = {} AND id < 100000{}").format(
-                t.ident(), sql.Literal(self.rng.randint(0, 16)), sql.SQL("").join(sql.SQL(" AND ") + c for c in short)))
+            # a key change (TOASTed columns left unchanged arrive as placeholders: the lake takes the old key's values)
+            self.execute(conn, sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 17 = {} AND id < 100000").format(
+                t.ident(), sql.Literal(self.rng.randint(0, 16))))
         elif t.name == "t_comp":
             self.execute(conn, sql.SQL("TRUNCATE {}").format(t.ident()))
 

@@ -5,7 +5,8 @@ to their end, one Spark task per offset slice decoding on the executors (:mod:`w
 events by source position (the order PostgreSQL committed them, whatever partition they landed in), cut at the
 last truncate, keep the last event per key, and run one MERGE INTO the Iceberg table that commits the consumed
 offsets in the same snapshot's summary. A rerun after a crash anywhere therefore applies exactly what was not
-committed.
+committed. The commits go to the run's own branch of the table and reach it only if no other run wrote it since
+this one read its offsets (:mod:`walflow.lake.fence`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from walflow.errors import LakeError, LakeSchemaError, UnappliableRecordError, WalflowError
+from walflow.errors import LakeError, LakeFenceError, LakeSchemaError, UnappliableRecordError, WalflowError
 from walflow.lake import columns as C
 from walflow.lake import claims, frames, reader, sql
-from walflow.lake.ddl import ensure_table
+from walflow.lake.ddl import clear_pending, ensure_table, fill_pending
 from walflow.lake.decoder import DecodePlan, split_records
+from walflow.lake.fence import Fence
 from walflow.lake.evolution import ATTNUMS_PROPERTY, Mapping, TableFacts, field_type, plan_renames, read_property, refuse_unknown_fill, with_fills
 from walflow.lake.history import commit, holds_no_rows, offsets_snapshot, stored_position, table_exists, table_properties
 from walflow.lake.hooks import ApplyHooks
@@ -54,6 +56,9 @@ class TopicPlan:
     log_stored: dict[int, int] | None
     bounds: dict[int, tuple[int, int]]
     slices: list[tuple[int, int, int]] = field(default_factory=list)
+    #: the snapshots of the table's and the changelog's ``main`` the offsets were read from (:mod:`walflow.lake.fence`)
+    head: int | None = None
+    log_head: int | None = None
 
     def waiting(self) -> int:
         return sum(end - start for start, end in self.bounds.values())
@@ -123,6 +128,8 @@ class LakeJob:
         self.kafka = kafka
         self.hooks = hooks or ApplyHooks()
         self.placeholders = settings.placeholders()
+        #: this run's branches: every data commit goes to one, then is published if no other run wrote meanwhile
+        self.fence = Fence(spark)
         self._claims: dict[str, str] | None = None
         #: source (schema, table) of each topic, from its records (lake_name)
         self._sources: dict[str, tuple[str, str]] = {}
@@ -250,6 +257,8 @@ class LakeJob:
         name = self.lake_name(topic, partitions)
         ident = s.ident(name)
         claims.check_claim(ident, table_properties(self.spark, ident), s.connector, topic, claims.TABLE)
+        # the snapshot the offsets come from (read first: a commit in between makes the fence refuse this run's)
+        head = self.fence.head(ident, table_exists(self.spark, ident))
         stored, stored_prints = stored_position(self.spark, ident, topic, (s.catalog, s.namespace, name))
         # The topic must still be the one the lake read: a recreated topic (or a broker that lost its data and
         # was refilled) can hold as many records as before, so offsets alone cannot tell.
@@ -259,11 +268,12 @@ class LakeJob:
             if warning:
                 log.warning("%s", warning)
         # the changelog commits separately with its own offsets: read from the lower of the two
-        log_stored = None
+        log_stored = log_head = None
         if s.changelog:
             log_name = name + CHANGELOG_SUFFIX
             log_ident = s.ident(log_name)
             claims.check_claim(log_ident, table_properties(self.spark, log_ident), s.connector, topic, claims.CHANGELOG)
+            log_head = self.fence.head(log_ident, table_exists(self.spark, log_ident))
             found = offsets_snapshot(self.spark, log_ident, (s.catalog, s.namespace, log_name))
             if found is None:
                 # A changelog turned on later (or dropped) starts where the table is: the events the table applied
@@ -281,7 +291,7 @@ class LakeJob:
             low, end = reader.offset_bounds(self.kafka, topic, p, applied)
             check_offsets(topic, p, start, applied, low, end, ident, s.connector)
             bounds[p] = (start, end)
-        return TopicPlan(topic, name, stored, log_stored, bounds)
+        return TopicPlan(topic, name, stored, log_stored, bounds, head=head, log_head=log_head)
 
     def share_budget(self, plans: dict[str, TopicPlan]) -> None:
         """Cut each plan's read to its share of ``walflow.lake.max.records``: equal among the topics with records
@@ -306,9 +316,20 @@ class LakeJob:
             return {"topic": plan.topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
         tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
         cached: list[DataFrame] = []
+        written = (ident, self.settings.ident(plan.name + CHANGELOG_SUFFIX))
         try:
             return self._apply(plan, tasks, cached)
+        except Exception as exc:
+            # a write that failed because a newer run removed this run's branch is the fence's refusal
+            if not isinstance(exc, LakeFenceError):
+                for table in written:
+                    taken = self.fence.taken_over(table)
+                    if taken is not None:
+                        raise taken from None
+            raise
         finally:
+            for table in written:
+                self.fence.discard(table)  # nothing when published
             for frame in cached:
                 frame.unpersist()
 
@@ -356,6 +377,9 @@ class LakeJob:
             owner = {**owner, ATTNUMS_PROPERTY: orjson.dumps(attnums).decode()}
         defaults = field_defaults(evolution.defaults_schema if evolution is not None else value_schema)
         properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, defaults, meta, owner)
+        # from here every data commit goes to this run's branch of the table, published at the end
+        target = self.fence.open(ident, plan.head)
+        pending = fill_pending(self.spark, target, properties)
         self.hooks.reached("after_ddl", ident)
         timings["table_s"] = round(time.monotonic() - phase, 2)
         phase = time.monotonic()
@@ -364,7 +388,7 @@ class LakeJob:
         before_image = (F.col(C.OP) == "u") & (F.col(C.SIGN) < 0)
         keyed = bool(key_names)
         if log_stored is not None:
-            self._append_changelog(topic, name, frame.filter(~before_image), log_stored, log_offsets, names, types)
+            self._append_changelog(topic, name, frame.filter(~before_image), log_stored, log_offsets, names, types, plan.log_head)
             self.hooks.reached("after_changelog", ident)
             frame = frame.filter(frames.from_offsets(stored))
         truncated_at = properties.get(C.TRUNCATED_AT)
@@ -388,7 +412,7 @@ class LakeJob:
             if not truncated_at or cut[C.POSITION] > truncated_at:
                 # remembered first: a redelivered event older than the truncate must not bring a truncated row back
                 self.spark.sql(sql.set_property(ident, C.TRUNCATED_AT, cut[C.POSITION]))
-            commit(self.spark, sql.truncate(ident, cut[C.POSITION], cut[C.LSN], cut[C.SOURCE_TS], s.soft_deletes), {}, "truncate")
+            commit(self.spark, sql.truncate(target, cut[C.POSITION], cut[C.LSN], cut[C.SOURCE_TS], s.soft_deletes), {}, "truncate")
             self.hooks.reached("after_truncate", ident)
             if s.soft_deletes and keyed:
                 # soft deletes keep every row the source had: the rows the truncate removed are written too,
@@ -420,16 +444,18 @@ class LakeJob:
                 # the other events merged by key; the offsets commit with the deletes
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
-                self._merge_keyed(topic, ident, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
-                self._delete_by_identity(ident, deletes, identity, properties_out)
+                self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
+                self._delete_by_identity(target, deletes, identity, properties_out)
             else:
-                self._merge_keyed(topic, ident, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
+                self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
         elif counts.get("u") or counts.get("d"):
-            result["unmatched_before_images"] = merge_keyless(self.spark, ident, frame, names, types, properties_out, s.soft_deletes, tuple(history))
+            result["unmatched_before_images"] = merge_keyless(self.spark, target, frame, names, types, properties_out, s.soft_deletes, tuple(history))
         else:
             # inserts only (a table without key, e.g. an append-only history): every event is a new row
             frame = self._with_nulls(frame, history)
-            self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(ident, view, written, s.soft_deletes), properties_out, "insert"))
+            self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(target, view, written, s.soft_deletes), properties_out, "insert"))
+        self.fence.publish(ident)
+        clear_pending(self.spark, ident, pending)
         self.hooks.reached("after_commit", ident)
         timings["merge_s"] = round(time.monotonic() - phase, 2)
         log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
@@ -439,14 +465,14 @@ class LakeJob:
             "backlog": sum(backlog.values()), "timings": timings, **result,
         }
 
-    def _delete_by_identity(self, ident: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]) -> None:
+    def _delete_by_identity(self, target: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]) -> None:
         """Deletes matched by the replica identity's columns (:meth:`Evolution.identity_only`): the latest delete per
         identity value removes (or flags) the row holding it, if that row is older than the delete."""
         latest = frames.latest_per_key(deletes, [F.col(sql_quote(c)) for c in identity])
-        self._with_view(latest, lambda view: commit(self.spark, sql.delete_by_identity(ident, view, identity, self.settings.soft_deletes), properties, "merge"))
+        self._with_view(latest, lambda view: commit(self.spark, sql.delete_by_identity(target, view, identity, self.settings.soft_deletes), properties, "merge"))
 
     def _merge_keyed(
-        self, topic: str, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
+        self, topic: str, ident: str, target: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
         stats: dict[str, Any], cut: Any, before_image: Any, properties: dict[str, str],
     ) -> None:
         missing = [k for k in key_names if k not in names]
@@ -465,6 +491,8 @@ class LakeJob:
         frame = keyed_events = frame.filter(~before_image)
         if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
             toastable = [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
+            if stats["counts"].get("d") and stats["counts"].get("c"):
+                frame = self._resolve_moved_toast(frame, key_names, toastable, target)
             frame = frames.resolve_toast(frame, keys, toastable)
         if self.settings.soft_deletes and stats["counts"].get("d"):
             frame = frames.carry_into_deletes(frame, keys, [n for n in names if n not in key_names])
@@ -479,7 +507,7 @@ class LakeJob:
         soft = self.settings.soft_deletes
         if holds_no_rows(self.spark, ident):
             # an initial load (or a table emptied by a truncate): nothing to match, so no join to pay for
-            self._with_view(frame, lambda view: commit(self.spark, sql.insert_latest(ident, view, names, soft), properties, "merge"))
+            self._with_view(frame, lambda view: commit(self.spark, sql.insert_latest(target, view, names, soft), properties, "merge"))
             return
         count = sum(stats["counts"].values())
         prefilter = self._prefilter(ident, keyed_events, key_names, count)
@@ -488,9 +516,23 @@ class LakeJob:
         # reads only the rows its keys select anyway)
         null_safe = count <= sql.PREFILTER_MAX_KEYS or self._has_null_key(keyed_events, key_names)
         statement = lambda view: sql.merge_keyed(  # noqa: E731
-            ident, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe, carried=frames.CARRIED in frame.columns
+            target, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe, carried=frames.CARRIED in frame.columns
         )
         self._with_view(frame, lambda view: commit(self.spark, statement(view), properties, "merge"))
+
+    def _resolve_moved_toast(self, frame: DataFrame, key_names: list[str], toastable: list[str], target: str) -> DataFrame:
+        """A primary key changed and left TOASTed values unchanged: they are the old key's
+        (:func:`walflow.lake.frames.resolve_moved_toast`), one pass per key change in a row (a key changed twice in one
+        run takes its values from the first change's create once that has them)."""
+        moved = (F.col(C.OP) == "c") & (F.size(C.TOAST) > 0)
+        waiting = frame.filter(moved).count()
+        while waiting:
+            frame = frames.resolve_moved_toast(frame, key_names, toastable, self.spark.table(target))
+            left = frame.filter(moved).count()
+            if left >= waiting:
+                break  # no old key has more to give (a value in no event of the run and in no lake row)
+            waiting = left
+        return frame
 
     def _prefilter(self, ident: str, events: DataFrame, key_names: list[str], count: int) -> str:
         """The MERGE's target narrowed to the rows the batch's keys can match (:func:`walflow.lake.sql.target_prefilter`),
@@ -535,7 +577,8 @@ class LakeJob:
             self.spark.catalog.dropTempView(view)
 
     def _append_changelog(
-        self, topic: str, name: str, frame: DataFrame, log_stored: dict[int, int], offsets: dict[int, int], names: list[str], types: dict[str, str]
+        self, topic: str, name: str, frame: DataFrame, log_stored: dict[int, int], offsets: dict[int, int], names: list[str], types: dict[str, str],
+        head: int | None,
     ) -> None:
         """Append every event not yet in the changelog table (an audit trail: one row per event)."""
         log_ident = self.settings.ident(name + CHANGELOG_SUFFIX)
@@ -544,10 +587,12 @@ class LakeJob:
         history = self._history(log_ident, names)
         frame, names = self._with_nulls(frame, history), names + [h for h, _t in history]
         properties = {C.OFFSETS_PROPERTY: format_offsets({topic: offsets})}
+        target = self.fence.open(log_ident, head)
         self._with_view(
             frame.filter(frames.from_offsets(log_stored)),
-            lambda view: commit(self.spark, sql.changelog_insert(log_ident, view, names), properties, "changelog"),
+            lambda view: commit(self.spark, sql.changelog_insert(target, view, names), properties, "changelog"),
         )
+        self.fence.publish(log_ident)
 
     # -- decoding: a guessed target, checked against what was read ------------------------------------
     def _decode(

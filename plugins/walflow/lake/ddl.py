@@ -32,7 +32,8 @@ def ensure_table(
     table's properties, also on a table an earlier walflow created without it.
 
     A column added with a default is recorded as pending in a table property before it is added, and filled in
-    the table's existing rows afterwards, so a crash between the steps is finished by the next run.
+    the table's existing rows afterwards (:func:`fill_pending`), so a crash between the steps is finished by the
+    next run.
     """
     if not table_exists(spark, ident):
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
@@ -76,8 +77,22 @@ def ensure_table(
         if properties.get(key) != value:
             spark.sql(sql.set_property(ident, key, value))
             properties[key] = value
+    return properties
+
+
+def fill_pending(spark: SparkSession, target: str, properties: dict[str, str]) -> list[str]:
+    """Give the existing rows the defaults of the columns :func:`ensure_table` recorded as pending, writing to
+    ``target`` (the run's branch of the table, :mod:`walflow.lake.fence`). Returns the properties to clear with
+    :func:`clear_pending` once those writes are published: until then a crash or a lost publish leaves them
+    pending, and the next run fills again."""
+    filled = []
     for key, literal in properties.items():
         if key.startswith(C.PENDING_DEFAULT):
-            commit(spark, sql.fill_default(ident, key[len(C.PENDING_DEFAULT) :], literal), {}, "default")
-            spark.sql(sql.unset_property(ident, key))
-    return properties
+            commit(spark, sql.fill_default(target, key[len(C.PENDING_DEFAULT) :], literal), {}, "default")
+            filled.append(key)
+    return filled
+
+
+def clear_pending(spark: SparkSession, ident: str, keys: list[str]) -> None:
+    for key in keys:
+        spark.sql(sql.unset_property(ident, key))

@@ -203,3 +203,60 @@ def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> D
     frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
     frame = frame.withColumn(C.TOAST, F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
     return frame.drop(*[f"_walflow_known_{i}" for i in range(len(columns))])
+
+
+def resolve_moved_toast(frame: DataFrame, key_names: list[str], columns: list[str], target: DataFrame) -> DataFrame:
+    """The unchanged TOASTed values of rows whose primary key changed, taken from the row's old key.
+
+    A key change arrives as a delete of the old key and a create of the new one, both at the change's source
+    position (Debezium's form; the create names the old key in a header). Under REPLICA IDENTITY DEFAULT the
+    create holds a placeholder for each TOASTed column the update left unchanged, and no event of the new key
+    has its value: it is the old key's. So a create with placeholders is linked to the delete at its position,
+    and each placeholder takes the old key's latest value from an earlier event of the batch (not a delete, whose
+    old row holds the key alone), else from the old key's row in ``target`` (read for those keys only, with its
+    ``_walflow_overflow`` entry). Run before :func:`resolve_toast`, so later events of the new key chain from it.
+    """
+    if not columns:
+        return frame
+    keys = [sql_quote(k) for k in key_names]
+    olds = [f"_walflow_old_{i}" for i in range(len(keys))]
+    deletes = frame.filter(F.col(C.OP) == "d").select(C.POS_A, C.POS_B, *[F.col(k).alias(o) for k, o in zip(keys, olds)])
+    frame = frame.join(deletes.dropDuplicates([C.POS_A, C.POS_B]), [C.POS_A, C.POS_B], "left")
+    moved = (F.col(C.OP) == "c") & (F.size(C.TOAST) > 0) & F.col(olds[0]).isNotNull()
+    # the old key's events and the creates moved from it share one window
+    chain = [F.when(moved, F.col(o)).otherwise(F.col(k)) for k, o in zip(keys, olds)]
+    history = Window.partitionBy(*chain).orderBy(*C.ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    lookups = [f"_walflow_row_{i}" for i in range(len(keys))]
+    found = (
+        target.select(*[F.col(k).alias(n) for k, n in zip(keys, lookups)], *[F.col(sql_quote(c)).alias(f"_walflow_was_{i}") for i, c in enumerate(columns)],
+                      F.col(C.OVERFLOW).alias("_walflow_was_overflow"))
+        .join(F.broadcast(frame.filter(moved).select(*olds).distinct()), [F.col(n).eqNullSafe(F.col(o)) for n, o in zip(lookups, olds)], "left_semi")
+    )
+    frame = frame.join(found, _all([F.col(o).eqNullSafe(F.col(n)) for o, n in zip(olds, lookups)]) & moved, "left")
+    carried, still = [], []
+    for i, name in enumerate(columns):
+        toasted = F.array_contains(C.TOAST, name)
+        known = f"_walflow_known_{i}"
+        value = F.struct(F.col(sql_quote(name)).alias("v"), F.col(C.OVERFLOW)[name].alias("o"))
+        frame = frame.withColumn(
+            known, F.last(F.when(~toasted & (F.col(C.OP) != "d") & ~moved, value), ignorenulls=True).over(history)
+        )
+        stored = F.struct(F.col(f"_walflow_was_{i}").alias("v"), F.col("_walflow_was_overflow")[name].alias("o"))
+        source = F.when(F.col(known).isNotNull(), F.col(known)).when(F.col(lookups[0]).isNotNull(), stored)
+        resolved = moved & toasted & source.isNotNull()
+        frame = frame.withColumn(name, F.when(resolved, source.getField("v")).otherwise(F.col(sql_quote(name))))
+        carried.append(F.when(resolved & source.getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), source.getField("o").alias("v"))))
+        still.append(F.when(toasted & ~resolved, F.lit(name)))
+    extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
+    merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
+    frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
+    frame = frame.withColumn(C.TOAST, F.when(moved, F.filter(F.array(*still), lambda x: x.isNotNull())).otherwise(F.col(C.TOAST)))
+    helpers = [*olds, *lookups, *[f"_walflow_known_{i}" for i in range(len(columns))], *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow"]
+    return frame.drop(*helpers)
+
+
+def _all(conditions: list[Column]) -> Column:
+    out = conditions[0]
+    for more in conditions[1:]:
+        out = out & more
+    return out
