@@ -57,6 +57,8 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g") -> 
         # the executors' Python workers: this interpreter (pyarrow, orjson, confluent-kafka, msgspec installed)
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOG_DIR": str(root / "logs"),
+        # the master and the workers live for one test: the client compiler and the serial collector cost less CPU
+        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     port, ui = _free_port(), _free_port()
     processes: list[subprocess.Popen[bytes]] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from typing import Any
 
@@ -45,11 +46,24 @@ def create_database(prefix: str) -> str:
 
 
 def drop_database(name: str) -> None:
+    """Drop a test's database and its slots. A slot a test's other session still holds (its process ending while
+    the test tears down) is released by ending that session first, then dropped."""
     with psycopg.connect(pg_dsn(), autocommit=True) as conn:
         for (slot,) in conn.execute(
             "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (name,)
         ).fetchall():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            for attempt in range(50):
+                try:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                    break
+                except psycopg.errors.ObjectInUse:
+                    if attempt == 49:
+                        raise
+                    conn.execute(
+                        "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s AND active_pid IS NOT NULL",
+                        (slot,),
+                    )
+                    time.sleep(0.1)
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
@@ -261,6 +275,8 @@ TEST_SPARK_CONF = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    # executors are JVMs of their own on a standalone cluster's workers (tests/e2e/test_cluster.py): short-lived too
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
 

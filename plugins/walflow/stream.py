@@ -22,6 +22,9 @@ from walflow.batches import BatchSummary, previous_batch_record, record_batch
 from walflow.catalog import Catalog
 from walflow.changes import ChangeEvents, Transaction
 from walflow.config import ConnectorConfig
+from walflow.ddl_facts import PREFIX as DDL_PREFIX
+from walflow.ddl_facts import TRIGGER as DDL_TRIGGER
+from walflow.ddl_facts import DdlFacts, trigger_enabled
 from walflow.drift import KeyRegistry, check_claims, check_publication, check_topic_owner, check_topics, record_claim
 from walflow.errors import ConversionError, DriftError, RecordTooLargeError, SlotError, SourceUnavailableError, WalflowError
 from walflow.events import Filters, Serializer, TableSchema
@@ -120,6 +123,8 @@ class StreamBatch:
         #: relation OID -> LSN of its latest Relation message (where a new definition starts)
         self._relation_lsn: dict[int, int] = {}
         self._catalog_conn: Any = None
+        #: the tables' keys as DDL left them, from the WAL (walflow.ddl_facts; the event trigger, where installed)
+        self._ddl = DdlFacts(None, 0)
 
     # -- public -----------------------------------------------------------------------------------
     def run(self) -> BatchSummary:
@@ -156,6 +161,15 @@ class StreamBatch:
             self.events.database = info.database
             self._catalog = Catalog(catalog_conn)
             self._catalog_conn = catalog_conn
+            self._ddl = DdlFacts(StateStore(catalog_conn, config.name, config.state_table) if store.exists() else None, str_to_lsn(slot.confirmed_flush_lsn))
+            if trigger_enabled(catalog_conn):
+                log.info("connector %s: keys as each DDL left them, from the event trigger %s (messages %r in the WAL)", config.name, DDL_TRIGGER, DDL_PREFIX)
+            else:
+                log.info(
+                    "connector %s: keys from the catalog when the batch reaches a change of a redefined table (no DDL event "
+                    "trigger: install include/sql/ddl_facts.sql as a superuser for keys as they were at each change)",
+                    config.name,
+                )
             if config.walflow_lake_enabled:
                 # the catalog's autocommit connection: the stream connection holds the peek's transaction open
                 self._facts = SchemaFacts(StateStore(catalog_conn, config.name, config.state_table), self.producer, config.schema_topic)
@@ -471,6 +485,9 @@ class StreamBatch:
                                     if inc is not None:
                                         inc.on_watermark(msg.content, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
                                 else:
+                                    if msg.prefix == DDL_PREFIX and msg.transactional:  # type: ignore[attr-defined]
+                                        # emitted as well below, as Debezium emits every logical decoding message
+                                        self._ddl.observe(msg.content, lsn_value)  # type: ignore[attr-defined]
                                     events.message(msg, tx, lsn_value, summary, per_topic)  # type: ignore[arg-type]
                                 if tx is None:
                                     # outside a transaction a message is a commit of its own (Debezium's view too):
@@ -543,7 +560,7 @@ class StreamBatch:
             self._warn_uncaptured(relation)
         else:
             schema = TableSchema.from_relation(
-                self.config, self.filters, self.serializer, relation, self._catalog.table(rid), self.rules,
+                self.config, self.filters, self.serializer, relation, self._ddl.apply(self._catalog.table(rid)), self.rules,
                 types=self._catalog.types,
             )
             check_topic_owner(self._topic_owners, schema)
@@ -561,7 +578,7 @@ class StreamBatch:
         rewritten since): an incremental snapshot of the table, so that the lake converges without anyone acting."""
         assert self._facts is not None
         rid = relation.relation_id
-        fact = build_fact(schema, relation, self._catalog.table(rid), self._relation_lsn.get(rid, 0), self._facts.previous(rid))
+        fact = build_fact(schema, relation, self._ddl.apply(self._catalog.table(rid)), self._relation_lsn.get(rid, 0), self._facts.previous(rid))
         produced, before = self._facts.observe(rid, fact)
         if produced is None or before is None:
             return

@@ -8,6 +8,8 @@ Each scenario is one database; each variant is one connector configuration both 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.compat.harness import Scenario, Signal, Variant
 from tests.integration.test_types import ALL_CASES, PREAMBLE
 
@@ -436,6 +438,36 @@ DDL = Scenario(
     live=True,
 )
 
+# -- keys as each DDL left them (walflow's DDL event trigger installed): RecordsStreamProducerIT's replica identity and
+# primary key steps, read live by Debezium, in one batch by walflow ----------------------------------------------------
+DDL_FACTS_SQL = (Path(__file__).resolve().parents[2] / "include" / "sql" / "ddl_facts.sql").read_text()
+DDL_KEYS = Scenario(
+    "ddl_keys",
+    setup=[
+        DDL_FACTS_SQL,
+        "CREATE TABLE tt_upd (pk serial PRIMARY KEY, text text)",
+        "INSERT INTO tt_upd (text) VALUES ('pk_and_default')",
+        "CREATE TABLE tt_re (pk int PRIMARY KEY, text text)",
+        "INSERT INTO tt_re VALUES (1, 'pk')",
+    ],
+    workload=[
+        # the update is keyed by the primary key it had; the catalog of the batch's time has none
+        "ALTER TABLE tt_upd REPLICA IDENTITY FULL",
+        "UPDATE tt_upd SET text = 'pk_and_full' WHERE pk = 1",
+        "ALTER TABLE tt_upd DROP CONSTRAINT tt_upd_pkey",
+        "INSERT INTO tt_upd (pk, text) VALUES (2, 'no_pk_and_full')",
+        "UPDATE tt_upd SET text = 'no_pk_update' WHERE pk = 1",
+        # the insert has no key; the catalog of the batch's time has the primary key added after it
+        "ALTER TABLE tt_re DROP CONSTRAINT tt_re_pkey",
+        "INSERT INTO tt_re VALUES (2, 'no_pk_and_default')",
+        "ALTER TABLE tt_re ADD PRIMARY KEY (pk)",
+        "UPDATE tt_re SET text = 'pk_again' WHERE pk = 2",
+        "DELETE FROM tt_re WHERE pk = 1",
+    ],
+    variants=[Variant("defaults")],
+    live=True,
+)
+
 # -- filters, message.key.columns, skipped operations, column settings -------------------------------------------------
 FILTERS = Scenario(
     "filters",
@@ -586,5 +618,5 @@ PARTITIONED = Scenario(
 GROUPS = [
     [BASIC, SNAPSHOT, INCREMENTAL, INCREMENTAL_FILTERS, IDENTITIES, TOAST, TRANSACTIONS, DDL, POSTGIS_STREAM, POSTGIS_SNAPSHOT],
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
-    [SNAPSHOT_MODES, PARTITIONED],
+    [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS],
 ]
