@@ -87,6 +87,15 @@ class Evolution:
         return list(self.identity_fields)
 
 
+class _KeyCut(Exception):
+    """Raised before anything is written when a run's records hold two keys: the slices ending where the newer starts."""
+
+    def __init__(self, slices: list[tuple[int, int, int]], change: tuple[list[str], list[str]]) -> None:
+        super().__init__(f"key changed from {change[0]} to {change[1]}")
+        self.slices = slices
+        self.change = change
+
+
 @dataclass(frozen=True)
 class Guess:
     """The target the decoder converts to: a value schema, the hash of the schema it came from ("" when it was
@@ -318,7 +327,22 @@ class LakeJob:
         cached: list[DataFrame] = []
         written = (ident, self.settings.ident(plan.name + CHANGELOG_SUFFIX))
         try:
-            return self._apply(plan, tasks, cached)
+            try:
+                return self._apply(plan, tasks, cached)
+            except _KeyCut as cut:
+                # the key was redefined within the run: this run applies what came before the new key
+                before, after = cut.change
+                log.info(
+                    "%s: the key changed from %s to %s within the records read; this run applies the records before the "
+                    "new key (up to offsets %s), the next run the rest, merged by the new key",
+                    plan.topic, before, after, {p: e for p, _s, e in cut.slices},
+                )
+                for frame in cached:
+                    frame.unpersist()
+                cached.clear()
+                plan.slices = [(p, start, end) for p, start, end in cut.slices if end > start]
+                tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
+                return self._apply(plan, tasks, cached, cut_allowed=False)
         except Exception as exc:
             # a write that failed because a newer run removed this run's branch is the fence's refusal
             if not isinstance(exc, LakeFenceError):
@@ -333,7 +357,7 @@ class LakeJob:
             for frame in cached:
                 frame.unpersist()
 
-    def _apply(self, plan: TopicPlan, tasks: DataFrame, cached: list[DataFrame]) -> dict[str, Any]:
+    def _apply(self, plan: TopicPlan, tasks: DataFrame, cached: list[DataFrame], cut_allowed: bool = True) -> dict[str, Any]:
         s = self.settings
         topic, name, stored, slices, log_stored = plan.topic, plan.name, plan.stored, plan.slices, plan.log_stored
         ident = s.ident(name)
@@ -351,6 +375,13 @@ class LakeJob:
         counts, key_names = stats["counts"], stats["key_names"]
         if stats["problems"]:
             raise self._unappliable(topic, ident, stats)
+        if stats["key_cut"]:
+            shortened = [(p, start, min(end, stats["key_cut"].get(p, end))) for p, start, end in slices]
+            if cut_allowed and any(end > start for _p, start, end in shortened):
+                raise _KeyCut(shortened, stats["key_change"])
+            # nothing before the new key (an older key's event redelivered after the new key's): merged by the newest
+            key_names = stats["newest_key_names"]
+            log.warning("%s: events keyed by %s and by %s are mixed in the records read; they are merged by the newest key", topic, *stats["key_change"])
         if not counts:
             return {"topic": topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
         if len(stats["sources"]) > 1:

@@ -42,6 +42,20 @@ from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
 
 SCHEMA_PREFIX = b'{"schema":'
+_PAYLOAD_AT = b',"payload":'
+
+
+def _key_shape(key: bytes) -> Any:
+    """What tells two record keys' shapes apart, cheaply: a key's schema part when it has one (bytes compared, no
+    parsing), else its field names."""
+    if key.startswith(SCHEMA_PREFIX):
+        at = key.find(_PAYLOAD_AT)
+        return key[:at] if at > 0 else key
+    try:
+        doc = orjson.loads(key)
+    except orjson.JSONDecodeError:
+        return key
+    return tuple(doc) if isinstance(doc, dict) else key
 PAYLOAD_SEPARATOR = b',"payload":'
 _NULL_KEY_END = b',"payload":null}'
 EVENT_OPS = ("c", "r", "u", "d", "t")
@@ -340,7 +354,9 @@ class Decoder:
         last_source: tuple[Any, Any] | None = None
         last_hash: str | None = None
         last_keyed: bool | None = None
-        key_seen = False
+        #: the shape of the key last written out (None: none yet): written again where it changes, so that the
+        #: driver sees a key redefined within the run (walflow.lake.frames.key_cut)
+        key_shape: Any = None
         # schema texts: each goes out once per slice, with the first event of its schema that is written
         texts: dict[str, str] = {}
         sent: set[str] = set()
@@ -445,10 +461,11 @@ class Decoder:
             if schema_hash not in sent:
                 text = texts.get(schema_hash)  # type: ignore[arg-type]
                 sent.add(schema_hash)  # type: ignore[arg-type]
-            if text is not None or (keyed and not key_seen) or name != last_source:
-                out.sparse[len(rows)] = (text, key if keyed and not key_seen else None, *(name if name != last_source else (None, None)))
+            shape = _key_shape(key) if keyed else key_shape
+            if text is not None or shape != key_shape or name != last_source:
+                out.sparse[len(rows)] = (text, key if shape != key_shape else None, *(name if name != last_source else (None, None)))
                 last_source = name
-                key_seen = key_seen or keyed
+                key_shape = shape
             rows.append((op, partition, offset, lsn, ts, toasted, a, b, c, sign, None, *values))
             if len(rows) >= batch_rows or size >= batch_bytes:
                 yield self._flush(out)

@@ -76,7 +76,7 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
     collected = frame.filter(rare).agg(
         F.map_from_entries(F.collect_set(F.when(other, F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
         F.collect_set(F.when(F.col(C.SCHEMA).isNotNull(), F.struct(F.col(C.HASH).alias("h"), F.col(C.SCHEMA).alias("s")))).alias("schemas"),
-        F.first(C.KEY, ignorenulls=True).alias("key"),
+        F.collect_list(F.when(F.col(C.KEY).isNotNull(), F.struct(C.KEY, C.PARTITION, C.OFFSET, C.POS_A, C.POS_B))).alias("keys"),
         F.collect_set(F.when(F.col(C.SRC_TABLE).isNotNull(), F.struct(F.col(C.SRC_SCHEMA).alias("s"), F.col(C.SRC_TABLE).alias("t")))).alias("sources"),
         # apart, so that problems accepted by walflow.lake.accept.records never crowd out one that is not
         F.slice(F.collect_list(F.when(~accepted, F.col(C.PROBLEM))), 1, 1000).alias("problem_list"),
@@ -98,7 +98,7 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
         "counts": counts,
         "schemas": schemas,
         "newest": _newest(frame, [h for h in schemas if h]),
-        "key_names": key_names(collected["key"]),
+        **key_cut(collected["keys"] or []),
         "toasted": sums["toasted"] or 0,
         "keyless": sums["keyless"] or 0,
         "sources": {(r["s"], r["t"]) for r in collected["sources"] or []},
@@ -203,6 +203,31 @@ def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> D
     frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
     frame = frame.withColumn(C.TOAST, F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
     return frame.drop(*[f"_walflow_known_{i}" for i in range(len(columns))])
+
+
+def key_cut(keys: list[Any]) -> dict[str, Any]:
+    """The run's key, from the keys the decoder wrote out where their shape changed (rows of key, partition, offset
+    and position), and where to cut the run when the key was redefined within it.
+
+    ``key_names``: the field names of the oldest key (by source position). ``key_cut``: when a later key has other
+    fields (``ALTER TABLE ... ADD PRIMARY KEY`` on other columns, ``message.key.columns`` changed), per partition the
+    offset of its first record of another key: the run applies what lies before, merged by the old key, and the next
+    run the rest, merged by the new one, so that no MERGE ever matches rows by a key their events were not keyed by.
+    Empty when the run has one key.
+    """
+    if not keys:
+        return {"key_names": [], "key_cut": {}, "key_change": None, "newest_key_names": []}
+    ordered = sorted(keys, key=lambda r: (r[C.POS_A] if r[C.POS_A] is not None else -1, r[C.POS_B] if r[C.POS_B] is not None else -1, r[C.PARTITION], r[C.OFFSET]))
+    first = key_names(ordered[0][C.KEY])
+    cut: dict[int, int] = {}
+    other: list[str] | None = None
+    for row in ordered:
+        names = key_names(row[C.KEY])
+        if names != first:
+            other = other or names
+            partition, offset = int(row[C.PARTITION]), int(row[C.OFFSET])
+            cut[partition] = min(cut.get(partition, offset), offset)
+    return {"key_names": first, "key_cut": cut, "key_change": (first, other) if cut else None, "newest_key_names": key_names(ordered[-1][C.KEY])}
 
 
 def resolve_moved_toast(frame: DataFrame, key_names: list[str], columns: list[str], target: DataFrame) -> DataFrame:
