@@ -22,6 +22,7 @@ its change; the definition it describes is remembered in the state table once Ka
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ import orjson
 from walflow.arrays import parse_array
 from walflow.events import match_columns, now_ms
 from walflow.lake.evolution import field_type
+from walflow.lake.reader import START_KIND
 
 if TYPE_CHECKING:
     from walflow.catalog import CatalogColumn, CatalogTable
@@ -148,6 +150,21 @@ def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
     flagged = [c.name for c in columns if not c.generated] if identity == "f" else list(table.primary_key) if identity == "d" else []
     types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
     return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged), types)
+
+
+#: a start fact's kind: where a lake table with no offsets of its own starts reading its topic
+START = START_KIND
+
+
+def start_record(connector: str, offsets: dict[str, dict[int, int]], lsn: int) -> tuple[bytes, bytes]:
+    """The record of a *start fact*: the end offsets of the table topics just before an initial snapshot wrote its
+    rows (at consistent point ``lsn``). A lake table that has applied nothing yet (a new one, or one dropped by
+    ``walflow reset --lake``) starts there rather than at offset 0: the snapshot holds every row as it was, and
+    what the topics held before it (a row deleted since, whose delete was never streamed before a reset) must not
+    come back."""
+    doc = {"format": FORMAT, "kind": START, "connector": connector, "lsn": lsn, "at": int(time.time() * 1000),
+           "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()}}
+    return f"{START}:{connector}".encode(), orjson.dumps(doc)
 
 
 class SchemaFacts:

@@ -34,7 +34,8 @@ from walflow.drift import KeyRegistry, check_claims, check_topics, record_claim,
 from walflow.errors import SlotError
 from walflow.events import Filters, now_ms
 from walflow.kafka import EventProducer
-from walflow.schema_facts import SchemaFacts, catalog_fact
+from walflow.lake.reader import topic_ends
+from walflow.schema_facts import SchemaFacts, catalog_fact, start_record
 from walflow.snapshot import InitialSnapshot, SnapshotError, create_slot_with_snapshot, plan_tables
 from walflow.source import (
     SetupReport,
@@ -238,6 +239,9 @@ class ConnectorSetup:
     ) -> dict[str, Any]:
         config = self.config
         producer.check_reachable()
+        # where a lake table without offsets of its own starts: the ends of the table topics that already hold
+        # records (after `walflow reset`), read before the snapshot writes its rows; a new topic starts at 0
+        starts = topic_ends(producer.settings, sorted({t.schema.topic for t in tables})) if config.walflow_lake_enabled else None
         for table in tables:
             producer.ensure_topic(table.schema.topic)
         recreate = slot_exists and previous is not None and previous.get("status") == "running" and not previous.get("streamed_slot")
@@ -267,6 +271,8 @@ class ConnectorSetup:
             facts = SchemaFacts(StateStore(conn, config.name, config.state_table), producer, config.schema_topic)
             for table in tables:
                 facts.observe(table.catalog.oid, catalog_fact(table.schema, table.catalog, runner.position_lsn))
+            if starts is not None:
+                producer.send(config.schema_topic, *start_record(config.name, starts, runner.position_lsn))
         producer.flush(config.walflow_kafka_flush_timeout_s)
         if facts is not None:
             facts.save()

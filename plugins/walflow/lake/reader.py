@@ -32,6 +32,8 @@ READ_SETTINGS: dict[str, Any] = {
 }
 #: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
 #: (500 ms by default), so the end of a partition shows sooner with a short wait.
+#: the kind of a start fact on the schema topic (walflow.schema_facts.start_record)
+START_KIND = "start"
 SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
 
 Record = tuple[int, int, "bytes | None", "bytes | None"]  # partition, offset, key, value
@@ -79,6 +81,21 @@ def partition_end(client: Consumer, topic: str, partition: int, start: int, time
                 return max(end, msg.offset()) if msg.offset() >= 0 else end
             raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
         end = msg.offset() + 1
+
+
+def topic_ends(kafka: dict[str, Any], topics: list[str]) -> dict[str, dict[int, int]]:
+    """The end offset of every partition of ``topics`` (a topic that does not exist yet has none). ``kafka`` may be a
+    producer's settings: only what reaches and authenticates to the cluster is taken from them."""
+    kafka = {k: v for k, v in kafka.items() if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket."))}
+    found = list_topics(kafka)
+    ends: dict[str, dict[int, int]] = {}
+    client = consumer(kafka, **SMALL_READS)
+    try:
+        for topic in topics:
+            ends[topic] = {p: partition_end(client, topic, p, 0) for p in found.get(topic, [])}
+    finally:
+        client.close()
+    return ends
 
 
 def offset_bounds(kafka: dict[str, Any], topic: str, partition: int, start: int) -> tuple[int, int]:
@@ -219,8 +236,8 @@ def key_names(key: bytes | bytearray | None) -> list[str]:
 
 
 def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
-    """Every schema fact of the connector's schema topic (:mod:`walflow.schema_facts`; a small topic: one record per
-    definition change), or none when the topic does not exist."""
+    """Every fact of the connector's schema topic (:mod:`walflow.schema_facts`; a small topic: one record per
+    definition change, and one start fact per initial snapshot), or none when the topic does not exist."""
     if not topic:
         return []
     partitions = list_topics(kafka).get(topic)
@@ -234,6 +251,6 @@ def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:
             continue  # not walflow's: the topic is walflow's own, but a stray record must not stop the lake
-        if isinstance(doc, dict) and doc.get("format") == 1 and isinstance(doc.get("fields"), list):
+        if isinstance(doc, dict) and doc.get("format") == 1 and (isinstance(doc.get("fields"), list) or doc.get("kind") == START_KIND):
             facts.append(doc)
     return facts
