@@ -57,18 +57,20 @@ demo: up
 # make test runs three lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
 # and Airflow), then the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot
 # creation that waits for every transaction) with no other test using the services: beside them only the unit tests
-# run, which use none. Lane B holds the end-to-end tests (Airflow's SQLite metadata database, spark-submit); lane C
-# the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them, the fault suite's
-# short form and the torture run's; lane A the rest (the schema-change lake tests too, in a Spark session of its own). Each lane's output is printed when it ends.
-LANE_B := tests/e2e
+# run, which use none. Lane B holds the end-to-end tests (Airflow's SQLite metadata database, spark-submit) and the
+# lake fence's; lane C the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them,
+# the fault suite's short form and the torture run's; lane A the rest (the schema-change lake tests too, in a Spark
+# session of its own). Each lane's output is printed when it ends.
+#: the fence's tests (a Spark session of their own) beside the end-to-end ones, the lightest lane
+LANE_B := tests/e2e tests/integration/test_lake_fence.py
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/integration/test_lake_fence.py tests/torture
+LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
 RUN_BETWEEN := tests/integration/test_lake_truth.py::test_renames_and_defaults_reach_the_lake_as_the_source_has_them[run-between]
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py) --deselect $(HOSTILE_LAKE) --deselect $(RUN_BETWEEN)
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py tests/integration/test_lake_fence.py) --deselect $(HOSTILE_LAKE) --deselect $(RUN_BETWEEN)
 LANES := a b c unit
 #: where the tests marked disruptive are (run after the lanes, alone)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py

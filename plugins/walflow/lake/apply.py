@@ -398,7 +398,7 @@ class LakeJob:
             key_names = stats["newest_key_names"]
             log.warning("%s: events keyed by %s and by %s are mixed in the records read; they are merged by the newest key", topic, *stats["key_change"])
         if not counts:
-            return {"topic": topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
+            return self._commit_offsets_only(plan, ident, offsets, log_offsets, stats)
         if len(stats["sources"]) > 1:
             tables = ", ".join(sorted(f"{a}.{b}" for a, b in stats["sources"]))
             raise LakeError(
@@ -510,6 +510,35 @@ class LakeJob:
             "topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets,
             "backlog": sum(backlog.values()), "timings": timings, **result,
         }
+
+    def _commit_offsets_only(
+        self, plan: TopicPlan, ident: str, offsets: dict[int, int], log_offsets: dict[int, int], stats: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Records that hold no event (the tombstone of a delete that an earlier run applied, cut from it by
+        ``walflow.lake.max.records``; records skipped by ``walflow.lake.accept.records``): their offsets still move on,
+        in a commit without rows (through the fence), so that they are neither read again nor counted as backlog.
+        A table that does not exist yet waits for its first event."""
+        topic = plan.topic
+        backlog = {p: max(plan.bounds[p][1] - o, 0) for p, o in offsets.items() if p in plan.bounds}
+        if not table_exists(self.spark, ident):
+            return {"topic": topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
+        properties = {
+            C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
+            C.BACKLOG_PROPERTY: orjson.dumps(backlog, option=orjson.OPT_NON_STR_KEYS).decode(),
+            C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
+        }
+        if stats["skipped"]:
+            properties[C.SKIPPED_PROPERTY] = orjson.dumps([f"{topic}:{p['partition']}:{p['offset']}" for p in stats["skipped"]]).decode()
+        log_ident = self.settings.ident(plan.name + CHANGELOG_SUFFIX)
+        if plan.log_stored is not None and table_exists(self.spark, log_ident):
+            target = self.fence.open(log_ident, plan.log_head)
+            commit(self.spark, f"INSERT INTO {target} SELECT * FROM {log_ident} WHERE false", {C.OFFSETS_PROPERTY: format_offsets({topic: log_offsets})}, "offsets")
+            self.fence.publish(log_ident)
+        target = self.fence.open(ident, plan.head)
+        commit(self.spark, f"INSERT INTO {target} SELECT * FROM {ident} WHERE false", properties, "offsets")
+        self.fence.publish(ident)
+        log.info("%s: no event in the records read (tombstones of deletes already applied, skipped records): offsets moved to %s", topic, offsets)
+        return {"topic": topic, "table": ident, "records": 0, "committed": True, "offsets": offsets, "backlog": sum(backlog.values())}
 
     def _delete_by_identity(self, target: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]) -> None:
         """Deletes matched by the replica identity's columns (:meth:`Evolution.identity_only`): the latest delete per
