@@ -19,6 +19,9 @@ module              responsibility
 ``ddl``             creating and evolving lake tables
 ``history``         offsets in the snapshot history, commits that carry them
 ``keyless``         tables without a key, applied as multisets
+``claims``          which connector and topic own a lake table; two topics mapped to one table refused
+``evolution``       the stream's schema facts applied: renames, fills of new columns, history columns
+``fence``           a run's branches: its commits reach a table only if no other run wrote it meanwhile
 ``apply``           :class:`~walflow.lake.apply.LakeJob`: one run over a connector's topics
 ``hooks``           observing the job's steps (the fault tests kill it there)
 ``job``             the spark-submit entry point
