@@ -161,7 +161,6 @@ class StreamBatch:
             self.events.database = info.database
             self._catalog = Catalog(catalog_conn)
             self._catalog_conn = catalog_conn
-            self._ddl = DdlFacts(StateStore(catalog_conn, config.name, config.state_table) if store.exists() else None, str_to_lsn(slot.confirmed_flush_lsn))
             if trigger_enabled(catalog_conn):
                 log.info("connector %s: keys as each DDL left them, from the event trigger %s (messages %r in the WAL)", config.name, DDL_TRIGGER, DDL_PREFIX)
             else:
@@ -201,6 +200,10 @@ class StreamBatch:
                 )  # fmt: skip
             else:
                 skip_before = None
+            # the DDL facts recorded up to where this batch starts reading (or skipping: those transactions' facts
+            # are not read again)
+            read_from = max(str_to_lsn(slot.confirmed_flush_lsn), skip_before or 0)
+            self._ddl = DdlFacts(StateStore(catalog_conn, config.name, config.state_table) if store.exists() else None, read_from)
             inc = self._inc
             # One round = select incremental-snapshot chunks (if any), stream up to the current WAL position,
             # flush, advance the slot, save progress. Without a running incremental snapshot there is one round.

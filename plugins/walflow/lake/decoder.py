@@ -42,23 +42,22 @@ from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
 
 SCHEMA_PREFIX = b'{"schema":'
-_PAYLOAD_AT = b',"payload":'
+PAYLOAD_SEPARATOR = b',"payload":'
+_NULL_KEY_END = b',"payload":null}'
+EVENT_OPS = ("c", "r", "u", "d", "t")
 
 
 def _key_shape(key: bytes) -> Any:
     """What tells two record keys' shapes apart, cheaply: a key's schema part when it has one (bytes compared, no
     parsing), else its field names."""
     if key.startswith(SCHEMA_PREFIX):
-        at = key.find(_PAYLOAD_AT)
+        at = key.find(PAYLOAD_SEPARATOR)
         return key[:at] if at > 0 else key
     try:
         doc = orjson.loads(key)
     except orjson.JSONDecodeError:
         return key
     return tuple(doc) if isinstance(doc, dict) else key
-PAYLOAD_SEPARATOR = b',"payload":'
-_NULL_KEY_END = b',"payload":null}'
-EVENT_OPS = ("c", "r", "u", "d", "t")
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,9 @@ READ_SETTINGS: dict[str, Any] = {
 }
 #: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
 #: (500 ms by default), so the end of a partition shows sooner with a short wait.
+SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
 #: the kind of a start fact on the schema topic (walflow.schema_facts.start_record)
 START_KIND = "start"
-SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
 
 Record = tuple[int, int, "bytes | None", "bytes | None"]  # partition, offset, key, value
 
