@@ -467,16 +467,7 @@ class LakeJob:
             else:
                 frame = frame.filter(frames.after(cut))
         frame = frame.filter(F.col(C.OP) != "t")
-        backlog = {p: max(plan.bounds[p][1] - o, 0) for p, o in offsets.items() if p in plan.bounds}
-        properties_out = {
-            C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
-            C.BACKLOG_PROPERTY: orjson.dumps(backlog, option=orjson.OPT_NON_STR_KEYS).decode(),
-            C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
-        }
-        if stats["skipped"]:
-            skipped = [f"{topic}:{p['partition']}:{p['offset']}" for p in stats["skipped"]]
-            log.warning("%s: skipped %d record(s) listed in walflow.lake.accept.records that are not change events: %s", topic, len(skipped), skipped)
-            properties_out[C.SKIPPED_PROPERTY] = orjson.dumps(skipped).decode()
+        properties_out, backlog = self._offsets_summary(plan, offsets, stats)
         result: dict[str, Any] = {}
         # columns the source dropped stay in the lake as history: rows written from now on hold NULL there
         history = self._history(ident, names)
@@ -511,6 +502,23 @@ class LakeJob:
             "backlog": sum(backlog.values()), "timings": timings, **result,
         }
 
+    def _offsets_summary(self, plan: TopicPlan, offsets: dict[int, int], stats: dict[str, Any]) -> tuple[dict[str, str], dict[int, int]]:
+        """What a table's commit records beside its data: the offsets applied, the backlog left per partition, the
+        fingerprints of the last records applied, and the records skipped by ``walflow.lake.accept.records``.
+        Returns (the snapshot summary's properties, the backlog)."""
+        topic = plan.topic
+        backlog = {p: max(plan.bounds[p][1] - o, 0) for p, o in offsets.items() if p in plan.bounds}
+        properties = {
+            C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
+            C.BACKLOG_PROPERTY: orjson.dumps(backlog, option=orjson.OPT_NON_STR_KEYS).decode(),
+            C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
+        }
+        if stats["skipped"]:
+            skipped = [f"{topic}:{p['partition']}:{p['offset']}" for p in stats["skipped"]]
+            log.warning("%s: skipped %d record(s) listed in walflow.lake.accept.records that are not change events: %s", topic, len(skipped), skipped)
+            properties[C.SKIPPED_PROPERTY] = orjson.dumps(skipped).decode()
+        return properties, backlog
+
     def _commit_offsets_only(
         self, plan: TopicPlan, ident: str, offsets: dict[int, int], log_offsets: dict[int, int], stats: dict[str, Any]
     ) -> dict[str, Any]:
@@ -519,16 +527,9 @@ class LakeJob:
         in a commit without rows (through the fence), so that they are neither read again nor counted as backlog.
         A table that does not exist yet waits for its first event."""
         topic = plan.topic
-        backlog = {p: max(plan.bounds[p][1] - o, 0) for p, o in offsets.items() if p in plan.bounds}
         if not table_exists(self.spark, ident):
             return {"topic": topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
-        properties = {
-            C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
-            C.BACKLOG_PROPERTY: orjson.dumps(backlog, option=orjson.OPT_NON_STR_KEYS).decode(),
-            C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
-        }
-        if stats["skipped"]:
-            properties[C.SKIPPED_PROPERTY] = orjson.dumps([f"{topic}:{p['partition']}:{p['offset']}" for p in stats["skipped"]]).decode()
+        properties, backlog = self._offsets_summary(plan, offsets, stats)
         log_ident = self.settings.ident(plan.name + CHANGELOG_SUFFIX)
         if plan.log_stored is not None and table_exists(self.spark, log_ident):
             target = self.fence.open(log_ident, plan.log_head)
