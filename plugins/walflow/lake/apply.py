@@ -275,9 +275,10 @@ class LakeJob:
         s = self.settings
         name = self.lake_name(topic, partitions)
         ident = s.ident(name)
-        claims.check_claim(ident, table_properties(self.spark, ident), s.connector, topic, claims.TABLE)
+        properties = table_properties(self.spark, ident)  # empty only for a table that does not exist
+        claims.check_claim(ident, properties, s.connector, topic, claims.TABLE)
         # the snapshot the offsets come from (read first: a commit in between makes the fence refuse this run's)
-        head = self.fence.head(ident, table_exists(self.spark, ident))
+        head = self.fence.head(ident, bool(properties))
         stored, stored_prints = stored_position(self.spark, ident, topic, (s.catalog, s.namespace, name))
         if not stored and self._starts.get(topic):
             # nothing applied yet (a new table, or one `walflow reset --lake` dropped): the newest initial snapshot
@@ -296,8 +297,9 @@ class LakeJob:
         if s.changelog:
             log_name = name + CHANGELOG_SUFFIX
             log_ident = s.ident(log_name)
-            claims.check_claim(log_ident, table_properties(self.spark, log_ident), s.connector, topic, claims.CHANGELOG)
-            log_head = self.fence.head(log_ident, table_exists(self.spark, log_ident))
+            log_properties = table_properties(self.spark, log_ident)
+            claims.check_claim(log_ident, log_properties, s.connector, topic, claims.CHANGELOG)
+            log_head = self.fence.head(log_ident, bool(log_properties))
             found = offsets_snapshot(self.spark, log_ident, (s.catalog, s.namespace, log_name))
             if found is None:
                 # A changelog turned on later (or dropped) starts where the table is: the events the table applied

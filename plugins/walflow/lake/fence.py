@@ -101,10 +101,10 @@ class Fence:
         in one commit); refused when anything else committed to ``main`` since :meth:`open`."""
         if ident not in self._open:
             return
+        taken = self.taken_over(ident)
+        if taken is not None:
+            raise taken
         table = self._table(ident)
-        if table.refs().get(self.branch) is None:
-            self._open.discard(ident)
-            raise self._taken_over(ident, "its branch was removed by a newer run")
         try:
             table.manageSnapshots().fastForwardBranch(MAIN, self.branch).removeBranch(self.branch).commit()
         except Exception as exc:  # noqa: BLE001 - Iceberg's refusal comes as a Java exception through py4j
