@@ -126,7 +126,9 @@ def test_soft_deletes_keep_the_last_values_of_a_row_inserted_and_deleted_in_one_
 def test_deletes_under_an_identity_index_without_the_key_remove_the_right_row(spark: Any, database: str) -> None:
     """``REPLICA IDENTITY USING INDEX`` on a unique index that does not hold the primary key: Debezium keys a delete
     ``{id: 0}`` (the key zero-filled, its old row holding the index's columns). The lake deletes the row the index's
-    values name, not a genuine row 0, in one run with other changes and in a run of its own."""
+    values name, not a genuine row 0, in one run with other changes and in a run of its own. A key change that
+    leaves the index's columns as they were comes with no old row (an update of the new key only): the row that
+    held those values under the old key is superseded, in the run that inserts the row too and in a later one."""
     dsn = database
     config = connector(unique("ident"))
     run(
@@ -138,10 +140,11 @@ def test_deletes_under_an_identity_index_without_the_key_remove_the_right_row(sp
     )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "UPDATE u SET n = -1 WHERE id = 4", "DELETE FROM u WHERE id = 3", "DELETE FROM u WHERE code = 'c5'", "INSERT INTO u VALUES (11, 'c3', 33)")
+    run(dsn, "UPDATE u SET n = -1 WHERE id = 4", "DELETE FROM u WHERE id = 3", "DELETE FROM u WHERE code = 'c5'", "INSERT INTO u VALUES (11, 'c3', 33)",
+        "UPDATE u SET id = 100 WHERE id = 6", "INSERT INTO u VALUES (12, 'c12', 12)", "UPDATE u SET id = 120 WHERE id = 12")
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "u")
-    run(dsn, "DELETE FROM u WHERE id IN (7, 8)")
+    run(dsn, "DELETE FROM u WHERE id IN (7, 8)", "UPDATE u SET id = 300 WHERE id = 100", "UPDATE u SET id = 200, n = 5 WHERE id = 9")
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "u")
 
@@ -225,3 +228,68 @@ def test_after_a_reset_the_rebuilt_lake_starts_at_the_new_snapshot(
     results = catch_up(spark, config, dsn)
     assert_equal(config, dsn, "t")
     assert sum(r["records"] for r in results) == 4, results  # the new snapshot's rows only
+
+
+@pytest.mark.parametrize("between", [False, True], ids=["one-run", "snapshot-applied-first"])
+def test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_rows(spark: Any, database: str, between: bool) -> None:
+    """A transaction that wrote a row before the slot's consistent point and committed after it is not in the
+    initial snapshot (which holds the row's older value) and is the first one streamed: its ``source.sequence`` is
+    [null, L] with L below the consistent point. Applied in one run with the snapshot's rows, or in the run after
+    them (a lake row is changed only by an event at or after its position), it must win.
+
+    The slot's snapshot builder is walked through its states by hand: a transaction running when the slot is
+    created (``t1``) keeps it building; one started then (``t3``) is still running when the builder reaches its
+    full snapshot, so the writer (``t2``), started after that, is decoded but commits after the consistent point
+    (while the snapshot reads, before the setup's own writes). A CHECKPOINT logs the running transactions the
+    builder moves on."""
+    import threading
+    import time
+
+    from tests.support import read_topic
+
+    dsn = database
+    config = connector(unique("firsttx"))
+    run(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'before'), (2, 'kept')")
+    t1, t2, t3 = (psycopg.connect(dsn) for _ in range(3))
+    try:
+        t1.execute("SELECT txid_current()")
+        done: dict[str, Any] = {}
+
+        def commit_t2(stage: str) -> None:
+            # t2 commits while the snapshot reads (it does not see it), before the setup's own writes: so it is the
+            # first transaction the stream decodes
+            if stage == "snapshot_row" and not done.get("t2"):
+                done["t2"] = True
+                t2.commit()
+
+        worker = threading.Thread(target=lambda: done.update(report=setup(config, dsn, fault_hook=commit_t2)), daemon=True)
+        worker.start()
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            for _ in range(600):
+                if watch.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone():
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail("the setup never started creating its slot")
+            t3.execute("SELECT txid_current()")
+            t1.commit()
+            watch.execute("CHECKPOINT")  # the builder's full snapshot: t3 still runs
+            t2.execute("UPDATE t SET v = 'after' WHERE id = 1")
+            t3.commit()
+            watch.execute("CHECKPOINT")  # consistent: after t2's change, before its commit
+        worker.join(120)
+        assert "report" in done and done.get("t2"), "the setup did not finish"
+    finally:
+        for conn in (t1, t2, t3):
+            conn.close()
+    if between:
+        apply_lake(spark, config)
+    stream(config, dsn)
+    update = [r for r in read_topic(f"{config.topic_prefix}.public.t") if r.op == "u"]
+    assert len(update) == 1, [r.payload for r in update]
+    sequence, lsn = update[0].payload["source"]["sequence"], update[0].payload["source"]["lsn"]
+    snapshot_lsn = min(r.payload["source"]["lsn"] for r in read_topic(f"{config.topic_prefix}.public.t") if r.op == "r")
+    # the case this test is for: no previous commit, and a change written before the snapshot's consistent point
+    assert sequence.startswith("[null,") and lsn < snapshot_lsn, (sequence, lsn, snapshot_lsn)
+    apply_lake(spark, config)
+    assert_equal(config, dsn, "t")

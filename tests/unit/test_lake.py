@@ -227,6 +227,21 @@ def test_decoder_decodes_each_record_once_with_its_place_and_schema() -> None:
     assert all(r[C.PROBLEM] is None for r in rows)
 
 
+def test_decoder_orders_the_first_transaction_after_a_snapshot_after_its_rows() -> None:
+    """Snapshot rows (op r, sequence [null, C]) sit at (C, 0); a first transaction with no previous commit whose
+    change was written before C sorts after them once the start fact's C is known, from the start fact's offset
+    on; records before that offset (an older snapshot's generation) keep their own position."""
+    snapshot = [record(o, "r", {"id": o, "ts": 0, "doc": "s"}, lsn=500, sequence='[null,"500"]') for o in (3, 4)]
+    first = record(5, "u", {"id": 3, "ts": 0, "doc": "new"}, lsn=480, sequence='[null,"480"]')
+    older = record(1, "u", {"id": 3, "ts": 0, "doc": "old"}, lsn=300, sequence='[null,"300"]')
+    rows = decode([older, *snapshot, first], first_commit=(500, {0: 3}))
+    places = {r[C.OFFSET]: (r[C.POS_A], r[C.POS_B]) for r in rows}
+    assert places == {1: (300, 300), 3: (500, 0), 4: (500, 0), 5: (500, 480)}
+    assert places[3] < places[5]
+    # without a start fact the transaction keeps [null, 480]: it sorts before the snapshot's rows
+    assert {r[C.OFFSET]: (r[C.POS_A], r[C.POS_B]) for r in decode([*snapshot, first])}[5] == (480, 480)
+
+
 def test_decoder_maps_older_shapes_onto_the_target_with_defaults() -> None:
     old = _schema({"type": "int32", "field": "id", "optional": False}, {"type": "string", "field": "doc", "optional": True})
     new = _schema(
@@ -442,6 +457,10 @@ def test_source_position_orders_by_commit() -> None:
     # a snapshot row at the slot's consistent point sorts before the first streamed change of that position
     snapshot = source_position({"lsn": 100, "sequence": None}, None)
     assert snapshot < event("100", 90) < event("100", 120)
+    # a snapshot row's own sequence, [null, LSN], is not read: it still sorts before the changes of its position
+    assert source_position({"lsn": 100, "sequence": '[null,"100"]'}, None, "r") == snapshot
+    # an incremental snapshot's rows have no LSN: their sequence is their position
+    assert source_position({"lsn": None, "sequence": '["120","140"]'}, None, "r") == (140, 140, 0)
     # an incremental snapshot's rows sit at their high watermark: after what committed before, before what follows
     watermark = source_position({"lsn": 140, "sequence": None}, None)
     assert event("100", 130) < watermark < event("145", 120)

@@ -146,6 +146,8 @@ class LakeJob:
         self._facts: dict[tuple[str, str], TableFacts] | None = None
         #: where a table that applied nothing yet starts, per topic and partition: the newest initial snapshot's start
         self._starts: dict[str, dict[int, int]] = {}
+        #: the newest start fact's consistent point (None: no start fact)
+        self._start_lsn: int | None = None
         # The decoded events are cached between the statistics pass and the MERGE; compressing the cache cost
         # about a fifth of the read phase (a million changes: 1.5 s of 8) for memory a run frees at its end.
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
@@ -215,6 +217,7 @@ class LakeJob:
                 order = (int(fact.get("lsn") or 0), int(fact.get("at") or 0))
                 if fact.get("connector") == self.settings.connector and (latest is None or order > latest):
                     latest = order
+                    self._start_lsn = order[0] or None
                     self._starts = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (fact.get("offsets") or {}).items()}
                 continue
             self._facts.setdefault((str(fact.get("schema")), str(fact.get("table"))), TableFacts([])).facts.append(fact)
@@ -476,15 +479,19 @@ class LakeJob:
         written = names + [h for h, _t in history]
         if keyed:
             frame = self._with_nulls(frame, history)
-            identity = evolution.identity_only(key_names) if evolution is not None and counts.get("d") else []
+            identity = evolution.identity_only(key_names) if evolution is not None else []
             if identity:
                 # REPLICA IDENTITY USING INDEX on an index without the key: a delete's old row holds the index's
                 # columns and the key zero-filled (Debezium's form), so deletes match by the index's columns, after
-                # the other events merged by key; the offsets commit with the deletes
+                # the other events merged by key; and a key change that leaves the index's columns as they were
+                # has no old row at all (an update of the new key only), so the row that held those values under
+                # another key is superseded; the offsets commit with the last of these
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
                 self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
-                self._delete_by_identity(target, deletes, identity, properties_out)
+                self._supersede_by_identity(target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out)
+                if counts.get("d"):
+                    self._delete_by_identity(target, deletes, identity, properties_out)
             else:
                 self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
         elif counts.get("u") or counts.get("d"):
@@ -548,6 +555,18 @@ class LakeJob:
         identity value removes (or flags) the row holding it, if that row is older than the delete."""
         latest = frames.latest_per_key(deletes, [F.col(sql_quote(c)) for c in identity])
         self._with_view(latest, lambda view: commit(self.spark, sql.delete_by_identity(target, view, identity, self.settings.soft_deletes), properties, "merge"))
+
+    def _supersede_by_identity(self, target: str, upserts: DataFrame, identity: list[str], key_names: list[str], properties: dict[str, str]) -> None:
+        """Rows superseded under an identity index without the key: the index is unique, so a row holding the
+        identity values of a newer upsert under another key is gone from the source (its key changed and, the
+        index's columns unchanged, the WAL gave no old row to delete it by). The latest upsert per identity value
+        removes (or flags) such older rows. Upserts whose identity columns are unchanged TOAST placeholders hold
+        no values to match and are left out. With ``properties`` (the offsets), the commit is made even when
+        nothing matched."""
+        unchanged = F.arrays_overlap(F.col(C.TOAST), F.array(*[F.lit(c) for c in identity]))
+        latest = frames.latest_per_key(upserts.filter(~F.coalesce(unchanged, F.lit(False))), [F.col(sql_quote(c)) for c in identity])
+        soft = self.settings.soft_deletes
+        self._with_view(latest, lambda view: commit(self.spark, sql.supersede_by_identity(target, view, identity, key_names, soft), properties, "merge"))
 
     def _merge_keyed(
         self, topic: str, ident: str, target: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
@@ -689,7 +708,8 @@ class LakeJob:
             evolution = self._evolution(topic, guess)
             defaults = field_defaults(evolution.defaults_schema if evolution else guess.schema)
             mapping = evolution.mapping if evolution else None
-            plan = DecodePlan(topic, self.kafka, guess.schema, defaults, self.placeholders, guess.watch, accept, mapping)
+            first_commit = (self._start_lsn, self._starts.get(topic, {})) if self._start_lsn else None
+            plan = DecodePlan(topic, self.kafka, guess.schema, defaults, self.placeholders, guess.watch, accept, mapping, first_commit)
             decoded = frames.decode(tasks, plan).persist()
             stats = frames.run_stats(decoded)
             better = self._better_guess(ident, guess, stats)
@@ -762,7 +782,7 @@ class LakeJob:
         for schema_hash, text, _p, _o, _k, _key, payload, _n, error in split_records(sample):
             if error is not None or not isinstance(payload, dict):
                 continue
-            position = source_position(payload.get("source") or {}, payload.get("transaction"))
+            position = source_position(payload.get("source") or {}, payload.get("transaction"), payload.get("op"))
             if schema_hash and text and (best is None or position > best[0]):
                 best = (position, schema_hash, text)
             row = payload.get("after") or payload.get("before")

@@ -78,6 +78,11 @@ class DecodePlan:
     #: the target's columns by source attribute, so that records written before a rename map onto the renamed
     #: column (:mod:`walflow.lake.evolution`); None maps by name
     mapping: Mapping | None = None
+    #: (the initial snapshot's consistent point, {partition: the offset its records start at}) from the newest start
+    #: fact: the first transaction streamed after that snapshot has no previous commit (``source.sequence`` [null,
+    #: L]) and may have written its changes before the consistent point (it committed after it), so its commit
+    #: position is taken as at least that point: it is newer than every row of the snapshot. None: no start fact.
+    first_commit: tuple[int, dict[int, int]] | None = None
     batch_rows: int = 20_000
     #: a batch is cut at this many bytes of records too, so that huge rows (arrays, documents) keep memory
     #: bounded and Arrow's 32-bit offsets of one batch never overflow
@@ -340,6 +345,7 @@ class Decoder:
         """
         plan = self.plan
         placeholders, accept, topic = plan.placeholders, plan.accept, plan.topic
+        first_commit = plan.first_commit
         batch_rows, batch_bytes = plan.batch_rows, plan.batch_bytes
         width = len(C.FRAME_META) + self.n_data
         filled, empty = self.filled, [None] * self.n_data
@@ -402,6 +408,14 @@ class Decoder:
                 lsn, ts = source.lsn, source.ts_ms
                 # the fields of the event's position, turned into it for the whole batch (position_arrays)
                 a, b, c = lsn, source.sequence, None if transaction is None else transaction.total_order
+                if type(b) is str and b[:6] == "[null,":
+                    if op == "r" and lsn is not None:
+                        # an initial snapshot's row sits at its LSN, before every change of that position
+                        # (positions.position): its sequence, [null, LSN], says no more. (An incremental snapshot's
+                        # rows carry no LSN: their sequence is their position.)
+                        b = None
+                    elif first_commit is not None and offset >= first_commit[1].get(partition, 0):
+                        b = f'["{first_commit[0]}",{b[6:]}'
                 row = payload.after if op != "d" else payload.before
                 old = payload.before if op == "u" and not keyed else None
             except Exception as exc:  # noqa: BLE001 - a malformed event, reported with its place

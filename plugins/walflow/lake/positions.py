@@ -16,10 +16,13 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def source_position(source: dict[str, Any], transaction: dict[str, Any] | None) -> tuple[int, int, int]:
+def source_position(source: dict[str, Any], transaction: dict[str, Any] | None, op: str | None = None) -> tuple[int, int, int]:
     """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``,
-    from its ``source`` and ``transaction`` blocks (see :func:`position`)."""
-    return position(source.get("lsn"), source.get("sequence"), None if transaction is None else transaction.get("total_order"))
+    from its ``source`` and ``transaction`` blocks and its ``op`` (see :func:`position`)."""
+    sequence = source.get("sequence")
+    if op == "r" and source.get("lsn") is not None and isinstance(sequence, str) and sequence.startswith("[null,"):
+        sequence = None  # an initial snapshot's row: at its LSN (an incremental snapshot's rows have no LSN)
+    return position(source.get("lsn"), sequence, None if transaction is None else transaction.get("total_order"))
 
 
 def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
@@ -32,9 +35,15 @@ def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
     it, still sorts after every change of that earlier transaction). ``transaction.total_order`` breaks ties
     between events of one WAL record when transaction metadata is on.
 
-    Snapshot events (no sequence) sit at their ``source.lsn``, before any change of the same position: for the
-    initial snapshot the slot's consistent point, for an incremental snapshot the high watermark where the rows
-    were emitted (DBLog: every change after the watermark is newer, the chunk dropped its rows changed before).
+    An initial snapshot's rows (``op`` "r" with an LSN: callers pass no sequence for them, as their [null, LSN]
+    says no more) sit at their ``source.lsn``, the slot's consistent point, before any change of that position. An
+    incremental snapshot's rows carry no LSN: their sequence places them at the high watermark where they were
+    emitted (DBLog: every change after the watermark is newer, the chunk dropped its rows changed before).
+
+    The first transaction streamed after an initial snapshot has no previous commit ([null, L]), and L may lie
+    before the consistent point (it wrote before the slot was consistent and committed after). The lake job
+    replaces the null by that point, from the start fact (:attr:`walflow.lake.decoder.DecodePlan.first_commit`),
+    so that the transaction sorts after the snapshot's rows.
 
     Only these fields are read, so fields a newer Debezium adds (``ts_us``, ``ts_ns``, ``origin``...) change
     nothing.

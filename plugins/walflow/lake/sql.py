@@ -183,6 +183,18 @@ def delete_by_identity(ident: str, view: str, identity: list[str], soft: bool) -
     return f"MERGE INTO {ident} t USING {view} s ON {on} AND {older} WHEN MATCHED THEN {action}"
 
 
+def supersede_by_identity(ident: str, view: str, identity: list[str], key: list[str], soft: bool) -> str:
+    """Rows that hold an upsert's identity values (a unique identity index without the key) under another key and
+    are older than it: the source moved those values to the upsert's key, so they go (hard) or are flagged (soft)."""
+    same = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in identity)
+    other_key = " AND ".join(f"t.{q(c)} <=> s.{q(c)}" for c in key)
+    older = f"(t.{C.POSITION} IS NULL OR t.{C.POSITION} < s.{C.POSITION})"
+    stamp = [f"t.{m} = s.{m}" for m in (C.LSN, C.SOURCE_TS, C.POSITION)] + [f"t.{C.OP} = 'd'", f"t.{C.APPLIED_AT} = current_timestamp()"]
+    if soft:
+        return f"MERGE INTO {ident} t USING {view} s ON {same} AND NOT ({other_key}) AND {older} AND NOT t.{C.DELETED} WHEN MATCHED THEN UPDATE SET t.{C.DELETED} = true, {', '.join(stamp)}"
+    return f"MERGE INTO {ident} t USING {view} s ON {same} AND NOT ({other_key}) AND {older} WHEN MATCHED THEN DELETE"
+
+
 def insert_latest(ident: str, view: str, names: list[str], soft: bool) -> str:
     """The latest event per key written into a table that holds no rows: exactly what :func:`merge_keyed`'s
     insert clause would write, without the join (an initial load of a large table is an append)."""
