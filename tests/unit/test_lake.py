@@ -242,6 +242,19 @@ def test_decoder_orders_the_first_transaction_after_a_snapshot_after_its_rows() 
     assert {r[C.OFFSET]: (r[C.POS_A], r[C.POS_B]) for r in decode([*snapshot, first])}[5] == (480, 480)
 
 
+def test_a_row_event_without_a_key_writes_out_the_empty_key_and_cuts_the_run() -> None:
+    """A keyed table that loses its key: the first row event without one writes out NO_KEY (a truncate does not),
+    and the run is cut there, as for any other change of the key's shape."""
+    from walflow.lake import frames
+    from walflow.lake.reader import NO_KEY
+
+    rows = decode([record(0, "c", {"id": 1, "ts": 0, "doc": "a"}), record(1, "t", None, key=None),
+                   record(2, "c", {"id": 1, "ts": 0, "doc": "b"}, key=None), record(3, "c", {"id": 1, "ts": 0, "doc": "c"}, key=None)])
+    assert [r[C.KEY] for r in rows] == [b'{"id":1}', None, NO_KEY, None]
+    cut = frames.key_cut([r for r in rows if r[C.KEY] is not None])
+    assert cut["key_names"] == ["id"] and cut["key_cut"] == {0: 2} and cut["key_change"] == (["id"], [])
+
+
 def test_decoder_maps_older_shapes_onto_the_target_with_defaults() -> None:
     old = _schema({"type": "int32", "field": "id", "optional": False}, {"type": "string", "field": "doc", "optional": True})
     new = _schema(

@@ -37,7 +37,7 @@ from walflow.lake.evolution import Mapping
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
 from walflow.lake.positions import position
-from walflow.lake.reader import Record, read_slice
+from walflow.lake.reader import NO_KEY, Record, read_slice
 from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
 
@@ -45,6 +45,10 @@ SCHEMA_PREFIX = b'{"schema":'
 PAYLOAD_SEPARATOR = b',"payload":'
 _NULL_KEY_END = b',"payload":null}'
 EVENT_OPS = ("c", "r", "u", "d", "t")
+
+
+#: the ops of events that carry a row (and so a key, when the table has one)
+_ROW_OPS = frozenset(("c", "u", "d", "r"))
 
 
 def _key_shape(key: bytes) -> Any:
@@ -474,9 +478,16 @@ class Decoder:
             if schema_hash not in sent:
                 text = texts.get(schema_hash)  # type: ignore[arg-type]
                 sent.add(schema_hash)  # type: ignore[arg-type]
-            shape = _key_shape(key) if keyed else key_shape
+            if keyed:
+                shape = _key_shape(key)
+            elif op in _ROW_OPS:
+                # a row event without a key (a table without one, or one whose key was dropped): written out as
+                # the empty key, so that the driver sees a table going from keyed to keyless within the run
+                shape = NO_KEY
+            else:
+                shape = key_shape  # a truncate or a message: no row, no key
             if text is not None or shape != key_shape or name != last_source:
-                out.sparse[len(rows)] = (text, key if shape != key_shape else None, *(name if name != last_source else (None, None)))
+                out.sparse[len(rows)] = (text, (key or NO_KEY) if shape != key_shape else None, *(name if name != last_source else (None, None)))
                 last_source = name
                 key_shape = shape
             rows.append((op, partition, offset, lsn, ts, toasted, a, b, c, sign, None, *values))

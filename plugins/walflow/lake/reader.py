@@ -225,9 +225,14 @@ def read_slice(kafka: dict[str, Any], topic: str, partition: int, start: int, en
         client.close()
 
 
+#: the key the decoder writes out for a row event without one (:func:`walflow.lake.frames.key_cut` reads it as no
+#: key fields): a table that lost its key shows as a key of its own
+NO_KEY = b""
+
+
 def key_names(key: bytes | bytearray | None) -> list[str]:
-    """The field names of a record key (with or without its schema part)."""
-    if key is None:
+    """The field names of a record key (with or without its schema part); none for no key (None or :data:`NO_KEY`)."""
+    if not key:
         return []
     doc = orjson.loads(bytes(key))
     if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
