@@ -43,8 +43,14 @@ def merge_keyless(
     frame = frame.withColumn(_OVK, F.to_json(C.OVERFLOW))
     cols = [F.col(q(n)) for n in names] + [F.col(_OVK)]
     meta = F.struct(C.OP, C.LSN, C.SOURCE_TS, C.POSITION, C.OVERFLOW)
-    changes = frame.groupBy(*cols).agg(F.sum(C.SIGN).alias("_walflow_delta"), F.max_by(meta, C.POSITION).alias("_walflow_meta"))
-    changes = changes.filter("_walflow_delta <> 0").persist()
+    changes = frame.groupBy(*cols).agg(
+        F.sum(C.SIGN).alias("_walflow_delta"),
+        # copies removed (deletes and updates' old rows): with soft deletes each stays, flagged, even when the run
+        # also added the value (a row inserted and deleted in one run nets to nothing, yet was deleted)
+        F.sum(F.when(F.col(C.SIGN) < 0, 1).otherwise(0)).alias("_walflow_removed"),
+        F.max_by(meta, C.POSITION).alias("_walflow_meta"),
+    )
+    changes = changes.filter("_walflow_delta <> 0" + (" OR _walflow_removed > 0" if soft else "")).persist()
     target = spark.table(ident)
     if soft:
         target = target.filter(f"NOT coalesce({C.DELETED}, false)")
@@ -63,6 +69,7 @@ def merge_keyless(
     gone = gone.alias("g").join(held.alias("h"), same("g", "h"), "left").select(
         *[F.col(f"g.{q(n)}").alias(n) for n in names],
         "g._walflow_delta",
+        "g._walflow_removed",
         "g._walflow_meta",
         F.coalesce("h._walflow_n", F.lit(0)).alias("_walflow_n"),
         # the copies that stay keep their metadata (rows written before positions were stored have none)
@@ -86,7 +93,10 @@ def merge_keyless(
         rows(changes.filter("_walflow_delta > 0"), "ins", F.col("_walflow_delta"), "_walflow_meta", False),
     ]
     if soft:
-        parts.append(rows(gone, "ins", F.least(F.col("_walflow_n"), -F.col("_walflow_delta")), "_walflow_meta", True))
+        # one flagged copy per copy removed, of those there were (the lake's and the run's own)
+        removed = F.col("_walflow_removed")
+        parts.append(rows(gone, "ins", F.least(removed, F.col("_walflow_n") + removed + F.col("_walflow_delta")), "_walflow_meta", True))
+        parts.append(rows(changes.filter("_walflow_delta >= 0 AND _walflow_removed > 0"), "ins", removed, "_walflow_meta", True))
     source = reduce(lambda a, b: a.unionByName(b), parts).persist()
     unmatched = gone.select(F.sum(F.greatest(-remaining, F.lit(0)))).collect()[0][0] or 0
     if unmatched:
