@@ -146,20 +146,22 @@ def test_deletes_under_an_identity_index_without_the_key_remove_the_right_row(sp
     ``{id: 0}`` (the key zero-filled, its old row holding the index's columns). The lake deletes the row the index's
     values name, not a genuine row 0, in one run with other changes and in a run of its own. A key change that
     leaves the index's columns as they were comes with no old row (an update of the new key only): the row that
-    held those values under the old key is superseded, in the run that inserts the row too and in a later one."""
+    held those values under the old key is superseded, in the run that inserts the row too and in a later one, and
+    its unchanged TOASTed values (placeholders in the update) are the old key's row's."""
     dsn = database
     config = connector(unique("ident"))
     run(
         dsn,
-        "CREATE TABLE u (id int PRIMARY KEY, code text NOT NULL, n int)",
+        "CREATE TABLE u (id int PRIMARY KEY, code text NOT NULL, n int, doc text)",
         "CREATE UNIQUE INDEX u_code ON u (code)",
         "ALTER TABLE u REPLICA IDENTITY USING INDEX u_code",
         "INSERT INTO u SELECT g, 'c' || g, g FROM generate_series(0, 9) g",
+        f"UPDATE u SET doc = {BIG.format(salt='id')} WHERE id IN (6, 9)",
     )
     setup(config, dsn)
     catch_up(spark, config, dsn)
     run(dsn, "UPDATE u SET n = -1 WHERE id = 4", "DELETE FROM u WHERE id = 3", "DELETE FROM u WHERE code = 'c5'", "INSERT INTO u VALUES (11, 'c3', 33)",
-        "UPDATE u SET id = 100 WHERE id = 6", "INSERT INTO u VALUES (12, 'c12', 12)", "UPDATE u SET id = 120 WHERE id = 12")
+        "UPDATE u SET id = 100 WHERE id = 6", f"INSERT INTO u VALUES (12, 'c12', 12, {BIG.format(salt=12)})", "UPDATE u SET id = 120 WHERE id = 12")
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "u")
     run(dsn, "DELETE FROM u WHERE id IN (7, 8)", "UPDATE u SET id = 300 WHERE id = 100", "UPDATE u SET id = 200, n = 5 WHERE id = 9")
@@ -237,6 +239,46 @@ def test_a_table_that_loses_its_key_within_a_run_is_applied_as_rows_from_then_on
     assert first[0]["backlog"] > 0, first  # cut where the key went
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "q")
+
+
+@pytest.mark.parametrize("mode", ["hard", "soft"])
+def test_a_delete_that_survives_only_as_its_tombstone_is_applied(spark: Any, database: str, mode: str) -> None:
+    """A compacted topic keeps, of a deleted row, only its tombstone (compaction removes the delete and every older
+    record of the key; the tombstone stays for delete.retention.ms). The broker here does not compact, so the topic
+    is given what compaction leaves: tombstones of rows deleted in the source, without their delete events (the
+    keys' bytes are those of the rows' own records). The lake removes (soft: flags) those rows, and a row re-inserted
+    after its tombstone stays; the deletes streamed later change nothing more. The changelog records no event for a
+    lone tombstone."""
+    from confluent_kafka import Producer
+
+    from tests.support import bootstrap, lake_rows, read_topic
+
+    dsn = database
+    config = connector(unique("tomb"), **{"walflow.lake.delete.mode": mode, "walflow.lake.changelog": "true"})
+    run(dsn, "CREATE TABLE g (id int PRIMARY KEY, v text)", "INSERT INTO g SELECT i, 'v' || i FROM generate_series(1, 5) i")
+    setup(config, dsn)
+    catch_up(spark, config, dsn)
+    topic = f"{config.topic_prefix}.public.g"
+    records = {r.key_payload["id"]: r for r in read_topic(topic) if r.op == "r"}
+    run(dsn, "DELETE FROM g WHERE id IN (2, 3, 4)")
+    producer = Producer({"bootstrap.servers": bootstrap()})
+    for key in (2, 3, 4):
+        producer.produce(topic, key=records[key].raw_key, value=None, partition=records[key].partition)
+    producer.flush(10)
+    run(dsn, "INSERT INTO g VALUES (4, 'again')")  # streamed after the tombstone: newer
+    apply_lake(spark, config)  # the tombstones alone
+    if mode == "hard":
+        assert sorted(r["id"] for r in lake_rows(config.topic_prefix, "public__g")) == [1, 5]
+    else:
+        flagged = {r["id"]: (r["v"], r["_walflow_deleted"]) for r in lake_rows(config.topic_prefix, "public__g")}
+        assert flagged == {1: ("v1", False), 2: ("v2", True), 3: ("v3", True), 4: ("v4", True), 5: ("v5", False)}, flagged
+    assert not [r for r in lake_rows(config.topic_prefix, "public__g__changelog") if r["_walflow_op"] != "r"]
+    catch_up(spark, config, dsn)
+    if mode == "hard":
+        assert_equal(config, dsn, "g")
+    else:
+        live = {r["id"]: r["v"] for r in lake_rows(config.topic_prefix, "public__g") if not r["_walflow_deleted"]}
+        assert live == {1: "v1", 4: "again", 5: "v5"}, live
 
 
 def test_after_a_reset_the_rebuilt_lake_starts_at_the_new_snapshot(

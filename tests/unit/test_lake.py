@@ -210,7 +210,7 @@ def decode(records: list[Any], **plan: Any) -> list[dict[str, Any]]:
 def test_decoder_decodes_each_record_once_with_its_place_and_schema() -> None:
     records = [
         record(0, "c", {"id": 1, "ts": 0, "doc": "a"}),
-        (0, 1, b'{"id":1}', None),  # a tombstone
+        (0, 1, None, None),  # a tombstone without a key
         record(2, "u", {"id": 1, "ts": TS_POS_INF, "doc": PLACEHOLDER}),
         record(3, "d", None, {"id": 1, "ts": 5, "doc": None}),
         record(4, "t", None, key=None),
@@ -253,6 +253,23 @@ def test_a_row_event_without_a_key_writes_out_the_empty_key_and_cuts_the_run() -
     assert [r[C.KEY] for r in rows] == [b'{"id":1}', None, NO_KEY, None]
     cut = frames.key_cut([r for r in rows if r[C.KEY] is not None])
     assert cut["key_names"] == ["id"] and cut["key_cut"] == {0: 2} and cut["key_change"] == (["id"], [])
+
+
+def test_a_lone_tombstone_is_a_delete_of_its_key_without_a_position() -> None:
+    """A tombstone right after the delete of its key adds nothing; one alone (compaction removed the delete) is a
+    delete of its key, with no position; a tombstone without a key is dropped."""
+    rows = decode([
+        record(0, "c", {"id": 1, "ts": 0, "doc": "a"}),
+        record(1, "d", None, {"id": 1, "ts": 0, "doc": None}),
+        (0, 2, b'{"id":1}', None),  # the delete's own tombstone
+        (0, 3, b'{"id":7}', None),  # alone
+        (0, 4, None, None),  # no key
+        (0, 5, b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":8}}', None),
+        record(6, "c", {"id": 9, "ts": 0, "doc": "b"}),
+    ])
+    assert [(r[C.OP], r[C.OFFSET], r["id"], r[C.POS_A], r[C.SIGN]) for r in rows] == [
+        ("c", 0, 1, 100, 1), ("d", 1, 1, 101, -1), ("d", 3, 7, None, -1), ("d", 5, 8, None, -1), ("c", 6, 9, 106, 1)]
+    assert rows[2][C.POS_B] is None and rows[2]["doc"] is None and rows[2][C.HASH] == "" and rows[4][C.HASH] == rows[0][C.HASH]
 
 
 def test_decoder_maps_older_shapes_onto_the_target_with_defaults() -> None:

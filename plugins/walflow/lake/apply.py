@@ -488,6 +488,9 @@ class LakeJob:
                 # another key is superseded; the offsets commit with the last of these
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
+                if stats["toasted"]:
+                    toastable = [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
+                    frame = frames.resolve_toast_by_identity(frame, identity, toastable, self.spark.table(target))
                 self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
                 self._supersede_by_identity(target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out)
                 if counts.get("d"):
@@ -686,7 +689,8 @@ class LakeJob:
         properties = {C.OFFSETS_PROPERTY: format_offsets({topic: offsets})}
         target = self.fence.open(log_ident, head)
         self._with_view(
-            frame.filter(frames.from_offsets(log_stored)),
+            # a lone tombstone's delete (no position) is no event of the source's: the audit trail leaves it out
+            frame.filter(frames.from_offsets(log_stored) & F.col(C.POS_A).isNotNull()),
             lambda view: commit(self.spark, sql.changelog_insert(target, view, names), properties, "changelog"),
         )
         self.fence.publish(log_ident)

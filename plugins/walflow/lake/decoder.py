@@ -149,9 +149,10 @@ def _as_envelope(payload: Any) -> Any:
 
 
 def split_records(
-    records: Iterable[Record], typed: bool = False
+    records: Iterable[Record], typed: bool = False, tombstones: bool = False
 ) -> Iterator[tuple[str | None, str | None, int, int, bool, bytes | None, Any, int, str | None]]:
-    """Split each record into its schema and its parsed payload; tombstones are dropped.
+    """Split each record into its schema and its parsed payload; tombstones are dropped, or with ``tombstones``
+    yielded with the hash "" and the payload None.
 
     Yields (schema hash, schema text on the first record of that schema here else None, partition, offset, keyed,
     key, payload, size in bytes, error). The hash of a record without a schema part is "". A record that is not
@@ -164,6 +165,8 @@ def split_records(
     head_hash = ""
     for partition, offset, key, value in records:
         if value is None:
+            if tombstones:
+                yield "", None, partition, offset, _has_key(key), key, None, 0, None
             continue
         text = None
         try:
@@ -210,9 +213,23 @@ def split_records(
             continue
         if payload is None:
             continue  # a null payload: the JSON converter's form of a tombstone
-        # a key serialised with its schema still has a payload of null for a null key
-        keyed = key is not None and not (key.startswith(SCHEMA_PREFIX) and key.endswith(_NULL_KEY_END))
-        yield schema_hash, text, partition, offset, keyed, key, payload, len(value), None
+        yield schema_hash, text, partition, offset, _has_key(key), key, payload, len(value), None
+
+
+def _has_key(key: bytes | None) -> bool:
+    # a key serialised with its schema still has a payload of null for a null key
+    return key is not None and not (key.startswith(SCHEMA_PREFIX) and key.endswith(_NULL_KEY_END))
+
+
+def _key_image(key: bytes) -> dict[str, Any] | None:
+    """The fields of a record key (its payload when it has a schema part), or None when it holds none."""
+    try:
+        doc = orjson.loads(key)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
+        doc = doc["payload"]
+    return doc if isinstance(doc, dict) and doc else None
 
 
 def _plain_event(value: bytes) -> Envelope | None:
@@ -369,6 +386,8 @@ class Decoder:
         # schema texts: each goes out once per slice, with the first event of its schema that is written
         texts: dict[str, str] = {}
         sent: set[str] = set()
+        #: the key of the record before, when it was a delete event (its tombstone follows it)
+        last_delete: bytes | None = None
 
         def problem(partition: int, offset: int, column: str | None, value: Any, error: str, accepted: bool = False, schemaless: bool = False) -> None:
             doc: dict[str, Any] = {"topic": topic, "partition": partition, "offset": offset, "column": column, "error": error}
@@ -394,7 +413,30 @@ class Decoder:
             problem(partition, offset, column, value, why, schemaless=shape is self.target and self.plan_schemaless)
             return None
 
-        for schema_hash, schema_text, partition, offset, keyed, key, payload, nbytes, error in split_records(records, typed=True):
+        for schema_hash, schema_text, partition, offset, keyed, key, payload, nbytes, error in split_records(records, typed=True, tombstones=True):
+            if payload is None and error is None:
+                # A tombstone. Right after the delete of its key it says nothing more. Alone (compaction removed
+                # the delete and every older record of the key, the tombstone stays for delete.retention.ms) it is
+                # the only word that the row is gone: a delete of its key, positioned nowhere (null), so that any
+                # event of the key the run holds, all newer, wins over it, and the lake's row, older, goes.
+                if keyed and key != last_delete:
+                    image = _key_image(key)  # type: ignore[arg-type]
+                    try:
+                        values, _toasted = shapes[""][2](image, placeholders) if image is not None else (None, None)
+                    except Exception:  # noqa: BLE001 - a key the target cannot take: nothing to delete by
+                        values = None
+                    if values is not None:
+                        if last_hash != "" or last_keyed is not True:
+                            out.runs(len(rows), "", True)
+                            last_hash, last_keyed = "", True
+                        shape = _key_shape(key)  # type: ignore[arg-type]
+                        if shape != key_shape:  # the run's key, as for an event (walflow.lake.frames.key_cut)
+                            out.sparse[len(rows)] = (None, key, None, None)
+                            key_shape = shape
+                        out.tombstones.append(len(rows))
+                        rows.append(("d", partition, offset, None, None, [], None, None, None, -1, None, *values))
+                last_delete = None
+                continue
             size += nbytes
             if schema_text is not None:
                 texts[schema_hash] = schema_text  # type: ignore[index]
@@ -491,6 +533,7 @@ class Decoder:
                 last_source = name
                 key_shape = shape
             rows.append((op, partition, offset, lsn, ts, toasted, a, b, c, sign, None, *values))
+            last_delete = key if op == "d" else None
             if len(rows) >= batch_rows or size >= batch_bytes:
                 yield self._flush(out)
                 out = _Batch()
@@ -551,8 +594,14 @@ class Decoder:
         # the rows hold the fields of each event's position (LSN, sequence, total order) in these three columns; a
         # row with an op is an event
         events = pc.is_valid(arrays[_OP_AT])
+        lone = None
+        if out.tombstones:  # a lone tombstone's delete has no position (see _decode)
+            mask = [False] * n
+            for row in out.tombstones:
+                mask[row] = True
+            lone = pa.array(mask, pa.bool_())
         for i, array in zip(_POSITION_AT, position_arrays(events, *(columns[i] for i in _POSITION_AT))):
-            arrays[i] = array
+            arrays[i] = array if lone is None else pc.if_else(lone, pa.nulls(n, pa.int64()), array)
         # statistics: the schema hash and whether the record had a key change in runs; the rest on a few rows
         stats = n_meta + self.n_data
         hashes, keyed = [], []
@@ -577,7 +626,7 @@ class _Batch:
     had a key in runs of equal values, the sparse ones (schema text, key, source names) by row, problems by row,
     the JSON kinds of schemaless columns, the overflow entries by row, and whether any row holds a placeholder."""
 
-    __slots__ = ("kinds", "overflow", "problems", "rows", "run_starts", "run_values", "sparse", "toasted")
+    __slots__ = ("kinds", "overflow", "problems", "rows", "run_starts", "run_values", "sparse", "tombstones", "toasted")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
@@ -588,6 +637,8 @@ class _Batch:
         self.kinds: dict[str, set[str]] = {}
         self.overflow: dict[int, list[tuple[str, str]]] = {}
         self.toasted = False
+        #: rows that are the deletes of lone tombstones
+        self.tombstones: list[int] = []
 
     def runs(self, row: int, schema_hash: str | None, keyed: bool | None) -> None:
         """From ``row`` on, the rows have this schema hash and key flag (until the next call)."""

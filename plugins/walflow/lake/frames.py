@@ -130,8 +130,9 @@ def events_only(frame: DataFrame, names: list[str]) -> DataFrame:
 
 
 def position_column() -> Column:
-    """``_walflow_position``: the commit and change positions as fixed-width hex, so text order is position order."""
-    return F.format_string("%016X/%016X", C.POS_A, C.POS_B)
+    """``_walflow_position``: the commit and change positions as fixed-width hex, so text order is position order;
+    null for an event without a position (a lone tombstone's delete)."""
+    return F.when(F.col(C.POS_A).isNotNull(), F.format_string("%016X/%016X", C.POS_A, C.POS_B))
 
 
 def after(cut: Any) -> Column:
@@ -203,6 +204,40 @@ def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> D
     frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
     frame = frame.withColumn(C.TOAST, F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
     return frame.drop(*[f"_walflow_known_{i}" for i in range(len(columns))])
+
+
+def resolve_toast_by_identity(frame: DataFrame, identity: list[str], columns: list[str], target: DataFrame) -> DataFrame:
+    """Unchanged TOASTed values under an identity index without the key (REPLICA IDENTITY USING INDEX): a key change
+    that leaves the index's columns as they were is an update of the new key alone, with placeholders, and the old
+    key's row holds the values. The index is unique, so the row that held the same identity values before is the
+    same row: a placeholder takes the latest value an earlier event of the batch with those identity values carried
+    (:func:`resolve_toast` over the identity), else the value of the ``target`` row holding them (read for those
+    values only). Deletes must be out of ``frame`` (their old rows hold the index's columns alone)."""
+    if not columns:
+        return frame
+    frame = resolve_toast(frame, [F.col(sql_quote(c)) for c in identity], columns)
+    waiting = F.size(C.TOAST) > 0
+    lookups = [f"_walflow_id_{i}" for i in range(len(identity))]
+    found = (
+        target.select(*[F.col(sql_quote(c)).alias(n) for c, n in zip(identity, lookups)],
+                      *[F.col(sql_quote(c)).alias(f"_walflow_was_{i}") for i, c in enumerate(columns)], F.col(C.OVERFLOW).alias("_walflow_was_overflow"))
+        .join(F.broadcast(frame.filter(waiting).select(*[sql_quote(c) for c in identity]).distinct()),
+              _all([F.col(n).eqNullSafe(F.col(sql_quote(c))) for n, c in zip(lookups, identity)]), "left_semi")
+    )
+    frame = frame.join(found, _all([F.col(sql_quote(c)).eqNullSafe(F.col(n)) for c, n in zip(identity, lookups)]) & waiting, "left")
+    carried, still = [], []
+    for i, name in enumerate(columns):
+        toasted = F.array_contains(C.TOAST, name)
+        stored = F.struct(F.col(f"_walflow_was_{i}").alias("v"), F.col("_walflow_was_overflow")[name].alias("o"))
+        resolved = toasted & F.col(lookups[0]).isNotNull()
+        frame = frame.withColumn(name, F.when(resolved, stored.getField("v")).otherwise(F.col(sql_quote(name))))
+        carried.append(F.when(resolved & stored.getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), stored.getField("o").alias("v"))))
+        still.append(F.when(toasted & ~resolved, F.lit(name)))
+    extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
+    merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
+    frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
+    frame = frame.withColumn(C.TOAST, F.when(waiting, F.filter(F.array(*still), lambda x: x.isNotNull())).otherwise(F.col(C.TOAST)))
+    return frame.drop(*lookups, *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow")
 
 
 def key_cut(keys: list[Any]) -> dict[str, Any]:

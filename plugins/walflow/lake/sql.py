@@ -149,7 +149,8 @@ def merge_keyed(
     if soft:
         insert_cols.append(C.DELETED)
         insert_vals.append(f"s.{C.OP} IN ('d', 't')")
-    newer = f"(t.{C.POSITION} IS NULL OR s.{C.POSITION} >= t.{C.POSITION})"
+    # an event without a position is a lone tombstone's delete: newer than the row it finds (see the decoder)
+    newer = f"(t.{C.POSITION} IS NULL OR s.{C.POSITION} IS NULL OR s.{C.POSITION} >= t.{C.POSITION})"
     if toast:
         sets = [f"t.{q(n)} = CASE WHEN array_contains(s.{C.TOAST}, {s(n)}) THEN t.{q(n)} ELSE s.{q(n)} END" for n in names]
         overflow = kept_overflow("t", "s")
@@ -166,7 +167,8 @@ def merge_keyed(
         deleted = f"WHEN MATCHED AND s.{C.OP} = 'd' AND {newer} THEN UPDATE SET t.{C.DELETED} = true, {', '.join([*values, *stamp])}"
         # 't': a row a truncate removed (soft mode writes it flagged, with its last values)
         sets.append(f"t.{C.DELETED} = (s.{C.OP} = 't')")
-        not_matched = f"WHEN NOT MATCHED THEN {insert}"
+        # a lone tombstone's delete of a row the lake never held has no values to write
+        not_matched = f"WHEN NOT MATCHED AND s.{C.POSITION} IS NOT NULL THEN {insert}"
     else:
         deleted = f"WHEN MATCHED AND s.{C.OP} = 'd' AND {newer} THEN DELETE"
         not_matched = f"WHEN NOT MATCHED AND s.{C.OP} <> 'd' THEN {insert}"
@@ -203,7 +205,8 @@ def insert_latest(ident: str, view: str, names: list[str], soft: bool) -> str:
     if soft:
         cols.append(C.DELETED)
         vals.append(f"s.{C.OP} IN ('d', 't')")
-        return f"INSERT INTO {ident} ({', '.join(cols)}) SELECT {', '.join(vals)} FROM {view} s"
+        # not a lone tombstone's delete (no position): it has no values to write
+        return f"INSERT INTO {ident} ({', '.join(cols)}) SELECT {', '.join(vals)} FROM {view} s WHERE s.{C.POSITION} IS NOT NULL"
     return f"INSERT INTO {ident} ({', '.join(cols)}) SELECT {', '.join(vals)} FROM {view} s WHERE s.{C.OP} <> 'd'"
 
 
