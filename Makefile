@@ -74,7 +74,8 @@ LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) t
 LANES := a b c unit
 #: where the tests marked disruptive are (run after the lanes, alone)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
-PYTEST_ARGS ?=
+# the slowest tests of each lane, so that a slow `make test` says where its time went
+PYTEST_ARGS ?= --durations=12
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test: test-up

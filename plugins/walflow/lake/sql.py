@@ -157,7 +157,9 @@ def merge_keyed(
     else:
         sets = [f"t.{q(n)} = s.{q(n)}" for n in names]
         overflow = f"s.{C.OVERFLOW}"
-    stamp = [f"t.{m} = s.{m}" for m in (C.OP, C.LSN, C.SOURCE_TS, C.POSITION)] + [f"t.{C.APPLIED_AT} = current_timestamp()"]
+    # a lone tombstone's delete (no position) leaves the row's own: an older event redelivered later stays older
+    stamp = [f"t.{m} = s.{m}" for m in (C.OP, C.LSN, C.SOURCE_TS)] + [
+        f"t.{C.POSITION} = coalesce(s.{C.POSITION}, t.{C.POSITION})", f"t.{C.APPLIED_AT} = current_timestamp()"]
     sets += [*stamp, f"t.{C.OVERFLOW} = {overflow}"]
     on = key_match(keys, overflowing, null_safe) + (f" AND {prefilter}" if prefilter else "")
     insert = f"INSERT ({', '.join(insert_cols)}) VALUES ({', '.join(insert_vals)})"
