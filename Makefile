@@ -58,19 +58,23 @@ demo: up
 # and Airflow), then the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot
 # creation that waits for every transaction) with no other test using the services: beside them only the unit tests
 # run, which use none. Lane B holds the end-to-end tests (Airflow's SQLite metadata database, spark-submit) and the
-# lake fence's; lane C the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them,
-# the fault suite's short form and the torture run's; lane A the rest (the schema-change lake tests too, in a Spark
-# session of its own). Each lane's output is printed when it ends.
-#: the fence's tests (a Spark session of their own) beside the end-to-end ones, the lightest lane
-LANE_B := tests/e2e tests/integration/test_lake_fence.py
+# lake's truth and fence tests; lane C the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them,
+# the fault suite's short form and the torture run's; lane A the rest. Each lane's output is printed when it ends.
+#: the lake's truth and fence tests (a Spark session of their own) beside the end-to-end ones
+TRUTH := tests/integration/test_lake_truth.py
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
 LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
-RUN_BETWEEN := tests/integration/test_lake_truth.py::test_renames_and_defaults_reach_the_lake_as_the_source_has_them[run-between]
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py tests/integration/test_lake_fence.py) --deselect $(HOSTILE_LAKE) --deselect $(RUN_BETWEEN)
+RUN_BETWEEN := $(TRUTH)::test_renames_and_defaults_reach_the_lake_as_the_source_has_them[run-between]
+#: with it, the second form of two more lake-truth tests (the first form of each runs in make test): the first
+#: transaction after a snapshot applied in the run after the snapshot's, and a lone tombstone under soft deletes
+LONG_TRUTH := $(RUN_BETWEEN) $(TRUTH)::test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_rows[snapshot-applied-first] \
+  $(TRUTH)::test_a_delete_that_survives_only_as_its_tombstone_is_applied[soft]
+LANE_B := tests/e2e tests/integration/test_lake_fence.py $(TRUTH) $(patsubst %,--deselect %,$(LONG_TRUTH))
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py tests/integration/test_lake_fence.py $(TRUTH)) --deselect $(HOSTILE_LAKE)
 LANES := a b c unit
 #: where the tests marked disruptive are (run after the lanes, alone)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
@@ -113,7 +117,7 @@ test-lake-rounds: test-up
 # the torture run in full: 200 rounds on three seeds (make test runs 2 rounds of seed 1); one JSON line per seed;
 # then the schema-change reproductions with the lake applied after every step
 test-torture: test-up
-	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture '$(RUN_BETWEEN)' -q -p no:cacheprovider -s
+	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture $(patsubst %,'%',$(LONG_TRUTH)) -q -p no:cacheprovider -s
 
 # the standalone-cluster test with two workers (make test starts one)
 test-cluster: test-up
