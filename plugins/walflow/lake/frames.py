@@ -199,10 +199,7 @@ def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> D
         frame = frame.withColumn(name, F.when(resolved, F.col(known).getField("v")).otherwise(F.col(sql_quote(name))))
         carried.append(F.when(resolved & F.col(known).getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), F.col(known).getField("o").alias("v"))))
         still_toasted.append(F.when(toasted & F.col(known).isNull(), F.lit(name)))
-    extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
-    merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
-    frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
-    frame = frame.withColumn(C.TOAST, F.filter(F.array(*still_toasted), lambda x: x.isNotNull()))
+    frame = _resolved(frame, carried, still_toasted)
     return frame.drop(*[f"_walflow_known_{i}" for i in range(len(columns))])
 
 
@@ -233,10 +230,7 @@ def resolve_toast_by_identity(frame: DataFrame, identity: list[str], columns: li
         frame = frame.withColumn(name, F.when(resolved, stored.getField("v")).otherwise(F.col(sql_quote(name))))
         carried.append(F.when(resolved & stored.getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), stored.getField("o").alias("v"))))
         still.append(F.when(toasted & ~resolved, F.lit(name)))
-    extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
-    merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
-    frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
-    frame = frame.withColumn(C.TOAST, F.when(waiting, F.filter(F.array(*still), lambda x: x.isNotNull())).otherwise(F.col(C.TOAST)))
+    frame = _resolved(frame, carried, still, waiting)
     return frame.drop(*lookups, *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow")
 
 
@@ -307,12 +301,20 @@ def resolve_moved_toast(frame: DataFrame, key_names: list[str], columns: list[st
         frame = frame.withColumn(name, F.when(resolved, source.getField("v")).otherwise(F.col(sql_quote(name))))
         carried.append(F.when(resolved & source.getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), source.getField("o").alias("v"))))
         still.append(F.when(toasted & ~resolved, F.lit(name)))
+    frame = _resolved(frame, carried, still, moved)
+    helpers = [*olds, *lookups, *[f"_walflow_known_{i}" for i in range(len(columns))], *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow"]
+    return frame.drop(*helpers)
+
+
+def _resolved(frame: DataFrame, carried: list[Column], still: list[Column], where: Column | None = None) -> DataFrame:
+    """The end of a placeholder resolution: the values taken bring their ``_walflow_overflow`` entries (``carried``:
+    per column, a (column, entry) struct or null), and ``_walflow_toast`` keeps the columns still unresolved
+    (``still``: per column, its name or null), on the rows ``where`` selects (every row when None)."""
     extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
     merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
     frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
-    frame = frame.withColumn(C.TOAST, F.when(moved, F.filter(F.array(*still), lambda x: x.isNotNull())).otherwise(F.col(C.TOAST)))
-    helpers = [*olds, *lookups, *[f"_walflow_known_{i}" for i in range(len(columns))], *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow"]
-    return frame.drop(*helpers)
+    left = F.filter(F.array(*still), lambda x: x.isNotNull())
+    return frame.withColumn(C.TOAST, left if where is None else F.when(where, left).otherwise(F.col(C.TOAST)))
 
 
 def _all(conditions: list[Column]) -> Column:
