@@ -454,7 +454,8 @@ class Decoder:
                 lsn, ts = source.lsn, source.ts_ms
                 # the fields of the event's position, turned into it for the whole batch (position_arrays)
                 a, b, c = lsn, source.sequence, None if transaction is None else transaction.total_order
-                if type(b) is str and b[:6] == "[null,":
+                # '[null,"L"]': no previous commit (b[1:2] is a cached one-character string, no slice is made)
+                if type(b) is str and b[1:2] == "n" and b[:6] == "[null,":
                     if op == "r" and lsn is not None:
                         # an initial snapshot's row sits at its LSN, before every change of that position
                         # (positions.position): its sequence, [null, LSN], says no more. (An incremental snapshot's
