@@ -128,6 +128,11 @@ def check_column_names(topic: str, ident: str, names: list[str]) -> None:
         )
 
 
+def _toastable(names: list[str], types: dict[str, str]) -> list[str]:
+    """The columns whose values PostgreSQL can store out of line (TOAST), so that an update may carry a placeholder."""
+    return [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
+
+
 class LakeJob:
     """One run of the lake job over a connector's table topics."""
 
@@ -489,8 +494,7 @@ class LakeJob:
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
                 if stats["toasted"]:
-                    toastable = [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
-                    frame = frames.resolve_toast_by_identity(frame, identity, toastable, self.spark.table(target))
+                    frame = frames.resolve_toast_by_identity(frame, identity, _toastable(names, types), self.spark.table(target))
                 self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
                 self._supersede_by_identity(target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out)
                 if counts.get("d"):
@@ -534,8 +538,8 @@ class LakeJob:
     def _commit_offsets_only(
         self, plan: TopicPlan, ident: str, offsets: dict[int, int], log_offsets: dict[int, int], stats: dict[str, Any]
     ) -> dict[str, Any]:
-        """Records that hold no event (the tombstone of a delete that an earlier run applied, cut from it by
-        ``walflow.lake.max.records``; records skipped by ``walflow.lake.accept.records``): their offsets still move on,
+        """Records that hold no event (records skipped by ``walflow.lake.accept.records``, tombstones without a key, a
+        tombstone right after its delete): their offsets still move on,
         in a commit without rows (through the fence), so that they are neither read again nor counted as backlog.
         A table that does not exist yet waits for its first event."""
         topic = plan.topic
@@ -550,7 +554,7 @@ class LakeJob:
         target = self.fence.open(ident, plan.head)
         commit(self.spark, f"INSERT INTO {target} SELECT * FROM {ident} WHERE false", properties, "offsets")
         self.fence.publish(ident)
-        log.info("%s: no event in the records read (tombstones of deletes already applied, skipped records): offsets moved to %s", topic, offsets)
+        log.info("%s: no event in the records read (skipped records, tombstones without a key or after their delete): offsets moved to %s", topic, offsets)
         return {"topic": topic, "table": ident, "records": 0, "committed": True, "offsets": offsets, "backlog": sum(backlog.values())}
 
     def _delete_by_identity(self, target: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]) -> None:
@@ -590,7 +594,7 @@ class LakeJob:
         keys = [F.col(sql_quote(k)) for k in key_names] + [F.element_at(C.OVERFLOW, F.lit(k)) for k in fitted]
         frame = keyed_events = frame.filter(~before_image)
         if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
-            toastable = [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
+            toastable = _toastable(names, types)
             if stats["counts"].get("d") and stats["counts"].get("c"):
                 frame = self._resolve_moved_toast(frame, key_names, toastable, target)
             frame = frames.resolve_toast(frame, keys, toastable)
