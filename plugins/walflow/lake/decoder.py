@@ -37,7 +37,7 @@ from walflow.lake.evolution import Mapping
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
 from walflow.lake.positions import position
-from walflow.lake.reader import NO_KEY, Record, read_slice
+from walflow.lake.reader import NO_KEY, Record, key_payload, read_slice
 from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
 
@@ -224,11 +224,9 @@ def _has_key(key: bytes | None) -> bool:
 def _key_image(key: bytes) -> dict[str, Any] | None:
     """The fields of a record key (its payload when it has a schema part), or None when it holds none."""
     try:
-        doc = orjson.loads(key)
+        doc = key_payload(key)
     except orjson.JSONDecodeError:
         return None
-    if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
-        doc = doc["payload"]
     return doc if isinstance(doc, dict) and doc else None
 
 

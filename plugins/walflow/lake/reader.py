@@ -234,10 +234,18 @@ def key_names(key: bytes | bytearray | None) -> list[str]:
     """The field names of a record key (with or without its schema part); none for no key (None or :data:`NO_KEY`)."""
     if not key:
         return []
+    doc = key_payload(key)
+    return list(doc.keys()) if isinstance(doc, dict) else []
+
+
+def key_payload(key: bytes | bytearray) -> Any:
+    """A record key's fields: its payload when it has a schema part, else the key itself (parsed JSON).
+
+    :raises orjson.JSONDecodeError: the key is not JSON."""
     doc = orjson.loads(bytes(key))
     if isinstance(doc, dict) and "schema" in doc and "payload" in doc:
         doc = doc["payload"]
-    return list(doc.keys()) if isinstance(doc, dict) else []
+    return doc
 
 
 def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
