@@ -36,7 +36,7 @@ from walflow.lake import columns as C
 from walflow.lake.evolution import Mapping
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
-from walflow.lake.positions import position
+from walflow.lake.positions import initial_snapshot_row, position
 from walflow.lake.reader import NO_KEY, Record, key_payload, read_slice
 from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
@@ -454,11 +454,8 @@ class Decoder:
                 a, b, c = lsn, source.sequence, None if transaction is None else transaction.total_order
                 # '[null,"L"]': no previous commit (b[1:2] is a cached one-character string, no slice is made)
                 if type(b) is str and b[1:2] == "n" and b[:6] == "[null,":
-                    if op == "r" and lsn is not None:
-                        # an initial snapshot's row sits at its LSN, before every change of that position
-                        # (positions.position): its sequence, [null, LSN], says no more. (An incremental snapshot's
-                        # rows carry no LSN: their sequence is their position.)
-                        b = None
+                    if initial_snapshot_row(op, lsn, b):
+                        b = None  # it sits at its LSN, before every change of that position (positions.position)
                     elif first_commit is not None and offset >= first_commit[1].get(partition, 0):
                         b = f'["{first_commit[0]}",{b[6:]}'
                 row = payload.after if op != "d" else payload.before

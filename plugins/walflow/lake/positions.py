@@ -20,9 +20,15 @@ def source_position(source: dict[str, Any], transaction: dict[str, Any] | None, 
     """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``,
     from its ``source`` and ``transaction`` blocks and its ``op`` (see :func:`position`)."""
     sequence = source.get("sequence")
-    if op == "r" and source.get("lsn") is not None and isinstance(sequence, str) and sequence.startswith("[null,"):
-        sequence = None  # an initial snapshot's row: at its LSN (an incremental snapshot's rows have no LSN)
+    if initial_snapshot_row(op, source.get("lsn"), sequence):
+        sequence = None
     return position(source.get("lsn"), sequence, None if transaction is None else transaction.get("total_order"))
+
+
+def initial_snapshot_row(op: Any, lsn: Any, sequence: Any) -> bool:
+    """Whether an event is a row of an initial snapshot: op "r" with an LSN, and a sequence [null, LSN] that says
+    no more than the LSN (an incremental snapshot's rows have no LSN: their sequence is their position)."""
+    return op == "r" and lsn is not None and isinstance(sequence, str) and sequence.startswith("[null,")
 
 
 def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
