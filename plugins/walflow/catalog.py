@@ -60,6 +60,13 @@ class CatalogTable:
     attributes: tuple[tuple[int, str | None], ...] = ()
     #: looks up a type by OID and modifier (for Relation columns the catalog no longer describes)
     types: TypeResolver | None = field(default=None, compare=False, repr=False)
+    #: ``pg_class.relfilenode`` when read: a rewrite of the table (a volatile default, a type change, VACUUM FULL,
+    #: TRUNCATE) gives it another, so an unchanged one proves no rewrite happened in between (None: a partitioned
+    #: parent or a mapped catalog, which have none of their own)
+    filenode: int | None = None
+    #: the highest attribute number when read, dropped ones included: numbers only grow, so a column numbered
+    #: above it was added after this read
+    last_attnum: int = 0
 
 
 _COLUMNS_SQL = """
@@ -88,7 +95,7 @@ ARRAY(SELECT a.attname
 """
 
 _TABLE_SQL = f"""
-SELECT n.nspname, c.relname, c.relreplident,
+SELECT n.nspname, c.relname, c.relreplident, NULLIF(c.relfilenode, 0),
        (SELECT {_INDEX_COLUMNS} FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
        (SELECT {_INDEX_COLUMNS} FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisreplident),
        (SELECT {_INDEX_COLUMNS}
@@ -247,7 +254,7 @@ class Catalog:
             if row is None:
                 self._cache[oid] = None
                 return None
-            schema, name, replident, pk, identity_index, unique_index = row
+            schema, name, replident, filenode, pk, identity_index, unique_index = row
             cur.execute(_COLUMNS_SQL, (oid,))
             attrs = cur.fetchall()
         self.types.load(a[4] for a in attrs if not a[2])
@@ -278,7 +285,8 @@ class Catalog:
         else:
             key = tuple(unique_index or ())
         table = CatalogTable(
-            oid, schema, name, columns, tuple(pk or ()), replident, key, tuple(attributes), self.types
+            oid, schema, name, columns, tuple(pk or ()), replident, key, tuple(attributes), self.types, int(filenode) if filenode else None,
+            max((a[1] for a in attrs), default=0),
         )
         self._cache[oid] = table
         return table

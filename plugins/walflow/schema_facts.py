@@ -14,7 +14,14 @@ identity, key), the stream writes one *fact* to the connector's schema topic (``
 ``__walflow-schema.<topic.prefix>``; walflow's own, beside Debezium's topics, which stay exactly Debezium's): the
 position, every field with its attribute number, and for each the value that rows older than the column hold
 (``fill``), or that walflow cannot know it (``known: false``: a default evaluated per row, or a table rewritten
-since). The lake job reads these facts to rename its columns, fill new ones with the truth and map old events onto
+since). A column with a default but no ``attmissingval`` was either filled per row (a volatile default, which
+rewrites the table), lost its kept value to a rewrite, or was added without a default and given one later (its
+older rows are NULL). Only the last leaves the table's storage as it was: each fact carries the table's *storage*,
+its ``relfilenode`` and the highest attribute number when walflow first saw that relfilenode, and a column numbered
+above it on a table with the same relfilenode was added after that read with no rewrite since, so its older rows
+are known to be NULL.
+
+The lake job reads these facts to rename its columns, fill new ones with the truth and map old events onto
 renamed columns (:mod:`walflow.lake.evolution`). A fact is produced like any record, before the slot moves past
 its change; the definition it describes is remembered in the state table once Kafka acknowledged it.
 """
@@ -63,6 +70,8 @@ class Fact:
     identity_fields: tuple[str, ...]
     #: each field's type as its events' schema gives it (:func:`walflow.lake.evolution.field_type`)
     types: tuple[str, ...] = ()
+    #: (``relfilenode``, the highest attribute number when walflow first saw it), or None when unknown
+    storage: tuple[int, int] | None = None
 
     def signature(self) -> list[Any]:
         """What tells one definition from another (the fills are not part of it: they are facts about rows)."""
@@ -79,6 +88,7 @@ class Fact:
             "key": list(self.key),
             "identity": self.identity,
             "identity_fields": list(self.identity_fields),
+            "storage": list(self.storage) if self.storage else None,
             "mode": "catalog",
             "at_ms": now_ms(),
         }
@@ -94,8 +104,11 @@ def missing_value(text: str | None) -> tuple[bool, str | None]:
     return True, (items[0] if items else None)
 
 
-def _field(spec: Any, info: CatalogColumn | None) -> tuple[str, int | None, Any, bool]:
-    """One field of a fact: its name, the attribute it is, and what rows older than the attribute hold in it."""
+def _field(spec: Any, info: CatalogColumn | None, unrewritten: bool = False) -> tuple[str, int | None, Any, bool]:
+    """One field of a fact: its name, the attribute it is, and what rows older than the attribute hold in it.
+
+    :param unrewritten: the attribute was added after a catalog read and the table kept that read's storage since.
+    """
     if info is None:
         return spec.name, None, None, False
     has, text = missing_value(info.missing)
@@ -104,12 +117,26 @@ def _field(spec: Any, info: CatalogColumn | None) -> tuple[str, int | None, Any,
             return spec.name, info.attnum, None if text is None else spec.converter.convert(text), True
         except (ValueError, ArithmeticError):
             return spec.name, info.attnum, None, False
-    # a default, but no value kept for older rows: evaluated per row (volatile), or the table was rewritten since
-    # (which also happens when the default was set after the column was added): not known
-    return spec.name, info.attnum, None, info.default_expr is None
+    # a default, but no value kept for older rows: evaluated per row (a volatile default rewrites the table), the
+    # table was rewritten since (which drops the kept value), or the default was set after a plain ADD COLUMN.
+    # Only the last leaves the storage as it was, and then the older rows hold NULL.
+    return spec.name, info.attnum, None, info.default_expr is None or unrewritten
 
 
-def build_fact(schema: TableSchema, relation: Relation, table: CatalogTable | None, lsn: int, previous: dict[str, int] | None = None) -> Fact:
+def storage(table: CatalogTable | None, previous: tuple[int, int] | None = None) -> tuple[int, int] | None:
+    """The storage to record for ``table`` as read now: ``previous`` (the earliest read of the same relfilenode,
+    whose attribute ceiling is the lowest) while the relfilenode is unchanged, else this read's."""
+    if table is None or table.filenode is None:
+        return None
+    if previous is not None and previous[0] == table.filenode:
+        return previous
+    return table.filenode, table.last_attnum
+
+
+def build_fact(
+    schema: TableSchema, relation: Relation, table: CatalogTable | None, lsn: int, previous: dict[str, int] | None = None,
+    previous_storage: tuple[int, int] | None = None,
+) -> Fact:
     """The fact of ``schema`` (built from ``relation`` at ``lsn``), with attribute numbers and fills from the catalog.
 
     The catalog is read now; the Relation message may be older. A column matched by name to an attribute that
@@ -118,6 +145,10 @@ def build_fact(schema: TableSchema, relation: Relation, table: CatalogTable | No
     would list them all before the column; and an attribute of another type than the message's column, when the
     previous fact gave the name another attribute, is the new one. Such a column takes the attribute the previous
     fact gave its field (``previous``: field name -> attribute number), or none.
+
+    ``previous_storage`` is the previous fact's (:attr:`Fact.storage`): an attribute numbered above its ceiling,
+    with a default but no kept value, on a table that still has its relfilenode, was added without a default after
+    that read and never rewritten (older rows NULL).
     """
     matched = match_columns(relation, table) if table is not None else [None] * len(relation.columns)
     if table is not None:
@@ -131,15 +162,20 @@ def build_fact(schema: TableSchema, relation: Relation, table: CatalogTable | No
                 # another type than the attribute of that name has now, and another attribute before: the old one
                 matched[i] = None
     fields = []
+    kept = storage(table, previous_storage)
+    ceiling = kept[1] if kept is not None and kept == previous_storage else None
     for spec in schema.fields:
         info = matched[spec.index]
         if info is None and previous and spec.name in previous:
             fields.append((spec.name, previous[spec.name], None, True))  # an attribute dropped since: its fill is history
         else:
-            fields.append(_field(spec, info))
+            fields.append(_field(spec, info, ceiling is not None and info is not None and info.attnum > ceiling))
     flagged = [c.name for c in relation.columns if c.is_key]
     types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
-    return Fact(schema.schema, schema.table, lsn, tuple(fields), tuple(f.name for f in schema.key_fields), relation.replica_identity, tuple(flagged), types)
+    return Fact(
+        schema.schema, schema.table, lsn, tuple(fields), tuple(f.name for f in schema.key_fields), relation.replica_identity, tuple(flagged), types,
+        kept,
+    )
 
 
 def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
@@ -149,7 +185,7 @@ def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
     identity = table.replica_identity
     flagged = [c.name for c in columns if not c.generated] if identity == "f" else list(table.primary_key) if identity == "d" else []
     types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
-    return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged), types)
+    return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged), types, storage(table))
 
 
 #: a start fact's kind: where a lake table with no offsets of its own starts reading its topic
@@ -193,6 +229,13 @@ class SchemaFacts:
         last = self._last(oid)
         return {n: a for n, a in last["signature"][0] if a is not None} if last else {}
 
+    def previous_storage(self, oid: int) -> tuple[int, int] | None:
+        """The storage the last definition described for relation ``oid`` recorded (:attr:`Fact.storage`; None:
+        unknown, as for definitions remembered by an older walflow)."""
+        last = self._last(oid)
+        value = last.get("storage") if last else None
+        return (int(value[0]), int(value[1])) if value else None
+
     def observe(self, oid: int, fact: Fact) -> tuple[Fact | None, Fact | None]:
         """Produce ``fact`` when it describes another definition than the last one of relation ``oid``.
 
@@ -207,7 +250,7 @@ class SchemaFacts:
             self._topic_ready = True
         key, value = fact.record()
         self.producer.send(self.topic, key, value)
-        self._pending[oid] = {"signature": signature, "lsn": fact.lsn}
+        self._pending[oid] = {"signature": signature, "lsn": fact.lsn, "storage": list(fact.storage) if fact.storage else None}
         self.produced.append(fact)
         log.info(
             "table %s.%s: definition changed at %X/%X (%s); fact written to %s", fact.schema, fact.table, fact.lsn >> 32, fact.lsn & 0xFFFFFFFF,

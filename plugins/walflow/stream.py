@@ -581,7 +581,10 @@ class StreamBatch:
         rewritten since): an incremental snapshot of the table, so that the lake converges without anyone acting."""
         assert self._facts is not None
         rid = relation.relation_id
-        fact = build_fact(schema, relation, self._ddl.apply(self._catalog.table(rid)), self._relation_lsn.get(rid, 0), self._facts.previous(rid))
+        fact = build_fact(
+            schema, relation, self._ddl.apply(self._catalog.table(rid)), self._relation_lsn.get(rid, 0), self._facts.previous(rid),
+            self._facts.previous_storage(rid),
+        )
         produced, before = self._facts.observe(rid, fact)
         if produced is None or before is None:
             return
