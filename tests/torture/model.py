@@ -17,6 +17,9 @@ table whose replica identity is a unique index without the key (``REPLICA IDENTI
 the index's columns only, and both its key and its identity columns change), a hash-partitioned table (changes
 stream under each partition's name into the partition's topic, as Debezium's do, so each partition's lake table is
 compared with that partition; the parent's topic holds its snapshot only), and a name Kafka cannot carry.
+The DDL: columns added (with a constant default or none, then maybe SET or DROP DEFAULT), renamed, dropped and
+added again, and on keyed tables a rewrite (``VACUUM FULL``) followed by a column with a per-row default, whose
+existing rows' values only a re-read of the table can give.
 The keyless table is compared only until the first stream fault (its redelivered records are indistinguishable from
 equal rows: the README's documented limit; the outcome says until which round it was compared). A column added
 to a table is followed by a change of that table (of each partition of a partitioned table) in the same round (the
@@ -206,7 +209,14 @@ class Torture:
         payload = [c for c in t.columns if c not in t.key and c not in t.identity]
         op = self.rng.random()
         self.counter += 1
-        if op < 0.45 or len(payload) < 2:
+        if t.key and op < 0.08:
+            # a rewrite (which drops kept defaults), then a default evaluated per row: the existing rows' values are
+            # in no event, so the stream re-reads the table (a keyless table would be refused: not drawn)
+            self.execute(conn, sql.SQL("VACUUM FULL {}").format(t.ident()))
+            name = f"c{self.counter}"
+            self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} int DEFAULT (random() * 1000)::int").format(t.ident(), sql.Identifier(name)))
+            t.columns[name] = "int"
+        elif op < 0.45 or len(payload) < 2:
             ty = self.rng.choice(list(TYPES))
             name = f"c{self.counter}"
             default = self.rng.choice([None, *DEFAULTS[ty]])
