@@ -9,10 +9,13 @@ ENV := source .walflow/env.sh &&
 # `airflow standalone` use.
 TEST_STATE := $(CURDIR)/.walflow/test
 BENCH_STATE := $(CURDIR)/.walflow/bench
+#: a second test runtime (its own PostgreSQL cluster, broker, Airflow home and warehouse) for the tests that restart
+#: a service or need a server's whole WAL, so that they run beside the other tests instead of after them
+ALONE_STATE := $(CURDIR)/.walflow/test-alone
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
+.PHONY: venv up down status demo test test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -37,12 +40,15 @@ up: venv
 test-up: venv
 	WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.embedded up
 
+test-alone-up: venv
+	WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m walflow.embedded up
+
 bench-up: venv
 	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m walflow.embedded up
 
 down:
 	@if [ -x $(VENV)/bin/python ]; then \
-		for state in $(TEST_STATE) $(BENCH_STATE); do \
+		for state in $(TEST_STATE) $(ALONE_STATE) $(BENCH_STATE); do \
 			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.embedded down; fi; \
 		done; \
 		$(VENV)/bin/python -m walflow.embedded down; \
@@ -54,12 +60,13 @@ status: venv
 demo: up
 	$(ENV) python -m walflow.demo
 
-# make test runs three lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
-# and Airflow), then the tests marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot
-# creation that waits for every transaction) with no other test using the services: beside them only the unit tests
-# run, which use none. Lane B holds the end-to-end tests (Airflow's SQLite metadata database, spark-submit) and the
-# lake's truth and fence tests; lane C the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them,
-# the fault suite's short form and the torture run's; lane A the rest. Each lane's output is printed when it ends.
+# make test runs four lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
+# and Airflow), and the unit tests beside them. Three share the test runtime. The fourth, lane "alone", runs the tests
+# marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot creation that waits for
+# every transaction) on a runtime of their own (ALONE_STATE), which no other test uses. Lane B holds the end-to-end
+# tests (Airflow's SQLite metadata database, spark-submit) and the lake's truth and fence tests; lane C the tests of
+# the lake job in the tests' own Spark session, so that one JVM warms up for them, the fault suite's short form and
+# the torture run's; lane A the rest. The lanes' output is printed once all have ended.
 #: the lake's truth and fence tests (a Spark session of their own) beside the end-to-end ones
 TRUTH := tests/integration/test_lake_truth.py
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
@@ -75,27 +82,26 @@ LONG_TRUTH := $(RUN_BETWEEN) $(TRUTH)::test_the_first_transaction_after_the_snap
   $(TRUTH)::test_a_delete_that_survives_only_as_its_tombstone_is_applied[soft]
 LANE_B := tests/e2e tests/integration/test_lake_fence.py $(TRUTH) $(patsubst %,--deselect %,$(LONG_TRUTH))
 LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py tests/integration/test_lake_fence.py $(TRUTH)) --deselect $(HOSTILE_LAKE)
-LANES := a b c unit
-#: where the tests marked disruptive are (run after the lanes, alone)
+LANES := a b c alone unit
+#: where the tests marked disruptive are (lane "alone", on their own runtime)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
 # the slowest tests of each lane, so that a slow `make test` says where its time went
 PYTEST_ARGS ?= --durations=12
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-test: test-up
+test: test-up test-alone-up
 	@mkdir -p $(TEST_STATE)/lanes
 	@$(TEST_ENV) started=$$(date +%s); \
 	  ( $(PYTEST) $(LANE_A) -m "not disruptive" > $(TEST_STATE)/lanes/lane-a.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-a.rc ) & \
 	  ( $(PYTEST) $(LANE_B) -m "not disruptive" > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
 	  ( $(PYTEST) $(LANE_C) -m "not disruptive" > $(TEST_STATE)/lanes/lane-c.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-c.rc ) & \
-	  wait; \
-	  for lane in a b c; do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
+	  ( source $(ALONE_STATE)/env.sh && $(PYTEST) $(ALONE) -m disruptive > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
+	    echo $$? > $(TEST_STATE)/lanes/lane-alone.rc ) & \
 	  ( $(PYTEST) tests/unit > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
-	  echo "== tests that need the services to themselves (restarts, server-wide WAL)"; \
-	  $(PYTEST) $(ALONE) -m disruptive; last=$$?; \
-	  wait; echo "== unit tests (beside them)"; cat $(TEST_STATE)/lanes/lane-unit.log; \
+	  wait; \
+	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
 	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \
-	  for lane in $(LANES); do [ "$$(cat $(TEST_STATE)/lanes/lane-$$lane.rc)" = 0 ] || exit 1; done; [ $$last = 0 ]
+	  for lane in $(LANES); do [ "$$(cat $(TEST_STATE)/lanes/lane-$$lane.rc)" = 0 ] || exit 1; done
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit -q
@@ -139,7 +145,7 @@ bench-vs-debezium: bench-up
 # the clusters' files too: when run as root they live in private folders under /var/tmp that .walflow links to
 clean: down
 	@if [ -x $(VENV)/bin/python ]; then \
-		for state in $(TEST_STATE) $(BENCH_STATE); do \
+		for state in $(TEST_STATE) $(ALONE_STATE) $(BENCH_STATE); do \
 			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.embedded remove-cluster; fi; \
 		done; \
 		if [ -d .walflow ]; then $(VENV)/bin/python -m walflow.embedded remove-cluster; fi; \
