@@ -128,6 +128,9 @@ class Engine:
             "offset.storage.file.filename": os.path.join(self._folder, "offsets.dat"),
             "offset.flush.interval.ms": "1000",
             "poll.interval.ms": "50",
+            # the engine's bound on starting a task (3 minutes by default): a group's connectors start at once in
+            # one JVM, beside make test's other lanes, and once took longer on a machine loaded far beyond that
+            "task.management.timeout.ms": "600000",
             "plugin.name": "pgoutput",
             **{k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in properties.items()},
         }
