@@ -694,3 +694,14 @@ def test_an_unforeseen_failure_is_named_in_one_line() -> None:
     assert describe_failure(worker) == "PythonException: walflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s"
     assert describe_failure(OSError("disk full\nmore")) == "OSError: disk full"
     assert describe_failure(RuntimeError()) == "RuntimeError"
+
+
+def test_a_run_fenced_on_every_topic_fails_with_the_fence_error_and_a_mixed_one_does_not() -> None:
+    from walflow.errors import LakeError, LakeFenceError, LakeSchemaError
+    from walflow.lake.apply import LakeJob
+
+    fenced = LakeJob._failed({"t.a": LakeFenceError("branch removed"), "t.b": LakeFenceError("committed to")}, [{"topic": "t.c"}])
+    assert isinstance(fenced, LakeFenceError) and fenced.retryable
+    assert "topic t.a: branch removed" in str(fenced) and fenced.results == [{"topic": "t.c"}]  # type: ignore[attr-defined]
+    mixed = LakeJob._failed({"t.a": LakeFenceError("branch removed"), "t.b": LakeSchemaError("type")}, [])
+    assert type(mixed) is LakeError and not mixed.retryable

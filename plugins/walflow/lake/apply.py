@@ -239,7 +239,9 @@ class LakeJob:
             error = next(iter(failures.values()))
         else:
             listed = " | ".join(f"topic {topic}: {exc}" for topic, exc in sorted(failures.items()))
-            error = LakeError(f"{len(failures)} topics could not be applied (the {len(results)} other(s) were): {listed}")
+            # fenced everywhere is still the fence's refusal (an overtaken run), which callers tell from a failure
+            kind = LakeFenceError if all(isinstance(exc, LakeFenceError) for exc in failures.values()) else LakeError
+            error = kind(f"{len(failures)} topics could not be applied (the {len(results)} other(s) were): {listed}")
             error.retryable = all(exc.retryable for exc in failures.values())
         error.results = results  # type: ignore[attr-defined]
         return error
