@@ -219,8 +219,10 @@ def pg_up(port: int, password: str) -> None:
                 "listen_addresses = '127.0.0.1'\n"
                 f"unix_socket_directories = '{sock}'\n"
                 "wal_level = logical\n"
-                "max_replication_slots = 40\n"
-                "max_wal_senders = 40\n"
+                # make test's differential suite runs groups of up to 18 connector pairs (36 slots) while the
+                # other lanes create slots of their own
+                "max_replication_slots = 64\n"
+                "max_wal_senders = 64\n"
                 "max_connections = 200\n"
                 "shared_buffers = 256MB\n"
                 "max_wal_size = 4GB\n"
