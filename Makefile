@@ -64,14 +64,14 @@ demo: up
 # and Airflow), and the unit tests beside them. Three share the test runtime. The fourth, lane "alone", runs the tests
 # marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot creation that waits for
 # every transaction) on a runtime of their own (ALONE_STATE), which no other test uses. Lane B holds the end-to-end
-# tests (Airflow's SQLite metadata database, spark-submit) and the lake's truth tests; lane C the tests of the lake
-# job in the tests' own Spark session, so that one JVM warms up for them, the fault suite's short form and the
-# torture run's; lane A the rest, with the lake's fence tests in a Spark session of its own (lanes end closer
-# together with them there than in lane B). The lanes' output is printed once all have ended.
-#: the lake's truth tests (a Spark session of their own) beside the end-to-end ones; the fence tests (another) in lane A
+# tests and the hostile-input ones (all that run DAGs on Airflow's SQLite metadata database, one at a time); lane C
+# the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them, the fault suite's
+# short form and the torture run's; lane A the rest, with the lake's truth and fence tests in a second Spark
+# session. The lanes' output is printed once all have ended.
 TRUTH := tests/integration/test_lake_truth.py
+HOSTILE := tests/integration/test_hostile_input.py
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
-HOSTILE_LAKE := tests/integration/test_hostile_input.py::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
+HOSTILE_LAKE := $(HOSTILE)::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
 LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
@@ -81,13 +81,13 @@ RUN_BETWEEN := $(TRUTH)::test_renames_and_defaults_reach_the_lake_as_the_source_
 #: transaction after a snapshot applied in the run after the snapshot's, and a lone tombstone under soft deletes
 LONG_TRUTH := $(RUN_BETWEEN) $(TRUTH)::test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_rows[snapshot-applied-first] \
   $(TRUTH)::test_a_delete_that_survives_only_as_its_tombstone_is_applied[soft]
-LANE_B := tests/e2e $(TRUTH) $(patsubst %,--deselect %,$(LONG_TRUTH))
+LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE)
 #: two of the three points where a newer apply overtakes an older one (make test runs the third, after_read; the
 #: torture run overtakes runs at every hook point): make test-faults runs them
 FENCE := tests/integration/test_lake_fence.py::test_a_run_overtaken_by_a_newer_one_publishes_nothing
 LONG_FENCE := $(FENCE)[after_ddl] $(FENCE)[after_changelog]
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(TRUTH)) --deselect $(HOSTILE_LAKE) \
-  $(patsubst %,--deselect %,$(LONG_FENCE))
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE)) \
+  $(patsubst %,--deselect %,$(LONG_TRUTH) $(LONG_FENCE))
 LANES := a b c alone unit
 #: where the tests marked disruptive are (lane "alone", on their own runtime)
 ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
