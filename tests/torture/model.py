@@ -327,7 +327,7 @@ class Torture:
         run lands): compaction, delete-file rewriting, and expiry and orphan removal with no retention, so that
         the next apply finds its offsets in the rewrite's snapshot only. It also keeps the tables' file counts,
         and so the rounds' time, from growing with every apply."""
-        settings = lake_settings(self.config).model_copy(update={"snapshot_retention_hours": 0, "orphan_retention_hours": 0})
+        settings = lake_settings(self.config, snapshot_retention_hours=0, orphan_retention_hours=0)
         LakeMaintenance(self.spark, settings).run()
         self.maintained += 1
 
