@@ -38,10 +38,10 @@ up: venv
 	$(VENV)/bin/python -m walflow.embedded up
 
 test-up: venv
-	WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.embedded up
+	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.embedded up
 
 test-alone-up: venv
-	WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m walflow.embedded up
+	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m walflow.embedded up
 
 bench-up: venv
 	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m walflow.embedded up

@@ -139,19 +139,44 @@ def _as_pg_user(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess
     return subprocess.run(cmd, text=True, **kwargs)  # type: ignore[call-overload]
 
 
+#: ``WALFLOW_PG_MEMORY=1`` (the test runtimes, see the Makefile): the cluster's files on this memory file system
+MEMORY_PARENT = Path("/dev/shm")
+#: what the memory file system must have free to be used: the cluster's files, the WAL it keeps up to
+#: ``max_wal_size`` and what the replication slots hold
+MEMORY_MIN_FREE = 8 << 30
+
+
+def _private_parent() -> Path | None:
+    """Where the cluster's private folder goes: /var/tmp when running as root (PostgreSQL runs as ``postgres``); the
+    memory file system when ``WALFLOW_PG_MEMORY`` asks for it and it has room; None for the folder under .walflow/.
+
+    The tests ask for memory: they create and drop a database per test (some 300 files each) and tables by the
+    thousand, and on a disk file system most of the server's CPU went to the kernel finding free inodes among the
+    ones just deleted (ext4's ``recently_deleted``), more than the queries took."""
+    if os.environ.get("WALFLOW_PG_MEMORY") == "1":
+        try:
+            usage = shutil.disk_usage(MEMORY_PARENT)
+        except OSError:
+            usage = None
+        if usage is not None and usage.free >= MEMORY_MIN_FREE and os.access(MEMORY_PARENT, os.W_OK):
+            return MEMORY_PARENT
+        free = f"{usage.free >> 20} MB free" if usage else "missing"
+        _log(f"WALFLOW_PG_MEMORY: {MEMORY_PARENT} is {free} (needs {MEMORY_MIN_FREE >> 30} GB); the cluster stays on disk")
+    return Path("/var/tmp") if os.geteuid() == 0 else None
+
+
 def _pg_data_root() -> Path:
-    """Where the cluster's files really live: under .walflow/, or, when running as root, in a private folder with an
-    unpredictable name under /var/tmp, which ``.walflow/pg`` links to (:func:`_private_root`)."""
-    if os.geteuid() != 0:
-        return PG_DIR
+    """Where the cluster's files really live: under .walflow/, or in a private folder with an unpredictable name
+    (under /var/tmp when running as root, or on the memory file system), which ``.walflow/pg`` links to
+    (:func:`_private_root`)."""
     if PG_DIR.is_symlink():
         return Path(os.readlink(PG_DIR))
     return PG_DIR
 
 
-def _private_root() -> Path:
-    """The cluster's folder for a root user, made or checked: PostgreSQL runs as ``postgres``, which cannot enter a
-    clone under a private folder, so the files live in ``/var/tmp/walflow-pg-<random>`` (mode 0700, owned by
+def _private_root(parent: Path) -> Path:
+    """The cluster's private folder, made or checked. As root: PostgreSQL runs as ``postgres``, which cannot enter
+    a clone under a private folder, so the files live in ``<parent>/walflow-pg-<random>`` (mode 0700, owned by
     ``postgres``). A folder that is a symlink, belongs to anyone else or is open to others is refused: someone who
     made it first could read the cluster's files or swap them."""
     if PG_DIR.is_symlink():
@@ -159,11 +184,12 @@ def _private_root() -> Path:
         if root.exists() or root.is_symlink():
             _check_private(root)
             return root
-        PG_DIR.unlink()  # its folder is gone (a reboot cleaned /var/tmp): make a new one
+        PG_DIR.unlink()  # its folder is gone (a reboot cleaned /var/tmp or the memory file system): make a new one
     elif PG_DIR.exists():
         return PG_DIR
-    root = Path(tempfile.mkdtemp(prefix="walflow-pg-", dir="/var/tmp"))  # mode 0700, a name nobody can guess
-    shutil.chown(root, PG_USER, PG_USER)
+    root = Path(tempfile.mkdtemp(prefix="walflow-pg-", dir=parent))  # mode 0700, a name nobody can guess
+    if os.geteuid() == 0:
+        shutil.chown(root, PG_USER, PG_USER)
     PG_DIR.parent.mkdir(parents=True, exist_ok=True)
     PG_DIR.symlink_to(root)
     return root
@@ -171,7 +197,7 @@ def _private_root() -> Path:
 
 def _check_private(root: Path) -> None:
     info = os.lstat(root)
-    owner = _pg_uid()
+    owner = _pg_uid() if os.geteuid() == 0 else os.geteuid()
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != owner:
         raise SystemExit(
             f"refusing the PostgreSQL folder {root}: it is not a directory owned by {PG_USER} (a symlink, or someone "
@@ -190,7 +216,8 @@ def _pg_uid() -> int:
 
 def pg_up(port: int, password: str) -> None:
     bindir = pg_bindir()
-    root = _private_root() if os.geteuid() == 0 else PG_DIR
+    parent = _private_parent()
+    root = _private_root(parent) if parent is not None else PG_DIR
     data = root / "data"
     sock = root / "sock"
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -472,11 +499,11 @@ def run_roles_sql(superuser_dsn: str, variables: dict[str, str]) -> subprocess.C
 
 
 def remove_cluster() -> None:
-    """Stop the cluster and remove its files: under ``.walflow/``, or the private folder under /var/tmp that
-    ``.walflow/pg`` links to (``make clean``; a new ``make up`` makes a new one with a new name)."""
+    """Stop the cluster and remove its files: under ``.walflow/``, or the private folder (under /var/tmp or on the
+    memory file system) that ``.walflow/pg`` links to (``make clean``; a new ``make up`` makes a new one with a new name)."""
     pg_down()
     root = _pg_data_root()
-    if root != PG_DIR and root.parent == Path("/var/tmp") and root.name.startswith("walflow-pg-") and not root.is_symlink():
+    if root != PG_DIR and root.parent in (Path("/var/tmp"), MEMORY_PARENT) and root.name.startswith("walflow-pg-") and not root.is_symlink():
         shutil.rmtree(root, ignore_errors=True)
         _log(f"removed {root}")
     if PG_DIR.is_symlink():
