@@ -117,8 +117,14 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd
     assert lake_tables[f"{name}.public__accounts"]["offsets"]
     assert "retained WAL" in render(report)
 
-    # merge-on-read: the apply into a table with rows (the snapshot's) added a delete file and a data file; the
-    # maintain DAG: fewer data and delete files, as many snapshots as the next apply needs, the same rows
+    # merge-on-read: every apply into a table with rows adds a delete file and a data file
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE accounts SET balance = balance + 2 WHERE id % 5 = 0")
+        conn.execute("DELETE FROM accounts WHERE id % 9 = 0")
+    run_dag(f"{name}__stream")
+    assert_lake_equals_source(name, dsn, "accounts")
+
+    # the maintain DAG: fewer data and delete files, as many snapshots as the next apply needs, the same rows
     files_before = _files(name, "public__accounts")
     assert files_before["delete"] >= 1 and files_before["data"] >= 2, files_before
     run_dag(f"{name}__maintain")
