@@ -200,7 +200,7 @@ def _check_private(root: Path) -> None:
     owner = _pg_uid() if os.geteuid() == 0 else os.geteuid()
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != owner:
         raise SystemExit(
-            f"refusing the PostgreSQL folder {root}: it is not a directory owned by {PG_USER} (a symlink, or someone "
+            f"refusing the PostgreSQL folder {root}: it is not a directory owned by {PG_USER if os.geteuid() == 0 else 'you'} (a symlink, or someone "
             f"else made it). Remove it and {PG_DIR} (make clean), then make up again"
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
