@@ -34,12 +34,11 @@ from walflow.setup import ConnectorSetup
 
 pytestmark = pytest.mark.timeout(1800)
 
-# where the stream task is killed: at a transaction's BEGIN before anything of the batch was produced, after a
-# block of records was handed to the producer (mid-produce), before and after the flush (Kafka acknowledged, slot
-# not advanced yet), and as an incremental-snapshot chunk starts
-#: where the stream is killed: ``make test-faults`` (20 iterations) kills it at every stage in turn; the short form of
-#: ``make test`` at three (a record produced but not flushed, every record flushed but the slot not confirmed, an
-#: incremental snapshot's chunk half-sent); before_produce and before_flush lie between them
+#: where the stream task is killed: at a transaction's BEGIN before anything of the batch was produced, after a
+#: block of records was handed to the producer (mid-produce), before and after the flush (Kafka acknowledged, slot
+#: not advanced yet), and as an incremental-snapshot chunk starts. ``make test-faults`` (20 iterations) kills it at
+#: each in turn; the short form of ``make test`` at three of them (produced, flushed, incremental_chunk), the two
+#: left out lying between those.
 ALL_STAGES = ("before_produce", "produced", "before_flush", "flushed", "incremental_chunk")
 STAGES = ALL_STAGES if ITERATIONS >= 4 else ("produced", "flushed", "incremental_chunk")
 
