@@ -139,6 +139,8 @@ def _as_pg_user(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess
     return subprocess.run(cmd, text=True, **kwargs)  # type: ignore[call-overload]
 
 
+#: where a root user's cluster gets its private folder (PostgreSQL runs as ``postgres``)
+DISK_PARENT = Path("/var/tmp")
 #: ``WALFLOW_PG_MEMORY=1`` (the test runtimes, see the Makefile): the cluster's files on this memory file system
 MEMORY_PARENT = Path("/dev/shm")
 #: what the memory file system must have free to be used: the cluster's files, the WAL it keeps up to
@@ -162,7 +164,7 @@ def _private_parent() -> Path | None:
             return MEMORY_PARENT
         free = f"{usage.free >> 20} MB free" if usage else "missing"
         _log(f"WALFLOW_PG_MEMORY: {MEMORY_PARENT} is {free} (needs {MEMORY_MIN_FREE >> 30} GB); the cluster stays on disk")
-    return Path("/var/tmp") if os.geteuid() == 0 else None
+    return DISK_PARENT if os.geteuid() == 0 else None
 
 
 def _pg_data_root() -> Path:
@@ -197,10 +199,11 @@ def _private_root(parent: Path) -> Path:
 
 def _check_private(root: Path) -> None:
     info = os.lstat(root)
-    owner = _pg_uid() if os.geteuid() == 0 else os.geteuid()
+    as_root = os.geteuid() == 0
+    owner = _pg_uid() if as_root else os.geteuid()
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != owner:
         raise SystemExit(
-            f"refusing the PostgreSQL folder {root}: it is not a directory owned by {PG_USER if os.geteuid() == 0 else 'you'} (a symlink, or someone "
+            f"refusing the PostgreSQL folder {root}: it is not a directory owned by {PG_USER if as_root else 'you'} (a symlink, or someone "
             f"else made it). Remove it and {PG_DIR} (make clean), then make up again"
         )
     if stat.S_IMODE(info.st_mode) & 0o077:
@@ -503,7 +506,7 @@ def remove_cluster() -> None:
     memory file system) that ``.walflow/pg`` links to (``make clean``; a new ``make up`` makes a new one with a new name)."""
     pg_down()
     root = _pg_data_root()
-    if root != PG_DIR and root.parent in (Path("/var/tmp"), MEMORY_PARENT) and root.name.startswith("walflow-pg-") and not root.is_symlink():
+    if root != PG_DIR and root.parent in (DISK_PARENT, MEMORY_PARENT) and root.name.startswith("walflow-pg-") and not root.is_symlink():
         shutil.rmtree(root, ignore_errors=True)
         _log(f"removed {root}")
     if PG_DIR.is_symlink():
