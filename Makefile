@@ -72,7 +72,8 @@ TRUTH := tests/integration/test_lake_truth.py
 HOSTILE := tests/integration/test_hostile_input.py
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := $(HOSTILE)::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py tests/torture
+LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py \
+  tests/integration/test_lake_catalog.py tests/torture
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
@@ -81,7 +82,10 @@ RUN_BETWEEN := $(TRUTH)::test_renames_and_defaults_reach_the_lake_as_the_source_
 #: transaction after a snapshot applied in the run after the snapshot's, and a lone tombstone under soft deletes
 LONG_TRUTH := $(RUN_BETWEEN) $(TRUTH)::test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_rows[snapshot-applied-first] \
   $(TRUTH)::test_a_delete_that_survives_only_as_its_tombstone_is_applied[soft]
-LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE)
+#: the stream DAG on a Spark standalone cluster (three JVMs more): make test-cluster, which .ci/run runs after make test;
+#: make test writes through the same JDBC catalog in the tests' Spark session (tests/integration/test_lake_catalog.py)
+CLUSTER := tests/e2e/test_cluster.py
+LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE) --ignore=$(CLUSTER)
 #: two of the three points where a newer apply overtakes an older one (make test runs the third, after_read; the
 #: torture run overtakes runs at every hook point): make test-faults runs them
 FENCE := tests/integration/test_lake_fence.py::test_a_run_overtaken_by_a_newer_one_publishes_nothing
@@ -134,9 +138,10 @@ test-lake-rounds: test-up
 test-torture: test-up
 	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture $(patsubst %,'%',$(LONG_TRUTH)) -q -p no:cacheprovider -s
 
-# the standalone-cluster test with two workers (make test starts one)
+# the stream DAG on a Spark standalone cluster with two workers, through a JDBC catalog (not part of make test: CI runs
+# it after make test; WALFLOW_CLUSTER_WORKERS to choose)
 test-cluster: test-up
-	$(TEST_ENV) WALFLOW_CLUSTER_WORKERS=2 python -m pytest tests/e2e/test_cluster.py -q -p no:cacheprovider
+	$(TEST_ENV) WALFLOW_CLUSTER_WORKERS=$${WALFLOW_CLUSTER_WORKERS:-2} python -m pytest $(CLUSTER) -q -p no:cacheprovider
 
 bench-snapshot: bench-up
 	$(BENCH_ENV) python bench/bench_snapshot.py

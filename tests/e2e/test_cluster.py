@@ -3,8 +3,9 @@ the pyspark installation's own scripts), writing through Iceberg's JDBC catalog 
 Airflow Connection; the lake is read back with pyiceberg's SQL catalog, by ``walflow status`` and by the example
 consumer DAG.
 
-``make test`` starts one worker (its executor a JVM of its own); ``make test-cluster`` two, whose two executors
-share the Kafka slices."""
+``make test-cluster`` (which CI runs after ``make test``) starts two workers, whose two executors share the Kafka
+slices; ``make test-e2e`` one. ``make test`` leaves it out and writes through the same JDBC catalog in the tests' own
+Spark session instead (``tests/integration/test_lake_catalog.py``)."""
 
 from __future__ import annotations
 
