@@ -158,11 +158,15 @@ DEBEZIUM_ROWS = [
 GOLDEN_COLUMNS = ", ".join(f'"{c.id}" {c.ddl}' for c in ALL_CASES)
 # the same columns NOT NULL: a delete under REPLICA IDENTITY DEFAULT shows what Debezium puts in a NOT NULL column
 # that the old tuple does not carry (its default or its type's zero value)
-# (not the numerics whose value is NaN or infinite: a Decimal cannot hold them, and Debezium stops on a NOT NULL one)
+# (not the numerics whose value is NaN or infinite: a Decimal cannot hold them, and Debezium stops on a NOT NULL one;
+# nor the longest numerics, whose values golden's row already carries through every variant: the delete's old tuple
+# holds only the key whatever they are, and each costs Debezium about a second of CPU per variant to read and write)
 NN_CASES = [
     c
     for c in ALL_CASES
-    if c.literal != "DEFAULT" and not (("NaN" in c.literal or "Infinity" in c.literal) and not c.ddl.startswith(("real", "double", "float")))
+    if c.literal != "DEFAULT"
+    and not (("NaN" in c.literal or "Infinity" in c.literal) and not c.ddl.startswith(("real", "double", "float")))
+    and "longest" not in c.id
 ]
 NN_COLUMNS = ", ".join(f'"{c.id}" {c.ddl} NOT NULL' for c in NN_CASES)
 GOLDEN_ROWS = [
