@@ -40,7 +40,9 @@ def spark() -> Iterator[object]:
 def database(pg_dsn: str, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh database for one test; returns its superuser DSN, for the test's own SQL. The database has a
     least-privilege connector role (include/sql/roles.sql), which the connector under test runs as:
-    ``tests.privileges.as_connector(database)`` is its DSN. Slots, the database and the role are dropped afterwards."""
+    ``tests.privileges.as_connector(database)`` is its DSN. Slots, the database and the role are dropped afterwards,
+    and the topics of the connectors the test named with :func:`tests.support.unique`."""
+    support.NAMES.clear()
     name = support.create_database(request.node.name[:20].lower().replace("[", "_").replace("]", "").replace("-", "_"))
     try:
         privileges.create_database_role(support.pg_dsn(name))
@@ -48,3 +50,5 @@ def database(pg_dsn: str, kafka_bootstrap: str, request: pytest.FixtureRequest) 
     finally:
         support.drop_database(name)
         privileges.drop_database_role(name)
+        support.delete_topics_of(list(support.NAMES))
+        support.NAMES.clear()

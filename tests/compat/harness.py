@@ -459,6 +459,8 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
         for dbname in databases:
             _drop_database(dbname)
             privileges.drop_database_role(dbname)
+        # walflow's records are read by now: its topics would only slow the broker for the lane's later tests
+        support.delete_topics_of([run.prefix for run in runs])
     log(f"compat group of {len(runs)} connector pair(s) ran in {time.monotonic() - started:.1f} s")
     return results
 
