@@ -63,17 +63,17 @@ demo: up
 # make test runs four lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
 # and Airflow), and the unit tests beside them. Three share the test runtime. The fourth, lane "alone", runs the tests
 # marked disruptive (restarts of PostgreSQL or the broker, the server's whole WAL, a slot creation that waits for
-# every transaction) on a runtime of their own (ALONE_STATE), which no other test uses. Lane B holds the end-to-end
-# tests and the hostile-input ones (all that run DAGs on Airflow's SQLite metadata database, one at a time); lane C
-# the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them, the fault suite's
-# short form and the torture run's; lane A the rest, with the lake's truth and fence tests in a second Spark
-# session. The lanes' output is printed once all have ended.
+# every transaction) on a runtime of their own (ALONE_STATE), which no other test uses, then those marked alone (the
+# lake's truth and fence tests and the torture run's short form) in the Spark session its fault tests started. Lane B
+# holds the end-to-end tests and the hostile-input ones (all that run DAGs on Airflow's SQLite metadata database, one
+# at a time); lane C the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them, and
+# the fault suite's short form; lane A the rest, without Spark. The lanes' output is printed once all have ended.
 TRUTH := tests/integration/test_lake_truth.py
 HOSTILE := tests/integration/test_hostile_input.py
 #: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
 HOSTILE_LAKE := $(HOSTILE)::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
 LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py \
-  tests/integration/test_lake_catalog.py tests/torture
+  tests/integration/test_lake_catalog.py
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
@@ -90,13 +90,16 @@ LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE) --ignore=$(CLUSTER)
 #: torture run overtakes runs at every hook point): make test-faults runs them
 FENCE := tests/integration/test_lake_fence.py::test_a_run_overtaken_by_a_newer_one_publishes_nothing
 LONG_FENCE := $(FENCE)[after_ddl] $(FENCE)[after_changelog]
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE)) \
-  $(patsubst %,--deselect %,$(LONG_TRUTH) $(LONG_FENCE))
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE))
 LANES := a b c alone unit
-#: where the tests marked disruptive are (lane "alone", on their own runtime)
-ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py
+#: where the tests marked disruptive are (lane "alone", on their own runtime), and those marked alone: the lake's truth
+#: and fence tests and the torture run's short form, which share that lane's Spark session with the disruptive fault tests
+ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py \
+  $(TRUTH) tests/integration/test_lake_fence.py tests/torture
 #: the fault suite's PostgreSQL restart with -m fast (make test restarts it with -m immediate, a crash): make test-faults runs it
 LONG_ALONE := 'tests/faults/test_faults.py::test_postgres_restarted_mid_batch[fast]'
+#: the tests of the lanes that share the test runtime
+SHARED := not disruptive and not alone
 # the slowest tests of each lane, so that a slow `make test` says where its time went
 PYTEST_ARGS ?= --durations=12
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
@@ -104,10 +107,11 @@ PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 test: test-up test-alone-up
 	@mkdir -p $(TEST_STATE)/lanes
 	@$(TEST_ENV) started=$$(date +%s); \
-	  ( $(PYTEST) $(LANE_A) -m "not disruptive" > $(TEST_STATE)/lanes/lane-a.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-a.rc ) & \
-	  ( $(PYTEST) $(LANE_B) -m "not disruptive" > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
-	  ( $(PYTEST) $(LANE_C) -m "not disruptive" > $(TEST_STATE)/lanes/lane-c.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-c.rc ) & \
-	  ( source $(ALONE_STATE)/env.sh && $(PYTEST) $(ALONE) -m disruptive --deselect $(LONG_ALONE) > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
+	  ( $(PYTEST) $(LANE_A) -m "$(SHARED)" > $(TEST_STATE)/lanes/lane-a.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-a.rc ) & \
+	  ( $(PYTEST) $(LANE_B) -m "$(SHARED)" > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
+	  ( $(PYTEST) $(LANE_C) -m "$(SHARED)" > $(TEST_STATE)/lanes/lane-c.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-c.rc ) & \
+	  ( source $(ALONE_STATE)/env.sh && $(PYTEST) $(ALONE) -m "disruptive or alone" $(patsubst %,--deselect %,$(LONG_ALONE) $(LONG_TRUTH) $(LONG_FENCE)) \
+	    > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
 	    echo $$? > $(TEST_STATE)/lanes/lane-alone.rc ) & \
 	  ( $(PYTEST) tests/unit > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
 	  wait; \

@@ -19,7 +19,8 @@ from walflow.lake.hooks import ApplyHooks
 from walflow.lake.naming import table_name
 from walflow.lake.settings import LakeSettings
 
-pytestmark = pytest.mark.timeout(600)
+#: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.alone]
 
 
 class Overtaken(ApplyHooks):

@@ -15,7 +15,8 @@ from tests.support import apply_lake, connector, setup, stream, unique
 from walflow.errors import DriftError, LakeSchemaError
 from walflow.lake.naming import table_name
 
-pytestmark = pytest.mark.timeout(900)
+#: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.alone]
 
 
 def run(dsn: str, *statements: str) -> None:

@@ -16,7 +16,8 @@ from tests.torture.model import Torture
 SEEDS = [int(s) for s in os.environ.get("WALFLOW_TORTURE_SEEDS", "1").split(",") if s.strip()]
 ROUNDS = int(os.environ.get("WALFLOW_TORTURE_ROUNDS", "2"))
 
-pytestmark = pytest.mark.timeout(max(900, ROUNDS * 60))
+#: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
+pytestmark = [pytest.mark.timeout(max(900, ROUNDS * 60)), pytest.mark.alone]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
