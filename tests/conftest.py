@@ -8,12 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests import privileges, support
+from tests.requires import unavailable
 
 
 def _need(var: str) -> str:
     value = os.environ.get(var)
     if not value:
-        pytest.skip(f"{var} is not set: run the tests through `make test`, which starts the services")
+        unavailable(f"{var} is not set", "run the tests through `make test`, which starts the services")
     return value
 
 

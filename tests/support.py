@@ -8,6 +8,7 @@ superuser DSN, the one the tests' own SQL uses, and run the connector as that da
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -387,11 +388,13 @@ def start_spark() -> Any:
     from walflow.airflow.lake import iceberg_runtime_jar, postgresql_jdbc_jar
     from walflow.lake.settings import default_warehouse
 
+    from tests.requires import unavailable
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        unavailable("Spark needs Java and there is no java on PATH (nor JAVA_HOME)", "make up installs Debian's openjdk-17-jre-headless")
     jar = iceberg_runtime_jar()
     if jar is None:
-        import pytest
-
-        pytest.skip("the Iceberg runtime jar (snowpark-connect-deps-iceberg) is not installed")
+        unavailable("the Iceberg runtime jar (snowpark-connect-deps-iceberg) is not installed", "make venv installs it (requirements.txt)")
     builder = (
         SparkSession.builder.master("local[2]").appName("walflow-tests")
         # PostgreSQL's JDBC driver too, for the lake's JDBC catalog

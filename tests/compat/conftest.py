@@ -17,6 +17,7 @@ import pytest
 from tests.compat.compare import HARNESS_RULES, Comparison, compare
 from tests.compat.harness import Outcome, env_ready, run_group
 from tests.compat.scenarios import GROUPS
+from tests.requires import unavailable
 
 _COUNTS: list[tuple[str, str, Comparison]] = []
 _TIMING: dict[str, float] = {}
@@ -26,7 +27,7 @@ _TIMING: dict[str, float] = {}
 def compat_outcomes() -> Iterator[dict[tuple[str, str], Outcome | str]]:
     reason = env_ready()
     if reason:
-        pytest.skip(f"the differential suite cannot run: {reason}")
+        unavailable("the differential suite cannot run", reason)
     from tests.integration.test_types import _postgis_available
 
     # the PostGIS scenarios need the server's PostGIS package: installed from Debian's packages when missing

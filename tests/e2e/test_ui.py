@@ -31,6 +31,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
+from tests.requires import unavailable
 from tests.support import airflow_connector, read_topic, setup, unique
 from walflow.connectors import load_config
 
@@ -68,9 +69,7 @@ def _chromium() -> bool:
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"{reason}; under CI the browser test must run: install Debian's chromium (apt-get install chromium) and the pinned playwright (requirements.txt)")
-    pytest.skip(reason)
+    unavailable(reason, "install Debian's chromium (apt-get install chromium) and the pinned playwright (requirements.txt)")
 
 
 def _free_port() -> int:

@@ -801,7 +801,9 @@ def _postgis_available() -> bool:
 @pytest.mark.timeout(1200)
 def test_postgis_geometry_and_geography(database: str) -> None:
     if not _postgis_available():
-        pytest.skip("PostGIS could not be installed (no root or no Debian package reachable)")
+        from tests.requires import unavailable
+
+        unavailable("PostGIS could not be installed (no root or no Debian package reachable)", "install Debian's postgresql-15-postgis-3")
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION postgis")
         conn.execute("CREATE TABLE g (id int PRIMARY KEY, geom geometry, geog geography(Point, 4326))")
