@@ -1,4 +1,4 @@
-# walflow: the two commands are `make demo` and `make test` (see README.md).
+# walflow: the two commands are `make demo` and `make test` (see README.md and docs/).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv

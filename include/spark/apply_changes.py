@@ -6,7 +6,7 @@ Submitted by the stream DAG's SparkSubmitOperator (``walflow.airflow.lake.apply_
         include/spark/apply_changes.py --settings '<LakeSettings JSON>'
 
 with ``WALFLOW_KAFKA_CONFIG`` (the Kafka Connection's extras) in its environment and ``plugins/`` on its
-``PYTHONPATH``. The job itself is the package ``walflow.lake`` (README: "The lake (Spark + Iceberg)").
+``PYTHONPATH``. The job itself is the package ``walflow.lake`` (docs/lake.md).
 """
 
 from __future__ import annotations

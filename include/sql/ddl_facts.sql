@@ -5,7 +5,7 @@
 -- of the earlier changes is then unknown. Debezium reads the catalog as it streams, close to when each change was
 -- made. With this event trigger installed, every DDL that creates or alters a table (or an index on it) writes
 -- one transactional logical decoding message, prefix 'walflow.ddl', holding the table's key as the DDL left it,
--- and the stream keys each change by the fact in force at its position (README: "Keys at each change").
+-- and the stream keys each change by the fact in force at its position (docs/events.md: "Keys at each change").
 --
 -- Run once per captured database, as a superuser (event triggers need one):
 --     psql -d <database> -f include/sql/ddl_facts.sql

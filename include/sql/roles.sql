@@ -112,7 +112,7 @@ FROM pg_proc p WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 
 -- The signal table is created here, owned by :role (no application role owns it), with the columns the setup DAG
 -- would give it; the setup DAG then finds it and leaves it alone. With -v signal_writers=<existing role>, that role
 -- gets INSERT on it and nothing else: whoever may start ad-hoc snapshots. A signal's additional-condition is checked
--- and evaluated as :reader (see above); the README's "Security" section says what a signal writer can still learn.
+-- and evaluated as :reader (see above); docs/operations.md's "Security" section says what a signal writer can still learn.
 \if :{?signal_table}
 SELECT format('CREATE TABLE IF NOT EXISTS %I.%I (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048) NULL)',
               (parse_ident(:'signal_table'))[1], (parse_ident(:'signal_table'))[2])

@@ -230,7 +230,7 @@ class ConnectorConfig(BaseModel):
     walflow_lake_delete_mode: Literal["hard", "soft"] = Field("hard", alias="walflow.lake.delete.mode")
     walflow_lake_changelog: bool = Field(False, alias="walflow.lake.changelog")
     walflow_lake_spark_conf: dict[str, str] = Field(default_factory=dict, alias="walflow.lake.spark.conf")
-    # "<topic>:<partition>:<offset>" of records the lake job could not apply, accepted as the README says
+    # "<topic>:<partition>:<offset>" of records the lake job could not apply, accepted as docs/lake.md says
     walflow_lake_accept_records: list[str] = Field(default_factory=list, alias="walflow.lake.accept.records")
     # the lake's Iceberg catalog as a JDBC catalog on a PostgreSQL Connection (None: the Hadoop folder catalog)
     walflow_lake_catalog_conn_id: str | None = Field(None, alias="walflow.lake.catalog.conn.id")

@@ -314,7 +314,7 @@ OVERSIZE_FIX = (
     "limit) and the topic's 'max.message.bytes' on the brokers (kafka-configs --alter --entity-type topics "
     "--add-config max.message.bytes=<n>), and the consumers' fetch limits; or, changing what is captured, cut the "
     "column with 'column.truncate.to.<n>.chars' (character columns) or leave it out with 'column.exclude.list'. "
-    "See the README, 'Oversized records'."
+    "See docs/operations.md, 'Oversized records'."
 )
 
 

@@ -18,7 +18,7 @@ Only these are set aside before comparing, each for a stated reason:
 * records of the other connector's bookkeeping tables (walflow's state table, each side's signal table), which
   exist in the database only because the two run side by side.
 
-Everything else that differs must be one of the :data:`DELIBERATE` differences, which the README's table
+Everything else that differs must be one of the :data:`DELIBERATE` differences, which docs/events.md's table
 "Differences from Debezium" lists; each is applied by a named rule whose uses are counted, so a test can assert
 that the difference it documents is really the one seen.
 """
@@ -38,7 +38,7 @@ from tests.compat.harness import SENTINEL, Outcome
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _MESSAGE_ID = re.compile(r"^io\.debezium\.connector\.postgresql\.LogicalDecodingMessageMonitor\$LogicalDecodingMessageId@[0-9a-f]+$")
 
-#: The deliberate differences, by rule name (the README's table "Differences from Debezium" explains each).
+#: The deliberate differences, by rule name (docs/events.md's table "Differences from Debezium" explains each).
 DELIBERATE = {
     "incremental-keyless": "an incremental snapshot of a table without a key (by surrogate-key): Debezium keeps "
     "one row per chunk, since it buffers a chunk's rows by their event key, null for all of them; walflow emits "

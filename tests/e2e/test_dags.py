@@ -191,7 +191,7 @@ def test_snapshot_dag_with_params_and_backfill_condition(signal_connector: dict[
 
 def test_backfill_runs_snapshot_their_data_interval(signal_connector: dict[str, str]) -> None:
     """What `airflow backfill create` does per interval, through dag.test() (backfills need a scheduler): the
-    README's condition on data_interval_start/end, rendered per run, snapshots that interval's rows only."""
+    docs/snapshots.md's condition on data_interval_start/end, rendered per run, snapshots that interval's rows only."""
     import re
     from datetime import datetime, timezone
 

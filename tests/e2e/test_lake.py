@@ -91,7 +91,7 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd
         conn.execute("UPDATE accounts SET tier = 2 WHERE id = 11")
         conn.execute("TRUNCATE events")
         conn.execute("INSERT INTO events VALUES (100, 'after truncate', '2024-02-01')")
-        # a value Spark cannot hold: clamped, its exact text kept (README, "Value representations")
+        # a value Spark cannot hold: clamped, its exact text kept (docs/lake.md, "Value representations")
         conn.execute("CREATE TABLE ranges (id int PRIMARY KEY, valid_to timestamp)")
         conn.execute("INSERT INTO ranges VALUES (1, 'infinity'), (2, '2024-01-01')")
     run_dag(f"{name}__stream")  # stream + apply

@@ -6,7 +6,7 @@ as Airflow offers it ("Unpause on trigger" offered and ticked; the test unticks 
 trigger, see the test), the form refuses an empty table list, the run writes its signal,
 the next stream run executes it, and no run fails, scheduled or not. Screenshots of the DAG list, the stream grid, a
 stream task log and the snapshot form go to ``artifacts/ui/`` (``WALFLOW_ARTIFACTS_DIR`` overrides the folder),
-which CI keeps; the README's "Using the Airflow UI" shows them.
+which CI keeps; docs/ui.md shows them.
 
 Without Chromium or Playwright the test skips, except under CI (``CI=true``), where it fails: there the UI path
 must really be tested.

@@ -375,7 +375,7 @@ def test_soft_truncate_stopped_after_its_commit_still_flags_the_rows_of_its_batc
 
 def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: pytest.LogCaptureFixture) -> None:
     """``value.converter.schemas.enable: false`` (and keys without schema): the lake types new columns from the JSON
-    values (README: numbers, booleans, strings; objects and arrays as JSON text; semantic types as their JSON form),
+    values (docs/lake.md: numbers, booleans, strings; objects and arrays as JSON text; semantic types as their JSON form),
     then keeps the lake table's types for later records; a value its lake column cannot take stops the job with
     topic, partition, offset, column and value, and ``walflow.lake.accept.records`` gets past it."""
     import datetime as dt

@@ -1,5 +1,5 @@
 """Every row of the type table, in every mode, streamed and applied to the lake: the lake holds each value as the
-README's lake mapping and value representations say (``_walflow_overflow`` for what Spark cannot hold); and
+docs/lake.md's lake mapping and value representations say (``_walflow_overflow`` for what Spark cannot hold); and
 validity ranges with ``infinity`` apply and equal the source.
 
 The expected lake values are computed here from the golden event values of ``test_types.py`` (which are checked
@@ -63,7 +63,7 @@ def _exact(unscaled: int, scale: int) -> Decimal:
 
 
 def expected(schema: dict[str, Any], value: Any) -> Any:
-    """The lake value of an event value, by the README's lake mapping (in range)."""
+    """The lake value of an event value, by docs/lake.md's lake mapping (in range)."""
     if value is None:
         return None
     name, kind = schema.get("name"), schema["type"]

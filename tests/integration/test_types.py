@@ -224,7 +224,7 @@ CASES = [
     Case("enum_array", "mood[]", "'{happy,sad}'", {"type": "array", "items": {**MOOD, "optional": False}}, ["happy", "sad"]),
     Case("inet_array", "inet[]", "'{192.168.0.1/24,10.0.0.1}'", items(s("string")), ["192.168.0.1/24", "10.0.0.1"]),
     Case("domain_array", "intlist", "'{4,5}'", items(s("int32")), [4, 5]),
-    # multi-dimensional arrays: one ARRAY level per declared dimension (see README, "Type mappings")
+    # multi-dimensional arrays: one ARRAY level per declared dimension (see docs/events.md, "Type mappings")
     Case("int_array_2d", "integer[][]", "'{{1,2},{3,NULL}}'", items(items(s("int32"))), [[1, 2], [3, None]]),
     Case("text_array_2d", "text[][]", """'{{a,"b c"},{NULL,"}"}}'""", items(items(s("string"))), [["a", "b c"], [None, "}"]]),
     # a 2-D value in a column declared one-dimensional: PostgreSQL allows it; it is flattened row-major

@@ -23,7 +23,7 @@ The DDL: columns added (with a constant default or none, then maybe SET or DROP 
 added again, and on keyed tables a rewrite (``VACUUM FULL``) followed by a column with a per-row default, whose
 existing rows' values only a re-read of the table can give.
 The keyless table is compared only until the first stream fault (its redelivered records are indistinguishable from
-equal rows: the README's documented limit; the outcome says until which round it was compared). A column added
+equal rows: docs/lake.md's documented limit; the outcome says until which round it was compared). A column added
 to a table is followed by a change of that table (of each partition of a partitioned table) in the same round (the
 lake learns a definition from events).
 About one round in ten also runs the lake's maintenance between two applies (compaction, expiry and orphan removal
@@ -350,7 +350,7 @@ class Torture:
         for t in self.tables:
             if not t.key and self.faults["stream"]:
                 # a stream stopped after Kafka acknowledged records sends them again; the lake cannot tell a keyless
-                # table's redelivered row from a second equal row (README, "Tables without a primary key")
+                # table's redelivered row from a second equal row (docs/lake.md, "Tables without a primary key")
                 continue
             for name in t.compared():
                 found += differences(self.dsn, self.config.topic_prefix, table_name("public", name), "public", name)

@@ -99,7 +99,7 @@ acknowledgement, and only then advance the slot (at-least-once; a failed run rep
 **When it fails** (the task log's last error names the cause and the fix):
 - a broker or server that was away for a moment: retried automatically, nothing is lost;
 - *the key of table ... changed*, or a table left the publication: fix or accept it (`{config.name}__setup`);
-- *a record ... is larger than message.max.bytes*: raise the Kafka limits (README, "Oversized records");
+- *a record ... is larger than message.max.bytes*: raise the Kafka limits (docs/operations.md, "Oversized records");
 - *replication slot ... does not exist*: run `{config.name}__setup` with `snapshot.mode: when_needed`.{recover_lake}
 """
 

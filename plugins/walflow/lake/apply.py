@@ -39,7 +39,7 @@ from walflow.lake.settings import LakeSettings
 from walflow.lake.types import RowShape, field_defaults
 
 log = logging.getLogger("walflow.apply")
-#: lake types whose values may have been fitted (README): key columns of these types also match on their
+#: lake types whose values may have been fitted (docs/lake.md): key columns of these types also match on their
 #: ``_walflow_overflow`` text
 _FITTED_KEY_TYPES = ("date", "timestamp", "timestamp_ntz")
 CHANGELOG_SUFFIX = "__changelog"

@@ -18,7 +18,7 @@ APPLIED_AT = "_walflow_applied_at"
 POSITION = "_walflow_position"
 #: soft deletes only: the row was deleted (or truncated) in the source
 DELETED = "_walflow_deleted"
-#: column name -> the exact source value, for each value the lake type cannot hold (see README "value
+#: column name -> the exact source value, for each value the lake type cannot hold (see docs/lake.md, "value
 #: representations"); null when every value of the row fitted
 OVERFLOW = "_walflow_overflow"
 # -- changelog tables also have -------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Without the schema part nothing says a string is base64 or an integer is microseconds, so the lake table's type
 decides how a value is read, and a column the table does not have yet takes the type its JSON values suggest
-(:func:`inferred_type`). README, "Records without a schema part", lists the rules.
+(:func:`inferred_type`). docs/lake.md, "Records without a schema part",, lists the rules.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class LakeSettings(BaseModel):
     toasted_value_placeholder: str
     #: the connector's schema facts (walflow.schema_facts); "" when none are kept
     schema_topic: str = ""
-    #: "<topic>:<partition>:<offset>" of records whose unconvertible values are accepted (README)
+    #: "<topic>:<partition>:<offset>" of records whose unconvertible values are accepted (docs/lake.md)
     accept_records: tuple[str, ...] = ()
     #: maintenance: snapshots older than this are expired (never the ones the next apply needs)
     snapshot_retention_hours: float = 120.0

@@ -1,4 +1,4 @@
-"""Values Spark and Iceberg cannot hold, and what the lake stores instead (README: "Value representations").
+"""Values Spark and Iceberg cannot hold, and what the lake stores instead (docs/lake.md: "Value representations").
 
 The converters of :mod:`walflow.lake.types` give every temporal value as an integer (microseconds or days since
 the epoch), so a value outside the range Python, Spark and most readers accept never raises on the way in. When
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from walflow.decimals import EXACT, int_to_decimal
 from walflow.temporal import civil_to_days, days_to_civil
 
-#: Debezium's fixed numbers for 'infinity' / '-infinity' timestamps, in every mode and precision (README,
+#: Debezium's fixed numbers for 'infinity' / '-infinity' timestamps, in every mode and precision (docs/lake.md,
 #: "Type mappings"); PostgreSQL's JDBC driver's PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY
 TS_POS_INF = 9223372036825200000
 TS_NEG_INF = -9223372036832400000
