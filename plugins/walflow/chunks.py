@@ -29,7 +29,7 @@ from walflow.expressions import analyse_condition
 from walflow.events import Filters, Serializer, TableSchema
 from walflow.signals import SignalError
 from walflow.queries import render
-from walflow.snapshot import SnapshotTable, _columns_sql, condition_sql, key_types, sql_fragment
+from walflow.snapshot_tables import SnapshotTable, _columns_sql, condition_sql, key_types, sql_fragment
 from walflow.source import list_tables, quote_table
 from walflow.transforms import ColumnRules
 

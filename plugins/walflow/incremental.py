@@ -49,7 +49,7 @@ from walflow.expressions import check_condition
 from walflow.kafka import EventProducer, too_large
 from walflow.patterns import SIGNAL_BUDGET_S, MatchBudget, Pattern, compile_patterns, matches_any
 from walflow.signals import MAX_SIGNAL_BYTES, MAX_SIGNAL_ID, SignalError, printable, signal_key
-from walflow.snapshot import SnapshotTable
+from walflow.snapshot_tables import SnapshotTable
 from walflow.source import list_tables
 from walflow.state import StateStore
 from walflow.transforms import ColumnRules

@@ -7,7 +7,7 @@ must never be read as query syntax.
 
 :class:`Cursor` (and :class:`ServerCursor`, for named cursors) render a composed query themselves when it comes
 with parameters: the parts written as SQL (``sql.SQL``, which carry the real placeholders, and user fragments
-that :func:`walflow.snapshot.sql_fragment` already escaped) are kept, and every ``%`` of the parts that are data
+that :func:`walflow.snapshot_tables.sql_fragment` already escaped) are kept, and every ``%`` of the parts that are data
 (``sql.Identifier``, ``sql.Literal``) is doubled, which psycopg turns back into one ``%``. A query without
 parameters is sent as written, as psycopg does. :func:`walflow.source.connect` opens every connection with them;
 code that renders a query once and reuses the bytes calls :func:`render` for the same result.

@@ -36,7 +36,8 @@ from walflow.events import Filters, now_ms
 from walflow.kafka import EventProducer
 from walflow.lake.reader import topic_ends
 from walflow.schema_facts import SchemaFacts, catalog_fact, start_record
-from walflow.snapshot import InitialSnapshot, SnapshotError, create_slot_with_snapshot, plan_tables
+from walflow.snapshot import InitialSnapshot, create_slot_with_snapshot
+from walflow.snapshot_tables import SnapshotError, plan_tables
 from walflow.source import (
     SetupReport,
     check_slot,

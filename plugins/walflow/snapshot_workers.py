@@ -10,7 +10,7 @@ units on request; rows read, held rows, errors and the end in return. A table wi
 a key and enough rows is cut into up to ``PARTS_PER_READER`` ranges per reader at boundaries sampled from its keys
 (``TABLESAMPLE SYSTEM``; any boundaries are correct, sampled ones even the work out); a table without a key, or
 read through a ``snapshot.select.statement.overrides`` query, is one unit. Each unit is read in keyset chunks of
-``snapshot.fetch.size`` rows (:func:`walflow.snapshot.read_chunks`), so a reader's memory is bounded by one chunk
+``snapshot.fetch.size`` rows (:func:`walflow.snapshot_tables.read_chunks`), so a reader's memory is bounded by one chunk
 and its producer's queue.
 
 Debezium's snapshot markers stay as the single reader writes them: each reader holds back the first and the last
@@ -46,7 +46,7 @@ from walflow.config import ConnectorConfig
 from walflow.emitter import SnapshotEmitter
 from walflow.events import TableSchema
 from walflow.kafka import EventProducer
-from walflow.snapshot import (
+from walflow.snapshot_tables import (
     PROGRESS_EVERY_S,
     SnapshotError,
     SnapshotTable,

@@ -27,7 +27,8 @@ from psycopg import sql
 
 from tests.privileges import as_connector
 from tests.support import connector, prepare_source, producer, read_topic, stream, unique
-from walflow.snapshot import InitialSnapshot, _columns_sql, plan_tables
+from walflow.snapshot import InitialSnapshot
+from walflow.snapshot_tables import _columns_sql, plan_tables
 from walflow.source import connect
 
 NO_DEFAULT = object()
@@ -831,7 +832,7 @@ def _one_snapshot_row(database: str, name: str, ddl: str, row: str, **settings: 
     reads it (a ``snapshot.select.statement.overrides`` query through its server-side cursor): returns the config,
     the planned table, the row's values and an encoder of its records."""
     from walflow.emitter import SnapshotEmitter
-    from walflow.snapshot import read_chunks
+    from walflow.snapshot_tables import read_chunks
 
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} ({ddl})")
