@@ -126,12 +126,16 @@ def delete_topics_of(names: list[str]) -> None:
     does). The embedded broker's work per request grows with its count of topics (measured: about 3 ms of its CPU
     to create a topic and produce 50 records to it among 20 topics, 19 ms among 1,040), and a whole ``make test``
     would otherwise leave about a thousand."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     if not names:
         return
     admin = AdminClient({"bootstrap.servers": bootstrap()})
-    topics = [t for t in admin.list_topics(timeout=30).topics if any(n in t for n in names)]
+    try:
+        topics = [t for t in admin.list_topics(timeout=10).topics if any(n in t for n in names)]
+    except KafkaException:
+        return  # best effort: the broker is down after a test that stopped it and failed; its topics are gone anyway
     if not topics:
         return
     for future in admin.delete_topics(topics, operation_timeout=30, request_timeout=30).values():
