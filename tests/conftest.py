@@ -38,6 +38,17 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture()
+def catalog_database(pg_dsn: str) -> Iterator[str]:
+    """A database of its own for an Iceberg JDBC catalog (the catalog looks for its tables in every schema of its
+    database); dropped afterwards."""
+    name = support.create_database("lakecat")
+    try:
+        yield name
+    finally:
+        support.drop_database(name)
+
+
+@pytest.fixture()
 def database(pg_dsn: str, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh database for one test; returns its superuser DSN, for the test's own SQL. The database has a
     least-privilege connector role (include/sql/roles.sql), which the connector under test runs as:

@@ -115,6 +115,40 @@ def airflow_connector(folder: Any, name: str, database: str, kafka_bootstrap: st
 NAMES: list[str] = []
 
 
+def jdbc_catalog_env(name: str, dbname: str) -> dict[str, str]:
+    """The environment that defines ``<name>_catalog``, the Airflow Connection of Iceberg's JDBC catalog on the test
+    cluster's database ``dbname`` (the ``walflow.lake.catalog.conn.id`` the tests give connector ``name``)."""
+    params = dict(p.split("=", 1) for p in pg_dsn(dbname).split())
+    connection = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "login": params["user"],
+                  "password": params.get("password"), "schema": dbname}
+    return {f"AIRFLOW_CONN_{name.upper()}_CATALOG": orjson.dumps(connection).decode()}
+
+
+def assert_items_in_jdbc_lake(name: str, database: str, catalog_database: str) -> None:
+    """Connector ``name``'s lake table of the source table ``items`` (id, v, n) through its JDBC catalog in
+    ``catalog_database``: the catalog's own table names it, pyiceberg's SQL catalog reads it equal to the source,
+    and ``walflow status`` counts as many rows."""
+    from walflow.cli import status
+    from walflow.connectors import resolve
+    from walflow.lake import JdbcCatalog, LakeSettings, read_lake_table
+
+    settings = LakeSettings.from_config(resolve(name))
+    with psycopg.connect(pg_dsn(catalog_database)) as conn:
+        names = conn.execute("SELECT catalog_name, table_namespace, table_name, iceberg_type FROM iceberg_tables").fetchall()
+    assert (settings.catalog, name, "public__items", "TABLE") in names, names
+    params = dict(p.split("=", 1) for p in pg_dsn(catalog_database).split())
+    jdbc = JdbcCatalog(host=params["host"], port=int(params["port"]), database=catalog_database, user=params["user"], password=params.get("password"))
+    table = read_lake_table(settings, "public__items", jdbc)
+    assert table is not None
+    lake = {r["id"]: (r["v"], r["n"]) for r in table.scan().to_arrow().to_pylist()}
+    with psycopg.connect(database) as conn:
+        source = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, v, n FROM items").fetchall()}
+    assert lake == source
+    report = status(name, dsn=database)
+    assert "JDBC catalog" in report["lake"]["warehouse"]
+    assert {t["table"]: t["rows"] for t in report["lake"]["tables"]}[f"{name}.public__items"] == len(source)
+
+
 def unique(prefix: str) -> str:
     name = f"{prefix}_{uuid.uuid4().hex[:6]}"
     NAMES.append(name)
