@@ -35,30 +35,30 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	@touch $(STAMP)
 
 up: venv
-	$(VENV)/bin/python -m walflow.embedded up
+	$(VENV)/bin/python -m walflow.runtime.embedded up
 
 test-up: venv
-	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.embedded up
+	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.runtime.embedded up
 
 test-alone-up: venv
-	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m walflow.embedded up
+	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m walflow.runtime.embedded up
 
 bench-up: venv
-	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m walflow.embedded up
+	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m walflow.runtime.embedded up
 
 down:
 	@if [ -x $(VENV)/bin/python ]; then \
 		for state in $(TEST_STATE) $(ALONE_STATE) $(BENCH_STATE); do \
-			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.embedded down; fi; \
+			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded down; fi; \
 		done; \
-		$(VENV)/bin/python -m walflow.embedded down; \
+		$(VENV)/bin/python -m walflow.runtime.embedded down; \
 	fi
 
 status: venv
-	$(VENV)/bin/python -m walflow.embedded status
+	$(VENV)/bin/python -m walflow.runtime.embedded status
 
 demo: up
-	$(ENV) python -m walflow.demo
+	$(ENV) python -m walflow.runtime.demo
 
 # make test runs four lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark
 # and Airflow), and the unit tests beside them. Three share the test runtime. The fourth, lane "alone", runs the tests
@@ -164,8 +164,8 @@ bench-vs-debezium: bench-up
 clean: down
 	@if [ -x $(VENV)/bin/python ]; then \
 		for state in $(TEST_STATE) $(ALONE_STATE) $(BENCH_STATE); do \
-			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.embedded remove-cluster; fi; \
+			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded remove-cluster; fi; \
 		done; \
-		if [ -d .walflow ]; then $(VENV)/bin/python -m walflow.embedded remove-cluster; fi; \
+		if [ -d .walflow ]; then $(VENV)/bin/python -m walflow.runtime.embedded remove-cluster; fi; \
 	fi
 	rm -rf .walflow

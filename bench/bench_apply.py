@@ -53,12 +53,12 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 from bench.workload import ROWS_SQL, TABLE  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
 from walflow.airflow.lake import iceberg_runtime_jar, spark_conf  # noqa: E402
-from walflow.config import ConnectorConfig, parse_config  # noqa: E402
+from walflow.capture.setup import ConnectorSetup  # noqa: E402
+from walflow.capture.stream import StreamBatch  # noqa: E402
+from walflow.config.connector import ConnectorConfig, parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
 from walflow.lake.settings import LakeSettings  # noqa: E402
 from walflow.lake.sql import TABLE_PROPERTIES  # noqa: E402
-from walflow.setup import ConnectorSetup  # noqa: E402
-from walflow.stream import StreamBatch  # noqa: E402
 
 COLUMNS = ["id", "name", "price", "created", "active"]
 META = "_walflow_op string, _walflow_lsn bigint, _walflow_source_ts_ms bigint, _walflow_applied_at timestamp"
@@ -112,7 +112,7 @@ def bootstrap() -> str:
 
 def restart_broker() -> None:
     """A fresh broker on the same port: the embedded broker keeps every topic in memory until it stops."""
-    from walflow.embedded import _ports, broker_down, broker_up
+    from walflow.runtime.embedded import _ports, broker_down, broker_up
 
     broker_down()
     broker_up(_ports()["kafka"])

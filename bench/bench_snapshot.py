@@ -24,10 +24,9 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
 from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.config import parse_config  # noqa: E402
+from walflow.capture.setup import ConnectorSetup  # noqa: E402
+from walflow.config.connector import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
-from walflow.setup import ConnectorSetup  # noqa: E402
-
 
 
 def producer() -> EventProducer:

@@ -26,11 +26,11 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
 from bench.workload import ROWS_SQL, TABLE, drop_topics  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.config import parse_config  # noqa: E402
+from walflow.capture.stream import StreamBatch  # noqa: E402
+from walflow.config.connector import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
-from walflow.source import connect, setup_source  # noqa: E402
-from walflow.stream import StreamBatch  # noqa: E402
-
+from walflow.source.connection import connect
+from walflow.source.prepare import setup_source  # noqa: E402
 
 
 def fill(dsn: str, rows: int, transactions: int, offset: int = 0) -> None:

@@ -48,12 +48,13 @@ sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
 from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot  # noqa: E402
 from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.config import parse_config  # noqa: E402
-from walflow.embedded import ensure_java  # noqa: E402
+from walflow.capture.setup import ConnectorSetup  # noqa: E402
+from walflow.capture.stream import StreamBatch  # noqa: E402
+from walflow.config.connector import parse_config  # noqa: E402
 from walflow.kafka import EventProducer, producer_settings  # noqa: E402
-from walflow.setup import ConnectorSetup  # noqa: E402
-from walflow.source import connect, setup_source  # noqa: E402
-from walflow.stream import StreamBatch  # noqa: E402
+from walflow.runtime.embedded import ensure_java  # noqa: E402
+from walflow.source.connection import connect
+from walflow.source.prepare import setup_source  # noqa: E402
 
 #: Debezium's record forms measured: Kafka Connect records as they leave the connector, and the JSON converter form.
 FORMATS = ("json", "json_keyvalue", "connect")

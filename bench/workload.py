@@ -31,7 +31,7 @@ def incremental_snapshot(config: Any, dsn: str, producer: Any) -> tuple[int, flo
     batches until one finds nothing left; return the rows emitted and the seconds from the signal on."""
     import psycopg
 
-    from walflow.stream import StreamBatch
+    from walflow.capture.stream import StreamBatch
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": [\"public.bench\"]}')")

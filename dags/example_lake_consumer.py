@@ -29,9 +29,9 @@ with DAG(
 
     @task
     def summarize(params: dict | None = None) -> dict:
-        from walflow.cli import lake_catalog
-        from walflow.connectors import resolve
+        from walflow.config.files import resolve
         from walflow.lake import LakeSettings, read_lake_table
+        from walflow.runtime.cli import lake_catalog
 
         assert params is not None
         config = resolve(params["connector"])

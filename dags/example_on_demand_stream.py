@@ -11,6 +11,7 @@ A connector of the factory gets the same wait with ``walflow.stream.trigger.wal.
 from datetime import datetime
 
 from airflow.sdk import DAG
+
 from walflow.airflow.operators import WalflowSetupOperator, WalflowStreamOperator
 from walflow.airflow.sensors import WalflowPendingWalSensor
 

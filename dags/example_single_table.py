@@ -8,6 +8,7 @@ inventory connector without sharing its slot.
 from datetime import datetime
 
 from airflow.sdk import DAG
+
 from walflow.airflow.operators import WalflowSetupOperator, WalflowStreamOperator
 
 CUSTOMERS_ONLY = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from walflow.embedded import run_roles_sql
+from walflow.runtime.embedded import run_roles_sql
 
 PASSWORD = "s3cret-for-tests"
 

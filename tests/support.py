@@ -20,12 +20,13 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from psycopg import sql
 
 from tests.privileges import as_connector, as_reader, publish_all_tables
-from walflow.config import ConnectorConfig, parse_config
+from walflow.capture.batches import BatchSummary
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
+from walflow.config.connector import ConnectorConfig, parse_config
 from walflow.kafka import EventProducer, producer_settings
-from walflow.setup import ConnectorSetup
-from walflow.source import SetupReport, connect, setup_source
-from walflow.batches import BatchSummary
-from walflow.stream import StreamBatch
+from walflow.source.connection import connect
+from walflow.source.prepare import SetupReport, setup_source
 
 
 def pg_dsn(dbname: str = "postgres") -> str:
@@ -128,9 +129,9 @@ def assert_items_in_jdbc_lake(name: str, database: str, catalog_database: str) -
     """Connector ``name``'s lake table of the source table ``items`` (id, v, n) through its JDBC catalog in
     ``catalog_database``: the catalog's own table names it, pyiceberg's SQL catalog reads it equal to the source,
     and ``walflow status`` counts as many rows."""
-    from walflow.cli import status
-    from walflow.connectors import resolve
+    from walflow.config.files import resolve
     from walflow.lake import JdbcCatalog, LakeSettings, read_lake_table
+    from walflow.runtime.cli import status
 
     settings = LakeSettings.from_config(resolve(name))
     with psycopg.connect(pg_dsn(catalog_database)) as conn:
@@ -423,10 +424,9 @@ def start_spark() -> Any:
 
     from pyspark.sql import SparkSession
 
+    from tests.requires import unavailable
     from walflow.airflow.lake import iceberg_runtime_jar, postgresql_jdbc_jar
     from walflow.lake.settings import default_warehouse
-
-    from tests.requires import unavailable
 
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         unavailable("Spark needs Java and there is no java on PATH (nor JAVA_HOME)", "make up installs Debian's openjdk-17-jre-headless")

@@ -32,7 +32,7 @@ BEGIN
         WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
           AND c.object_type IN ('table', 'table column', 'index')
     LOOP
-        -- the key as walflow's catalog reader (walflow.catalog) picks it: the primary key, else the first unique
+        -- the key as walflow's catalog reader (walflow.source.catalog) picks it: the primary key, else the first unique
         -- index on plain columns (a clustered one first, then by name)
         SELECT pg_catalog.jsonb_build_object(
                    'v', 1,

@@ -1,7 +1,24 @@
 """walflow: Debezium's PostgreSQL connector rebuilt in Python and orchestrated by Apache Airflow.
 
-The domain modules (config, pgoutput, convert, events, source, stream, kafka) import nothing from Airflow;
-the Airflow adapters live in :mod:`walflow.airflow`.
+The subpackages follow the data, each importing only from those before it in this list (``tests/unit/test_layout.py``
+holds the rule):
+
+==============  ==================================================================================================
+package         what it holds
+==============  ==================================================================================================
+``errors``      the named exceptions of every stage; ``names``: how topics and tables are named
+``config``      what the operator declares: connector settings, connector files, patterns, filters, expressions
+``source``      the source database: connections, publication, slot, locks, catalog, pgoutput, state, signals
+``records``     Debezium's record format: value conversion, column transforms, table schemas, envelopes
+``kafka``       the producer, topic administration and end-of-topic reads
+``capture``     streaming batches, initial and incremental snapshots, setup, drift checks, schema facts, metrics
+``lake``        the Spark job that applies the records to Iceberg (its executors import ``names``, ``errors``,
+                ``kafka`` and parts of ``records`` only)
+``airflow``     hooks, operators, sensors, triggers, the DAG factory: thin adapters over the stages above
+``runtime``     the embedded services, ``make demo``, the ``walflow`` command line
+==============  ==================================================================================================
+
+Nothing below ``airflow`` imports Airflow.
 """
 
 __version__ = "0.1.0"

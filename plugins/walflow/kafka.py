@@ -1,4 +1,5 @@
-"""Producing change events to Kafka with confluent-kafka, and knowing exactly what was acknowledged.
+"""Kafka with confluent-kafka: producing change events and knowing exactly what was acknowledged, creating topics,
+and finding where a topic ends (the setup records it; the lake job reads up to it).
 
 The producer is idempotent with ``acks=all``: records of one partition are written once and in order even
 when librdkafka retries. :meth:`EventProducer.flush` waits for every delivery report and raises
@@ -9,15 +10,16 @@ only past records Kafka really holds.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
 import orjson
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from walflow.errors import DeliveryError, RecordTooLargeError
+from walflow.errors import BrokerUnavailableError, DeliveryError, LakeError, RecordTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -368,3 +370,67 @@ def _lsn_text(lsn: int) -> str:
 
 
 _ADMIN_KEYS = {"bootstrap.servers", "security.protocol", "client.id", "socket.timeout.ms", "socket.keepalive.enable"}
+
+
+#: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
+#: (500 ms by default), so the end of a partition shows sooner with a short wait.
+SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
+
+
+def consumer(kafka: dict[str, Any], **overrides: Any) -> Consumer:
+    """A consumer that commits nothing (the lake keeps its offsets in Iceberg) and reports partition EOF."""
+    settings: dict[str, Any] = {
+        "group.id": f"walflow-apply-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }
+    settings.update(overrides)
+    settings.update({k: v for k, v in kafka.items() if not k.startswith("walflow.")})
+    return Consumer(settings)
+
+
+def list_topics(kafka: dict[str, Any]) -> dict[str, list[int]]:
+    """Every topic of the cluster without error, with its partitions."""
+    client = consumer(kafka)
+    try:
+        metadata = client.list_topics(timeout=30)
+    finally:
+        client.close()
+    return {name: sorted(meta.partitions) for name, meta in metadata.topics.items() if meta.error is None}
+
+
+def partition_end(client: Consumer, topic: str, partition: int, start: int, timeout: float = 30.0) -> int:
+    """A partition's end offset, found by consuming to EOF with ``client`` (``enable.partition.eof`` set).
+
+    ListOffsets can be short by the last batch on some Kafka-compatible brokers (see DESIGN.md), so it only
+    gives where to begin reading: one record before it, or ``start`` when that is further.
+    """
+    _low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+    begin = max(0, min(high, max(start, high - 1)))
+    client.assign([TopicPartition(topic, partition, begin)])
+    end = begin
+    while True:
+        msg = client.poll(timeout)
+        if msg is None:
+            raise BrokerUnavailableError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                return max(end, msg.offset()) if msg.offset() >= 0 else end
+            raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+        end = msg.offset() + 1
+
+
+def topic_ends(kafka: dict[str, Any], topics: list[str]) -> dict[str, dict[int, int]]:
+    """The end offset of every partition of ``topics`` (a topic that does not exist yet has none). ``kafka`` may be a
+    producer's settings: only what reaches and authenticates to the cluster is taken from them."""
+    kafka = {k: v for k, v in kafka.items() if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket."))}
+    found = list_topics(kafka)
+    ends: dict[str, dict[int, int]] = {}
+    client = consumer(kafka, **SMALL_READS)
+    try:
+        for topic in topics:
+            ends[topic] = {p: partition_end(client, topic, p, 0) for p in found.get(topic, [])}
+    finally:
+        client.close()
+    return ends

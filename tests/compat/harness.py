@@ -17,9 +17,9 @@ from __future__ import annotations
 import base64
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from psycopg import sql
 
 from tests import privileges, support
 from tests.compat.debezium import Engine, Rec
-from walflow.config import ConnectorConfig
+from walflow.config.connector import ConnectorConfig
 
 #: Prefix of the logical decoding message that ends every workload.
 SENTINEL = "walflow.compat.end"

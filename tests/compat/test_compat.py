@@ -7,9 +7,9 @@ records at all (a scenario both sides ignore proves nothing).
 
 from __future__ import annotations
 
-import pytest
-
 from pathlib import Path
+
+import pytest
 
 from tests.compat.compare import DELIBERATE, HARNESS_RULES, Comparison, report
 from tests.compat.scenarios import GROUPS

@@ -17,7 +17,14 @@ import psycopg
 import pytest
 
 from tests.cluster import standalone_cluster
-from tests.support import TEST_SPARK_CONF, airflow_connector, assert_items_in_jdbc_lake, jdbc_catalog_env, run_dag, unique
+from tests.support import (
+    TEST_SPARK_CONF,
+    airflow_connector,
+    assert_items_in_jdbc_lake,
+    jdbc_catalog_env,
+    run_dag,
+    unique,
+)
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parents[2]

@@ -89,7 +89,7 @@ def test_the_spark_tasks_find_the_iceberg_runtime_where_they_run() -> None:
     """The Iceberg jar is looked up when the task runs, not when the DAG file is parsed (the DAG processor's
     environment need not be the worker's), and not at all when spark.jars.packages brings Iceberg."""
     from walflow.airflow.lake import apply_task, iceberg_runtime_jar, maintain_task
-    from walflow.config import parse_config
+    from walflow.config.connector import parse_config
 
     jar = iceberg_runtime_jar()
     assert jar is not None, "the pinned Iceberg runtime wheel is a test requirement"
@@ -117,10 +117,9 @@ def signal_connector(connector_dir: dict[str, str], tmp_path: Path) -> dict[str,
 
 
 def _stream_in_background(name: str, dsn: str, stop: threading.Event) -> threading.Thread:
-    from walflow.connectors import resolve
-    from walflow.stream import StreamBatch
-
     from tests.support import producer
+    from walflow.capture.stream import StreamBatch
+    from walflow.config.files import resolve
 
     def loop() -> None:
         config = resolve(name)
@@ -236,10 +235,9 @@ def test_dag_docs_owner_callback_and_errors_that_are_not_retried(
     """doc_md names what each DAG reads, writes and how to recover; owner and failure callback come from the YAML;
     an error that needs a fix (here: another connector owns the slot) fails the stream task at once, without the
     DAG's two retries, and calls the callback."""
-    from walflow.airflow.dag_factory import build_connector_dags
-    from walflow.config import parse_config
-
     from tests.support import setup
+    from walflow.airflow.dag_factory import build_connector_dags
+    from walflow.config.connector import parse_config
 
     name = unique("docs")
     settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal", "walflow.owner: data-platform",

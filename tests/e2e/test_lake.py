@@ -108,7 +108,7 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd
     assert [r["_walflow_op"] for r in history] == ["r", "u", "u"] and history[-1]["owner"] == "toasted row"
 
     # `walflow status` sees the slot, the last batch and the lake's commits
-    from walflow.cli import render, status
+    from walflow.runtime.cli import render, status
 
     report = status(name, dsn=dsn)
     assert report["source"]["exists"] and report["source"]["last_batch"]["events"] > 0

@@ -18,9 +18,9 @@ import pytest
 from tests.support import airflow_connector, prepare_source, read_topic, unique
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.airflow.triggers import WalflowPendingWalTrigger, WalflowSnapshotTrigger
-from walflow.connectors import resolve
-from walflow.health import pending_wal_bytes
-from walflow.source import connect
+from walflow.config.files import resolve
+from walflow.source.connection import connect
+from walflow.source.health import pending_wal_bytes
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -33,7 +33,7 @@ import pytest
 
 from tests.requires import unavailable
 from tests.support import airflow_connector, read_topic, setup, unique
-from walflow.connectors import load_config
+from walflow.config.files import load_config
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -24,13 +24,23 @@ import orjson
 import psycopg
 import pytest
 
-from tests.faults.harness import ITERATIONS, ROOT, Writer, all_records, check_lake, check_topic, record, scenario, seed_table
+from tests.faults.harness import (
+    ITERATIONS,
+    ROOT,
+    Writer,
+    all_records,
+    check_lake,
+    check_topic,
+    record,
+    scenario,
+    seed_table,
+)
 from tests.privileges import ConnectorRole, connector_role
 from tests.support import apply_lake, run_apply, stream, unique
-from walflow.config import parse_config
+from walflow.capture.setup import ConnectorSetup
+from walflow.config.connector import parse_config
 from walflow.errors import ConcurrentRunError, TopicMismatchError, WalflowError
-from walflow.reset import reset_connector
-from walflow.setup import ConnectorSetup
+from walflow.runtime.reset import reset_connector
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -123,7 +133,7 @@ def test_stream_killed_at_random_points(spark: Any, database: str, tmp_path: Pat
 def test_postgres_restarted_mid_batch(spark: Any, database: str, tmp_path: Path, mode: str) -> None:
     """The server restarts while a batch runs: from inside the batch (after its first block of records went to
     the producer, or at a transaction's BEGIN), so every iteration really cuts a batch; then the task's retries."""
-    from walflow.embedded import restart_pg
+    from walflow.runtime.embedded import restart_pg
 
     iterations = max(2, ITERATIONS // 2 + 1)
     with scenario(f"PostgreSQL restart -m {mode}", iterations):
@@ -168,7 +178,7 @@ def test_slot_rolled_back_by_a_crash(database: str) -> None:
     """A crash rolls the slot back to its last checkpointed position, behind where the last batch advanced it:
     the next batch reads past what Kafka holds already (no duplicate, no newer source.sequence on an old change)
     and streams what follows with the sequence the earlier batch left."""
-    from walflow.embedded import restart_pg
+    from walflow.runtime.embedded import restart_pg
 
     seed_table(database, 10)
     with connector_role(database, "public.t") as role:
@@ -291,8 +301,8 @@ def test_spark_apply_killed(spark: Any, database: str, tmp_path: Path) -> None:
 @pytest.mark.disruptive
 def test_broker_stopped_mid_batch(spark: Any, database: str, tmp_path: Path) -> None:
     """Last on purpose: the embedded broker keeps topics in memory, so its restart loses every topic."""
-    from walflow.embedded import _ports, broker_down, broker_up
     from tests.support import producer
+    from walflow.runtime.embedded import _ports, broker_down, broker_up
 
     with scenario("broker stopped mid-batch", 1):
         seed_table(database, 1000)

@@ -10,7 +10,7 @@ import signal
 import sys
 
 from tests.support import setup, stream
-from walflow.config import parse_config
+from walflow.config.connector import parse_config
 
 
 def main() -> None:
@@ -26,9 +26,9 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     if "WALFLOW_TEST_ROUND_ROWS" in os.environ:  # rounds of a known size, whatever the default
-        import walflow.stream
+        import walflow.capture.stream
 
-        walflow.stream.ROUND_ROWS = int(os.environ["WALFLOW_TEST_ROUND_ROWS"])
+        walflow.capture.stream.ROUND_ROWS = int(os.environ["WALFLOW_TEST_ROUND_ROWS"])
     config = parse_config(raw)
     if stage.startswith("snapshot"):
         setup(config, dsn, fault_hook=hook)

@@ -21,11 +21,11 @@ import pytest
 
 from tests.privileges import as_connector, hand_over
 from tests.support import connector, prepare_source, producer, read_topic, setup, stream, unique
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
 from walflow.errors import DeliveryError, SourceError
 from walflow.kafka import EventProducer, producer_settings
-from walflow.setup import ConnectorSetup
-from walflow.source import connect
-from walflow.stream import StreamBatch
+from walflow.source.connection import connect
 
 
 def run_sql(dsn: str, *statements: str) -> None:
@@ -57,7 +57,7 @@ def _as_postgres(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def replica_server() -> Iterator[str]:
     """A tiny second cluster with wal_level=replica, from the same binaries as the embedded one; yields its DSN."""
-    from walflow.embedded import pg_bindir
+    from walflow.runtime.embedded import pg_bindir
 
     bindir = pg_bindir()
     root = Path("/var/tmp") / f"walflow-test-replica-{uuid.uuid4().hex[:8]}"
@@ -157,7 +157,7 @@ def test_rename_out_of_the_include_list_is_logged(database: str, caplog: pytest.
 
 # -- an oversized signal --------------------------------------------------------------------------------------------
 def test_oversized_signal_is_logged_with_its_id_and_skipped(database: str, caplog: pytest.LogCaptureFixture) -> None:
-    from walflow.signals import MAX_SIGNAL_BYTES, signal_status
+    from walflow.source.signals import MAX_SIGNAL_BYTES, signal_status
 
     # a signal table of the user's own, whose data column (text) accepts more than walflow reads
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "CREATE TABLE signals (id text PRIMARY KEY, type text NOT NULL, data text)")

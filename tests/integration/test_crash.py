@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.support import prepare_source, read_topic, replay, stream, unique
-from walflow.config import parse_config
+from walflow.config.connector import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,11 +12,11 @@ import pytest
 
 from tests.privileges import as_connector
 from tests.support import connector, setup, stream, unique
-from walflow.cli import render, status
-from walflow.health import HealthLimits, assess_slot_health, pending_wal_bytes, slot_health
-from walflow.pgoutput import str_to_lsn
-from walflow.source import connect
-from walflow.state import StateStore
+from walflow.runtime.cli import render, status
+from walflow.source.connection import connect
+from walflow.source.health import HealthLimits, assess_slot_health, pending_wal_bytes, slot_health
+from walflow.source.pgoutput import str_to_lsn
+from walflow.source.state import StateStore
 
 
 def write(dsn: str, rows: int) -> None:
@@ -96,7 +96,7 @@ def test_status_shows_health_and_limits(database: str, tmp_path: Path, monkeypat
     text = render(report)
     assert "last confirmed" in text and "s ago" in text and "WARNING: slot" in text
     # the command's exit status, for monitoring: 0 with warnings only, 1 once the slot is gone
-    from walflow.cli import main
+    from walflow.runtime.cli import main
 
     assert main(["status", name, "--dsn", as_connector(database)]) == 0
     with psycopg.connect(database, autocommit=True) as conn:

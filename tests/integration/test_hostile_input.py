@@ -15,14 +15,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from walflow.connectors import load_all, load_config
-from walflow.errors import ConfigError, DriftError, PatternError, RecordTooLargeError, SourceError
-from walflow.kafka import EventProducer, producer_settings
-from walflow.setup import ConnectorSetup
-from walflow.stream import StreamBatch
 
 from tests.privileges import as_connector, hand_over
 from tests.support import airflow_connector, bootstrap, connector, pg_dsn, read_topic, setup, stream, unique
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
+from walflow.config.files import load_all, load_config
+from walflow.errors import ConfigError, DriftError, PatternError, RecordTooLargeError, SourceError
+from walflow.kafka import EventProducer, producer_settings
 
 SIGNALS = "public.walflow_signal"
 
@@ -221,8 +221,8 @@ def test_a_value_the_stream_cannot_convert_stops_before_its_transaction_with_the
     walflow's converters take every value PostgreSQL prints (tests/integration/test_types.py)."""
     import dataclasses
 
-    from walflow import events
     from walflow.errors import ConversionError
+    from walflow.records import events
 
     real = events.build_converter
 
@@ -453,9 +453,8 @@ def test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_l
     row by row."""
     import regex
 
-    from walflow.lake.naming import table_name
-
     from tests.support import apply_lake, lake_rows, replay
+    from walflow.lake.naming import table_name
 
     table = f"{ident(ODD_SCHEMA)}.{ident(ODD_TABLE)}"
     run_sql(
@@ -717,7 +716,7 @@ def test_the_embedded_runtime_asks_for_passwords_and_listens_on_loopback_only() 
     import os
     import stat
 
-    from walflow import embedded
+    from walflow.runtime import embedded
 
     env = dict(line.removeprefix("export ").split("=", 1) for line in embedded.ENV_FILE.read_text().splitlines() if line.startswith("export "))
     env = {k: v.strip("'") for k, v in env.items()}
@@ -747,7 +746,7 @@ def test_lake_catalog_credentials_never_reach_the_command_line(tmp_path: Path, m
     """A credential in walflow.lake.spark.conf (which reaches spark-submit's command line, the task log and the
     serialized DAG) is refused with the fix; from the catalog's Connection it reaches the job's environment only."""
     from walflow.airflow.dag_factory import build_connector_dags
-    from walflow.config import parse_config
+    from walflow.config.connector import parse_config
     from walflow.lake.settings import CATALOG_ENV
 
     with pytest.raises(ConfigError, match=r"'spark\.sql\.catalog\.lake\.credential' holds a credential.*walflow\.lake\.catalog\.conn\.id"):

@@ -238,9 +238,9 @@ def test_wide_rows_make_rounds_of_fewer_rows(database: str, monkeypatch: pytest.
     5 kB in chunks of 100 (about half a megabyte each) make rounds of three chunks; every row is emitted once."""
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, repeat('w', 5000) FROM generate_series(1, 1000) g")
     config = make(database)
-    monkeypatch.setattr("walflow.stream.ROUND_BYTES", 1_200_000)
+    monkeypatch.setattr("walflow.capture.stream.ROUND_BYTES", 1_200_000)
     signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
-    with caplog.at_level("INFO", logger="walflow.stream"):
+    with caplog.at_level("INFO", logger="walflow.capture.stream"):
         drain(config, database)
     rounds = sum("streaming slot" in r.getMessage() for r in caplog.records)
     assert sorted(r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")) == list(range(1, 1001))
@@ -267,7 +267,7 @@ def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.Log
     topic = f"{config.topic_prefix}.public.t"
     # one chunk (100 rows) per round, and a signal sent at the start of the batch's second chunk round: the
     # signal is then read while the snapshot runs, whatever the machine's speed
-    monkeypatch.setattr("walflow.stream.ROUND_ROWS", 100)
+    monkeypatch.setattr("walflow.capture.stream.ROUND_ROWS", 100)
 
     def at_second_round(kind: str) -> Any:
         rounds = []
@@ -411,7 +411,7 @@ def test_a_table_whose_events_cannot_be_built_fails_its_signal_not_every_batch(d
 
 def test_a_message_that_only_looks_like_a_watermark_is_logged_and_passed(database: str, caplog: pytest.LogCaptureFixture) -> None:
     """Another client writing logical decoding messages with walflow's watermark prefix cannot stop the stream."""
-    from walflow.incremental import WATERMARK_PREFIX
+    from walflow.capture.incremental import WATERMARK_PREFIX
 
     run_sql(database, "CREATE TABLE wm (id int PRIMARY KEY)")
     config = make(database)
@@ -457,7 +457,7 @@ def test_crash_between_saving_progress_and_advancing_the_slot(database: str, mon
     execute-snapshot signal is recognised (it is in the saved progress) and no second snapshot starts."""
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g")
     config = make(database)
-    monkeypatch.setattr("walflow.stream.ROUND_ROWS", 100)  # one chunk per round
+    monkeypatch.setattr("walflow.capture.stream.ROUND_ROWS", 100)  # one chunk per round
     run_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
 
     def die(stage: str) -> None:
@@ -484,7 +484,7 @@ def test_signals_read_again_after_a_crash_do_not_act_twice(database: str, monkey
     before advancing the slot. Read again, the pause must not hit the snapshot that started after it."""
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
     config = make(database)
-    monkeypatch.setattr("walflow.stream.ROUND_ROWS", 100)
+    monkeypatch.setattr("walflow.capture.stream.ROUND_ROWS", 100)
     with psycopg.connect(database) as conn:
         send_signal(conn, "pause-snapshot", {})  # nothing runs yet: no effect
         run_id = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"]})
@@ -611,9 +611,10 @@ def test_a_chunk_failing_on_the_server_leaves_its_connection_idle_and_logs_only_
     in its aborted state made it warn "pipeline aborted", which named no cause)."""
     from psycopg import sql
 
-    from walflow.chunks import ChunkReader, SnapshotProgress
-    from walflow.events import Filters, Serializer
-    from walflow.transforms import ColumnRules
+    from walflow.capture.chunks import ChunkReader, SnapshotProgress
+    from walflow.config.filters import Filters
+    from walflow.records.events import Serializer
+    from walflow.records.transforms import ColumnRules
 
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
     config = make(database)

@@ -8,7 +8,6 @@ job in ``tests/faults``.
 from __future__ import annotations
 
 import logging
-
 import os
 import subprocess
 from pathlib import Path

@@ -15,7 +15,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import airflow_connector, apply_lake, assert_items_in_jdbc_lake, jdbc_catalog_env, setup, stream, unique
+from tests.support import (
+    airflow_connector,
+    apply_lake,
+    assert_items_in_jdbc_lake,
+    jdbc_catalog_env,
+    setup,
+    stream,
+    unique,
+)
 from walflow.lake import JdbcCatalog, LakeSettings
 
 pytestmark = pytest.mark.timeout(600)
@@ -25,7 +33,7 @@ def test_a_jdbc_catalog_from_an_airflow_connection_holds_the_lake(
     spark: Any, database: str, kafka_bootstrap: str, catalog_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from walflow.airflow.hooks import WalflowIcebergCatalogHook
-    from walflow.connectors import resolve
+    from walflow.config.files import resolve
 
     name = unique("jdbc")
     # a catalog name of its own: the session's other tests keep theirs ("lake", a Hadoop catalog)

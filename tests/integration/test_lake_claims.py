@@ -74,7 +74,7 @@ def test_a_lake_table_belongs_to_one_connector_and_one_topic(spark: Any, databas
     the fix); a source table named like another's changelog is refused while the other topics are applied; reset
     --lake leaves the other connector's tables alone."""
     from tests.privileges import as_connector
-    from walflow.reset import reset_connector
+    from walflow.runtime.reset import reset_connector
 
     warehouse = str(tmp_path / "warehouse")
     owner = connector(unique("own"), **{"walflow.lake.changelog": True})
@@ -107,7 +107,7 @@ def test_a_lake_table_belongs_to_one_connector_and_one_topic(spark: Any, databas
         apply_lake(spark, intruder, warehouse)
     assert len(lake_rows(owner.topic_prefix, "public__notes", warehouse)) == 3
 
-    import walflow.reset as reset
+    import walflow.runtime.reset as reset
 
     report = reset_connector(intruder.model_copy(update={"walflow_lake_warehouse": warehouse}), as_connector(database), lake=True)
     assert report.lake_tables == [] and any("public__notes" in kept for kept in report.lake_kept), report
@@ -117,7 +117,7 @@ def test_a_lake_table_belongs_to_one_connector_and_one_topic(spark: Any, databas
 
 def test_nested_topic_prefixes_are_refused(tmp_path: Path) -> None:
     """``shop`` and ``shop.eu``: each would take the other's topics for its own tables."""
-    from walflow.connectors import load_all
+    from walflow.config.files import load_all
 
     for name, prefix in (("shop", "shop"), ("shop_eu", "shop.eu")):
         (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntopic.prefix: {prefix}\nslot.name: {name}\n")

@@ -116,7 +116,7 @@ def test_apply_and_maintenance_never_overlap(database: str) -> None:
 
     from tests.privileges import as_connector
     from walflow.airflow.lake import WalflowApplyOperator, WalflowMaintainOperator
-    from walflow.source import lake_lock
+    from walflow.source.locks import lake_lock
 
     conninfo = as_connector(database)
     with lake_lock(conninfo, "c1", wait_seconds=0) as held:

@@ -212,7 +212,7 @@ def test_a_key_redefined_within_a_run_merges_each_event_by_its_own_key(spark: An
         "ALTER TABLE r DROP CONSTRAINT r_pkey", "ALTER TABLE r ADD PRIMARY KEY (id, region)",
         "INSERT INTO r VALUES (1, 'us', 100)", "UPDATE r SET v = 20 WHERE id = 2", "DELETE FROM r WHERE id = 1 AND region = 'eu'",
         "INSERT INTO r VALUES (3, 'us', 3), (3, 'eu', 3)")
-    # the stream stops at the new key until the setup accepts it (walflow.drift): then both keys are in the topic
+    # the stream stops at the new key until the setup accepts it (walflow.capture.drift): then both keys are in the topic
     with pytest.raises(DriftError):
         stream(config, dsn)
     setup(config, dsn)
@@ -292,8 +292,8 @@ def test_after_a_reset_the_rebuilt_lake_starts_at_the_new_snapshot(
     its delete was never streamed. The initial snapshot records where the topics ended before its rows (a start fact
     on the schema topic), and a lake table that applied nothing yet starts there: the lake equals the source."""
     from tests.privileges import as_connector
-    from walflow.cli import main
-    from walflow.connectors import load_config
+    from walflow.config.files import load_config
+    from walflow.runtime.cli import main
 
     dsn = database
     name = unique("restart")

@@ -9,8 +9,8 @@ import pytest
 
 from tests.privileges import as_connector
 from tests.support import read_topic, setup, unique
-from walflow.cli import main
-from walflow.connectors import load_config
+from walflow.config.files import load_config
+from walflow.runtime.cli import main
 
 
 def test_reset_drops_slot_and_state_so_the_next_setup_snapshots_again(
@@ -44,9 +44,9 @@ def test_reset_refuses_what_is_not_the_connectors_own(database: str, tmp_path: P
     """Reset drops nothing outside the connector: a lake namespace that is not one folder of the warehouse (it
     would remove the warehouse, its parent or an absolute path), a JDBC catalog (walflow cannot drop its tables
     itself), a slot of another kind or database, or a slot another connector claims."""
-    from walflow.config import parse_config
+    from walflow.config.connector import parse_config
     from walflow.errors import ConfigError, DriftError, SlotError
-    from walflow.reset import lake_folder, reset_connector
+    from walflow.runtime.reset import lake_folder, reset_connector
 
     (tmp_path / "lake" / "keep").mkdir(parents=True)
     plain = parse_config({"name": "r", "topic.prefix": "r", "walflow.lake.warehouse": str(tmp_path / "lake")})
@@ -86,10 +86,10 @@ def test_reset_refuses_what_is_not_the_connectors_own(database: str, tmp_path: P
 def test_reset_of_the_lake_waits_for_no_running_apply(database: str, tmp_path: Path) -> None:
     """The lake's tables are not removed under a running apply or maintenance (they hold the connector's lake lock):
     reset --lake is refused then, before anything is dropped."""
-    from walflow.config import parse_config
+    from walflow.config.connector import parse_config
     from walflow.errors import ConcurrentRunError
-    from walflow.reset import reset_connector
-    from walflow.source import lake_lock
+    from walflow.runtime.reset import reset_connector
+    from walflow.source.locks import lake_lock
 
     name = unique("busy")
     config = parse_config({"name": name, "topic.prefix": name, "slot.name": name, "walflow.lake.warehouse": str(tmp_path / "lake")})

@@ -11,7 +11,7 @@ import pytest
 
 from tests.privileges import PASSWORD, apply_roles_sql, as_connector, database_role
 from tests.support import connector, producer, read_topic, replay, setup, stream, unique
-from walflow.setup import ConnectorSetup
+from walflow.capture.setup import ConnectorSetup
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = "public.walflow_signal"

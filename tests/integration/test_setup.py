@@ -14,9 +14,10 @@ from psycopg import sql
 
 from tests.privileges import as_connector, database_role, hand_over
 from tests.support import connector, prepare_source, setup, stream, unique
+from walflow.capture.setup import ensure_signal_table
 from walflow.errors import SlotError, SourceError
-from walflow.setup import ensure_signal_table
-from walflow.source import connect, setup_source
+from walflow.source.connection import connect
+from walflow.source.prepare import setup_source
 
 
 def tables(dsn: str, *ddl: str) -> None:
@@ -257,7 +258,7 @@ def airflow_setup(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypat
 def test_sslmode_reaches_the_connection(airflow_setup: dict[str, str]) -> None:
     """The embedded server has no TLS: 'require' must fail to connect (so it was applied), 'disable' works."""
     from walflow.airflow.operators import WalflowSetupOperator
-    from walflow.cli import status
+    from walflow.runtime.cli import status
 
     name = airflow_setup["name"]
     with pytest.raises(SourceError, match="cannot connect to the source database: .*SSL"):
@@ -277,7 +278,7 @@ def test_initial_statements_run_on_each_connection(airflow_setup: dict[str, str]
     name, dsn = airflow_setup["name"], airflow_setup["dsn"]
     tables(dsn, "CREATE TABLE init_log (app text)", "GRANT INSERT ON init_log TO PUBLIC")
     from walflow.airflow.operators import WalflowSetupOperator
-    from walflow.cli import status
+    from walflow.runtime.cli import status
 
     statements = "SET application_name = 'walflow;;init'; INSERT INTO init_log VALUES (current_setting('application_name'))"
     WalflowSetupOperator(task_id="setup", connector=name, overrides={"database.initial.statements": statements}).execute({})

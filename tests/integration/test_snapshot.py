@@ -17,9 +17,9 @@ import pytest
 
 from tests.integration.test_types import CASES, NO_DEFAULT, PREAMBLE
 from tests.support import connector, read_topic, replay, setup, stream, unique
+from walflow.capture.setup import SnapshotError
 from walflow.errors import SlotError
 from walflow.kafka import ENCODE_RUN
-from walflow.setup import SnapshotError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -304,7 +304,7 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
         found = []
         for child in psutil.Process().children(recursive=True):
             try:
-                if "walflow.snapshot_workers" in child.cmdline():
+                if "walflow.capture.snapshot_workers" in child.cmdline():
                     found.append(child)
             except psutil.Error:  # gone, or a zombie of another test's child
                 continue

@@ -10,7 +10,7 @@ import pytest
 from tests.privileges import as_connector, database_role
 from tests.support import connector, prepare_source, read_topic, replay, stream, unique
 from walflow.errors import ConcurrentRunError, SlotError
-from walflow.source import connect
+from walflow.source.connection import connect
 
 
 def setup(dsn: str, **overrides: object):
@@ -363,7 +363,7 @@ def test_retained_wal_above_the_limits_warns_then_fails_after_delivering(databas
     run_sql(database, CUSTOMERS)
     config = setup(database, **{"walflow.slot.max.retained.wal.bytes": 1})
     run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
-    with caplog.at_level("WARNING", logger="walflow.stream"):
+    with caplog.at_level("WARNING", logger="walflow.capture.stream"):
         summary = stream(config, database)
     assert summary.events == 1 and summary.retained_wal_bytes is not None
     assert any("walflow.slot.max.retained.wal.bytes=1" in r.getMessage() for r in caplog.records)

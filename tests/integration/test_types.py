@@ -14,8 +14,8 @@ import hashlib
 import os
 import shutil
 import struct
-import sys
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,9 +27,9 @@ from psycopg import sql
 
 from tests.privileges import as_connector
 from tests.support import connector, prepare_source, producer, read_topic, stream, unique
-from walflow.snapshot import InitialSnapshot
-from walflow.snapshot_tables import _columns_sql, plan_tables
-from walflow.source import connect
+from walflow.capture.snapshot import InitialSnapshot
+from walflow.capture.snapshot_tables import _columns_sql, plan_tables
+from walflow.source.connection import connect
 
 NO_DEFAULT = object()
 
@@ -626,7 +626,7 @@ def test_column_transforms(database: str, caplog: pytest.LogCaptureFixture) -> N
             "INSERT INTO c VALUES (1, 'abcdefghij', 'hunter2', 'anne@example.org', 12.5, 'odd', 1234, "
             """'{abcdefgh,ijklmnop}', '{"key": "long value"}', 'ab', 'XY-42', 'not hashed')"""
         )
-    with caplog.at_level("WARNING", logger="walflow.transforms"):
+    with caplog.at_level("WARNING", logger="walflow.records.transforms"):
         stream(config, database)
     (record,) = read_topic(f"{config.topic_prefix}.public.c")
     after = record.payload["after"]
@@ -831,8 +831,8 @@ def _one_snapshot_row(database: str, name: str, ddl: str, row: str, **settings: 
     """Create table ``name`` with one row, plan it for a connector with ``settings`` and read that row as a snapshot
     reads it (a ``snapshot.select.statement.overrides`` query through its server-side cursor): returns the config,
     the planned table, the row's values and an encoder of its records."""
-    from walflow.emitter import SnapshotEmitter
-    from walflow.snapshot_tables import read_chunks
+    from walflow.capture.emitter import SnapshotEmitter
+    from walflow.capture.snapshot_tables import read_chunks
 
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} ({ddl})")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from walflow.chunks import Chunk, row_key
-from walflow.events import FieldSpec
-from walflow.incremental import IncrementalSnapshots
+from walflow.capture.chunks import Chunk, row_key
+from walflow.capture.incremental import IncrementalSnapshots
+from walflow.records.events import FieldSpec
 
 
 def _chunk(ids: list[int]) -> Chunk:

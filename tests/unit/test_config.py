@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from walflow.config import parse_config
-from walflow.connectors import load_all, load_config, resolve
+from walflow.config.connector import parse_config
+from walflow.config.files import load_all, load_config, resolve
 from walflow.errors import ConfigError
 
 BASE = {"name": "inv", "topic.prefix": "inv"}

@@ -6,8 +6,9 @@ import base64
 
 import pytest
 
-from walflow import convert as c
-from walflow.convert import ColumnType, ConverterSettings, build_converter
+from walflow.records import convert as c
+from walflow.records.convert import ConverterSettings, build_converter
+from walflow.source.catalog import ColumnType
 
 DEFAULT = ConverterSettings()
 
@@ -230,7 +231,7 @@ def test_enum_array_items_carry_the_enum_schema() -> None:
 
 
 def test_avro_schema_names_follow_debezium_schema_name_adjuster() -> None:
-    from walflow.events import avro_name, schema_full_name
+    from walflow.records.events import avro_name, schema_full_name
 
     # only the first character of the whole name must be a letter or '_': it is replaced, never prefixed
     assert avro_name("1db.public.t.Value") == "_db.public.t.Value"
@@ -275,7 +276,7 @@ def test_dates_before_the_common_era_match_postgresql() -> None:
 )
 def test_default_expression_classification(expr: str, literal: str | None, function: bool) -> None:
     """Which catalog defaults are literals (cast on the server as a parameter) and which are function calls."""
-    from walflow.catalog import is_function_default, literal_default
+    from walflow.source.catalog import is_function_default, literal_default
 
     assert literal_default(expr) == literal
     assert is_function_default(expr) is function
@@ -287,7 +288,7 @@ def test_numerics_beyond_pythons_integer_limit_convert_exactly_and_fast() -> Non
     import sys
     import time
 
-    from walflow.decimals import EXACT, digits_to_int, int_to_decimal, variable_scale
+    from walflow.records.decimals import EXACT, digits_to_int, int_to_decimal, variable_scale
 
     whole, fraction = "9" + "1234567890" * 13107 + "7", "3" * 16382 + "1"
     started = time.monotonic()

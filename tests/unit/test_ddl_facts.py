@@ -1,4 +1,4 @@
-"""walflow.ddl_facts alone: a DDL fact's parsing, the key it gives a table (by attribute number), and which facts of
+"""walflow.source.ddl_facts alone: a DDL fact's parsing, the key it gives a table (by attribute number), and which facts of
 the state a batch may use."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from walflow.catalog import CatalogTable
-from walflow.ddl_facts import STATE_PREFIX, DdlFact, DdlFacts
+from walflow.source.catalog import CatalogTable
+from walflow.source.ddl_facts import STATE_PREFIX, DdlFact, DdlFacts
 
 
 class Store:

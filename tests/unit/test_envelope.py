@@ -1,11 +1,11 @@
-"""The record format of walflow.envelope: Debezium 3.6.3's and the pre-2.6 one, and Java's HashMap order."""
+"""The record format of walflow.records.envelope: Debezium 3.6.3's and the pre-2.6 one, and Java's HashMap order."""
 
 from __future__ import annotations
 
 import orjson
 
 from tests.support import connector
-from walflow.envelope import EventFormat, java_hash_map_order, java_string_hash
+from walflow.records.envelope import EventFormat, java_hash_map_order, java_string_hash
 
 
 def test_current_format_is_debezium_3_6() -> None:

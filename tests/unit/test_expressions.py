@@ -1,4 +1,4 @@
-"""walflow.expressions: what a condition may be (one expression over the row) and what a form's template may hold
+"""walflow.config.expressions: what a condition may be (one expression over the row) and what a form's template may hold
 (text and the run's interval), refused before anything runs or is rendered."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from walflow.config.expressions import analyse_condition, render_condition
 from walflow.errors import ExpressionError
-from walflow.expressions import analyse_condition, render_condition
 
 RUN = {"data_interval_start": dt.datetime(2024, 3, 1), "data_interval_end": dt.datetime(2024, 3, 2), "ds": "2024-03-01"}
 

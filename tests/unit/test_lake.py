@@ -407,7 +407,7 @@ def test_the_record_budget_is_shared_fairly() -> None:
 
 
 def test_nested_topic_prefixes() -> None:
-    from walflow.lake.naming import prefixes_nest
+    from walflow.names import prefixes_nest
 
     assert prefixes_nest("shop", ".", "shop.eu", ".") and prefixes_nest("shop.eu", ".", "shop", ".")
     assert not prefixes_nest("shop", ".", "shop_eu", ".") and not prefixes_nest("shop", ".", "shopping", ".")
@@ -562,7 +562,7 @@ def test_schemaless_typing() -> None:
 
 
 def test_settings_are_derived_once_and_travel_as_one_argument(monkeypatch: pytest.MonkeyPatch) -> None:
-    from walflow.config import parse_config
+    from walflow.config.connector import parse_config
 
     monkeypatch.setenv("WALFLOW_WAREHOUSE", "/tmp/wh")
     config = parse_config({"name": "c1", "topic.prefix": "inv", "topic.delimiter": "_", "topic.transaction": "tx"})

@@ -1,9 +1,12 @@
 """The package's import graph, read from the sources (nothing is imported): no two modules of ``walflow`` import
-each other, directly or through others, at the top of a file or inside a function."""
+each other, directly or through others, at the top of a file, inside a function or for type checking only; and no
+module imports from a stage later than its own (``STAGES``, the order of the data flow in ``walflow/__init__.py``)."""
 
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from pathlib import Path
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
@@ -17,6 +20,7 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     """Module -> the ``walflow`` modules it imports (a name imported from a package counts as the package, or as
     its submodule when it is one)."""
@@ -90,9 +94,59 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: walflow's stages, earliest first: a module may import from its own stage and earlier ones, never from a later one
+STAGES = (
+    ("base", ("walflow", "walflow.errors", "walflow.names")),
+    ("config", ("walflow.config",)),
+    ("source", ("walflow.source",)),
+    ("records", ("walflow.records",)),
+    ("kafka", ("walflow.kafka",)),
+    ("capture", ("walflow.capture",)),
+    ("lake", ("walflow.lake",)),
+    ("airflow", ("walflow.airflow",)),
+    ("runtime", ("walflow.runtime",)),
+)
+
+
+def stage_of(module: str) -> int | None:
+    """The index in ``STAGES`` of ``module``'s stage (a package stands for its modules), or None."""
+    for index, (_name, roots) in enumerate(STAGES):
+        if any(module == root or (root != "walflow" and module.startswith(root + ".")) for root in roots):
+            return index
+    return None
+
+
+def later_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module from a stage after its own, as ``importer (stage) -> imported (stage)``."""
+    found = []
+    for module in sorted(graph):
+        mine = stage_of(module)
+        for imported in sorted(graph[module]):
+            theirs = stage_of(imported)
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(f"{module} ({STAGES[mine][0]}) -> {imported} ({STAGES[theirs][0]})")
+    return found
+
+
+def test_every_module_has_a_stage() -> None:
+    homeless = sorted(module for module in import_graph() if stage_of(module) is None)
+    assert not homeless, f"modules outside every stage of STAGES (give each a subpackage): {homeless}"
+
+
+def test_no_module_imports_from_a_later_stage() -> None:
+    found = later_imports(import_graph())
+    assert not found, "imports against the data flow (move the shared part to the earlier stage): " + "; ".join(found)
+
+
+def test_a_later_import_is_found_where_there_is_one() -> None:
+    graph = {"walflow.records.events": {"walflow.capture.stream", "walflow.errors"}, "walflow.capture.stream": {"walflow.records.events"}}
+    assert later_imports(graph) == ["walflow.records.events (records) -> walflow.capture.stream (capture)"]
+    assert stage_of("walflow.kafka") == 4 and stage_of("walflow.stray") is None and stage_of("walflow") == 0
+
+
 def test_no_two_modules_import_each_other() -> None:
     graph = import_graph()
-    assert "walflow.snapshot" in graph and "walflow.lake.apply" in graph, sorted(graph)[:10]
+    assert "walflow.capture.snapshot" in graph and "walflow.lake.apply" in graph, sorted(graph)[:10]
     found = cycles(graph)
     assert not found, "modules that import each other (directly or through others): " + "; ".join(" <-> ".join(c) for c in found)
 
@@ -100,3 +154,43 @@ def test_no_two_modules_import_each_other() -> None:
 def test_a_cycle_is_found_where_there_is_one() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+def _documented_modules() -> set[str]:
+    """The modules ``docs/layout.md``'s stage table names, as paths under ``plugins/walflow`` (a row whose stage
+    cell is empty belongs to the stage above it)."""
+    folders = {"base": "", "kafka": ""}
+    found: set[str] = set()
+    folder = None
+    text = (PLUGINS.parent / "docs" / "layout.md").read_text()
+    section = text.split("## The package, stage by stage", 1)[1].split("\n## ", 1)[0]
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("stage", "---"):
+            continue
+        if cells[0]:
+            folder = folders.get(cells[0], cells[0].strip("`"))
+        for name in re.findall(r"`([a-z_]+\.py)`", cells[1] + " " + cells[2]):
+            found.add(folder + name)
+    return found
+
+
+def test_the_docs_map_every_module() -> None:
+    modules = {
+        str(path.relative_to(PLUGINS / "walflow")) for path in (PLUGINS / "walflow").rglob("*.py") if path.name != "__init__.py"
+    }
+    documented = _documented_modules()
+    assert modules - documented == set(), f"modules docs/layout.md does not describe: {sorted(modules - documented)}"
+    assert documented - modules == set(), f"docs/layout.md describes modules that do not exist: {sorted(documented - modules)}"
+
+
+def test_the_readme_maps_every_stage() -> None:
+    readme = (PLUGINS.parent / "README.md").read_text()
+    tree = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    packages = sorted(path.parent.name for path in (PLUGINS / "walflow").glob("*/__init__.py"))
+    missing = [name for name in packages if f"  {name}/ " not in tree]
+    assert not missing, f"the README's layout map lacks the subpackages {missing}"
+    for _name, roots in STAGES:
+        for root in roots:
+            if root.count(".") == 1 and (PLUGINS / (root.replace(".", "/") + ".py")).exists():
+                assert f"{root.split('.')[1]}.py" in tree, f"the README's layout map lacks {root}"

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from walflow.errors import DeliveryError, SourceError
-from walflow.metrics import (
+from tests.requires import unavailable
+from walflow.capture.batches import BatchSummary
+from walflow.capture.metrics import (
     failed_streaming_metrics,
     numeric,
     snapshot_metrics,
     snapshot_started_metrics,
     streaming_metrics,
 )
-from walflow.batches import BatchSummary
-
-from tests.requires import unavailable
+from walflow.errors import DeliveryError, SourceError
 
 
 def test_streaming_metrics_from_a_batch() -> None:

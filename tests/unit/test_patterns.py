@@ -1,4 +1,4 @@
-"""walflow.patterns: a match slowed by a busy machine is not mistaken for runaway backtracking."""
+"""walflow.config.patterns: a match slowed by a busy machine is not mistaken for runaway backtracking."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from walflow import patterns
+from walflow.config import patterns
+from walflow.config.patterns import Pattern
 from walflow.errors import PatternError
-from walflow.patterns import Pattern
 
 
 class _Starved:

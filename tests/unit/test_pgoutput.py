@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from walflow.errors import DecodeError
-from walflow.pgoutput import (
+from walflow.source.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
@@ -139,7 +139,7 @@ def test_commit_time_is_unix_ms() -> None:
 
 
 def test_type_message_names_user_types(messages: list[object]) -> None:
-    from walflow.pgoutput import TypeInfo
+    from walflow.source.pgoutput import TypeInfo
 
     (mood,) = of(messages, TypeInfo)
     assert (mood.namespace, mood.name) == ("public", "mood")

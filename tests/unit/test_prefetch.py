@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from walflow.prefetch import BlockPrefetch
+from walflow.capture.prefetch import BlockPrefetch
 
 
 class SlowCursor:

@@ -1,4 +1,4 @@
-"""walflow.queries: names are data. A '%' in a composed name or literal is never read as a placeholder, while the
+"""walflow.source.queries: names are data. A '%' in a composed name or literal is never read as a placeholder, while the
 SQL parts keep theirs (rendering only: the integration and type tests run such names through PostgreSQL)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from psycopg import sql
 from psycopg.adapt import Transformer
 
-from walflow.queries import render
+from walflow.source.queries import render
 
 
 def test_names_and_literals_keep_their_percent_signs_and_placeholders_stay() -> None:

@@ -1,4 +1,4 @@
-"""walflow.schema_facts alone: what a fact says rows older than a column hold in it, when the catalog keeps no value
+"""walflow.capture.schema_facts alone: what a fact says rows older than a column hold in it, when the catalog keeps no value
 for them (``attmissingval``), from the table's storage (``relfilenode``) as walflow first saw it."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from walflow.catalog import CatalogColumn, CatalogTable
-from walflow.schema_facts import _field, storage
+from walflow.capture.schema_facts import _field, storage
+from walflow.source.catalog import CatalogColumn, CatalogTable
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The pure parts of walflow.source and walflow.health: the server version check, initial statements, replica
+"""The pure parts of walflow.source and walflow.source.health: the server version check, initial statements, replica
 identity warnings and the slot-health judgement (each a function of its inputs, so every branch is tested without a server)."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from walflow.errors import SourceError
-from walflow.health import HealthLimits, SlotHealth, assess_slot_health, confirmed_time
-from walflow.source import MIN_SERVER_VERSION, check_server_version, replica_identity_warning, split_statements
+from walflow.source.connection import MIN_SERVER_VERSION, check_server_version, split_statements
+from walflow.source.health import HealthLimits, SlotHealth, assess_slot_health, confirmed_time
+from walflow.source.publication import replica_identity_warning
 
 
 @pytest.mark.parametrize(

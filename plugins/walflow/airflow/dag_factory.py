@@ -14,8 +14,8 @@ from walflow.airflow.lake import apply_task, maintain_task
 from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.airflow.timetables import BackfillOnlyTimetable
-from walflow.config import ConnectorConfig
-from walflow.connectors import load_all
+from walflow.config.connector import ConnectorConfig
+from walflow.config.files import load_all
 from walflow.errors import ConfigError
 
 START = datetime(2024, 1, 1)

@@ -7,7 +7,7 @@ person (errors that retries can fix are retried; the others fail at once with th
 
 from __future__ import annotations
 
-from walflow.config import ConnectorConfig
+from walflow.config.connector import ConnectorConfig
 
 
 def _captured(config: ConnectorConfig) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.conninfo import make_conninfo
-
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 from airflow.sdk import BaseHook
+from psycopg.conninfo import make_conninfo
+
 from walflow.kafka import EventProducer, producer_settings
 from walflow.lake.tables import JdbcCatalog, PropertiesCatalog
 

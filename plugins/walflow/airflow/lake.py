@@ -11,17 +11,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
 from walflow.airflow.hooks import WalflowIcebergCatalogHook, WalflowPostgresHook
-from walflow.config import ConnectorConfig
-from walflow.connectors import resolve
+from walflow.config.connector import ConnectorConfig
+from walflow.config.files import resolve
 from walflow.lake.naming import table_name
-from walflow.lake.tables import JdbcCatalog
 from walflow.lake.settings import CATALOG_ENV, KAFKA_ENV, PROJECT, LakeSettings
-from walflow.source import lake_lock
+from walflow.lake.tables import JdbcCatalog
+from walflow.source.locks import lake_lock
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -1,7 +1,7 @@
 """Operators: one task unit each, thin adapters over walflow's domain code.
 
 Hooks are built lazily in ``execute``; everything the task does is in plain classes
-(:mod:`walflow.source`, :mod:`walflow.stream`) that tests and scripts drive directly.
+(:mod:`walflow.source`, :mod:`walflow.capture.stream`) that tests and scripts drive directly.
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
-from walflow.config import ConnectorConfig
-from walflow.connectors import resolve
-from walflow.errors import ConfigError, WalflowError
-from walflow.expressions import check_condition, render_condition
-from walflow.signals import send_signal
-from walflow.metrics import (
+from walflow.capture.metrics import (
     failed_streaming_metrics,
     metrics_line,
     numeric,
@@ -27,9 +22,15 @@ from walflow.metrics import (
     snapshot_started_metrics,
     streaming_metrics,
 )
-from walflow.setup import ConnectorSetup
-from walflow.source import captured_tables, connect
-from walflow.stream import StreamBatch
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
+from walflow.config.connector import ConnectorConfig
+from walflow.config.expressions import check_condition, render_condition
+from walflow.config.files import resolve
+from walflow.errors import ConfigError, WalflowError
+from walflow.source.connection import connect
+from walflow.source.publication import captured_tables
+from walflow.source.signals import send_signal
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -215,10 +216,10 @@ class WalflowSignalOperator(_ConnectorOperator):
     reference's signal data. A value typed into a form is data: after Airflow rendered the DAG author's template
     (``{{ params.additional_condition }}``), the condition is rendered once more from a template that may hold only
     text and the run's interval (``{{ data_interval_start }}`` and the like,
-    :data:`walflow.expressions.CONDITION_VARIABLES`), which is how backfills snapshot each interval; Connections,
+    :data:`walflow.config.expressions.CONDITION_VARIABLES`), which is how backfills snapshot each interval; Connections,
     Variables, the rest of the task context and any expression are out of its reach. The condition must be one SQL
     expression over the snapshotted row (checked before the signal is written); the stream task checks it against
-    the server's catalog and evaluates it as the reader role (:mod:`walflow.conditions`).
+    the server's catalog and evaluates it as the reader role (:mod:`walflow.capture.conditions`).
 
     :param signal_type: ``execute-snapshot``, ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot`` or ``log``.
     :param data_collections: table names or regular expressions (``schema.table``).

@@ -14,11 +14,11 @@ from croniter import CroniterBadCronError, croniter
 
 from walflow.airflow.hooks import WalflowPostgresHook
 from walflow.airflow.triggers import TERMINAL, WalflowPendingWalTrigger, WalflowSnapshotTrigger
-from walflow.config import ConnectorConfig
-from walflow.connectors import resolve
-from walflow.signals import signal_status
-from walflow.health import pending_wal_bytes
-from walflow.source import connect
+from walflow.config.connector import ConnectorConfig
+from walflow.config.files import resolve
+from walflow.source.connection import connect
+from walflow.source.health import pending_wal_bytes
+from walflow.source.signals import signal_status
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -147,7 +147,7 @@ class WalflowPendingWalSensor(BaseSensorOperator):
     It pokes once through the hook; with ``deferrable=True`` it then hands the wait to
     :class:`~walflow.airflow.triggers.WalflowPendingWalTrigger` in the triggerer, so no worker slot is held while
     the database is idle. Pending WAL is measured in bytes of the server's WAL (see
-    :func:`walflow.health.pending_wal_bytes`).
+    :func:`walflow.source.health.pending_wal_bytes`).
 
     :param connector: the connector's name or YAML path.
     :param min_bytes: pending WAL that ends the wait (default: the connector's ``walflow.stream.trigger.wal.bytes``

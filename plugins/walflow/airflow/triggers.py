@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import psycopg
+from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 from psycopg import sql
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-from walflow.health import PENDING_WAL_SQL
-from walflow.queries import AsyncCursor
-from walflow.signals import SIGNAL_STATUS_SQL, signal_key
-from walflow.source import split_statements
+from walflow.source.connection import split_statements
+from walflow.source.health import PENDING_WAL_SQL
+from walflow.source.queries import AsyncCursor
+from walflow.source.signals import SIGNAL_STATUS_SQL, signal_key
 
 TERMINAL = ("completed", "stopped", "failed")
 
@@ -123,7 +123,7 @@ class WalflowPendingWalTrigger(BaseTrigger):
     """Wait until a replication slot has at least ``min_bytes`` of unconfirmed WAL, or until ``deadline``.
 
     Fires one event, ``{"status": "threshold" | "deadline" | "error", "pending_wal_bytes": n, ...}``. The query is
-    :data:`walflow.health.PENDING_WAL_SQL` run on a psycopg ``AsyncConnection``; the only blocking call (reading the
+    :data:`walflow.source.health.PENDING_WAL_SQL` run on a psycopg ``AsyncConnection``; the only blocking call (reading the
     Airflow Connection) runs in a thread, so the triggerer's event loop never waits on I/O. A connection that
     drops is reopened at the next poll; a slot that does not exist is an ``error`` event, since waiting cannot
     make it appear.

@@ -12,7 +12,7 @@ module              responsibility
 ``values``          what the lake stores for values Spark cannot hold (``_walflow_overflow``)
 ``loose``           records without a schema part: types from JSON values
 ``positions``       source positions (event order), offsets and offset slices
-``reader``          Kafka: topics, partition ends, fingerprints, the slices the executors read
+``reader``          Kafka for the job: fingerprints, offset bounds, the slices the executors read
 ``decoder``         the one decoder: records to Arrow batches of converted events (executors)
 ``frames``          Spark frames over the decoded events: statistics, ordering, TOAST carry-forward
 ``sql``             the statements (MERGE, INSERT, truncate, DDL) as text
@@ -29,8 +29,9 @@ module              responsibility
 ``maintain``        compaction, delete files, snapshot expiry, orphan files (keeping exactly once)
 ==================  ========================================================================================
 
-The executors import only ``columns``, ``naming``, ``types``, ``values``, ``loose``, ``positions``, ``reader`` and
-``decoder`` (plain Python, pyarrow, orjson, confluent-kafka), so this package's root imports nothing else
+The executors import only ``columns``, ``naming``, ``types``, ``values``, ``loose``, ``positions``, ``reader``,
+``decoder`` and ``evolution``, with :mod:`walflow.names`, :mod:`walflow.kafka` and three modules of
+:mod:`walflow.records` (plain Python, pyarrow, orjson, confluent-kafka), so this package's root imports nothing else
 eagerly: :class:`LakeSettings` (pydantic) and the readers of :mod:`walflow.lake.tables` (pyiceberg) load on first use.
 """
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from walflow.errors import LakeError
+from walflow.kafka import partition_end
 from walflow.lake.columns import (
     BACKLOG_PROPERTY,
     COMMIT_PROPERTY,
@@ -51,7 +53,7 @@ from walflow.lake.columns import (
 )
 from walflow.lake.naming import sql_quote, sql_string, table_name
 from walflow.lake.positions import format_offsets, parse_offsets
-from walflow.lake.reader import partition_end, record_fingerprint
+from walflow.lake.reader import record_fingerprint
 
 __all__ = [
     "BACKLOG_PROPERTY", "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",

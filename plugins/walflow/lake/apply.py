@@ -23,20 +23,45 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from walflow.errors import LakeError, LakeFenceError, LakeSchemaError, UnappliableRecordError, WalflowError
-from walflow.lake import columns as C
+from walflow.kafka import list_topics
 from walflow.lake import claims, frames, reader, sql
+from walflow.lake import columns as C
 from walflow.lake.ddl import clear_pending, ensure_table, fill_pending
 from walflow.lake.decoder import DecodePlan, split_records
+from walflow.lake.evolution import (
+    ATTNUMS_PROPERTY,
+    Mapping,
+    TableFacts,
+    plan_renames,
+    read_property,
+    refuse_unknown_fill,
+    with_fills,
+)
 from walflow.lake.fence import Fence
-from walflow.lake.evolution import ATTNUMS_PROPERTY, Mapping, TableFacts, field_type, plan_renames, read_property, refuse_unknown_fill, with_fills
-from walflow.lake.history import commit, holds_no_rows, offsets_snapshot, stored_position, table_exists, table_properties
+from walflow.lake.history import (
+    commit,
+    holds_no_rows,
+    offsets_snapshot,
+    stored_position,
+    table_exists,
+    table_properties,
+)
 from walflow.lake.hooks import ApplyHooks
 from walflow.lake.keyless import merge_keyless
 from walflow.lake.loose import inferred_type, json_kind, loose_field, loose_schema
 from walflow.lake.naming import names_from_topic, sql_quote, table_name
-from walflow.lake.positions import check_last_applied, check_offsets, format_offsets, offset_slices, parse_offsets, share, source_position
+from walflow.lake.positions import (
+    check_last_applied,
+    check_offsets,
+    format_offsets,
+    offset_slices,
+    parse_offsets,
+    share,
+    source_position,
+)
 from walflow.lake.settings import LakeSettings
 from walflow.lake.types import RowShape, field_defaults
+from walflow.records.facts import START_KIND, field_type
 
 log = logging.getLogger("walflow.apply")
 #: lake types whose values may have been fitted (docs/lake.md): key columns of these types also match on their
@@ -159,7 +184,7 @@ class LakeJob:
 
     def table_topics(self, only: list[str] | None = None) -> dict[str, list[int]]:
         """The connector's table topics (``topic.prefix`` + ``topic.delimiter``, not the transaction topic)."""
-        topics = {t: p for t, p in reader.list_topics(self.kafka).items() if self.settings.is_table_topic(t)}
+        topics = {t: p for t, p in list_topics(self.kafka).items() if self.settings.is_table_topic(t)}
         return {t: p for t, p in topics.items() if t in set(only)} if only else topics
 
     def run(self, only: list[str] | None = None) -> list[dict[str, Any]]:
@@ -217,8 +242,8 @@ class LakeJob:
         self._facts = {}
         latest: tuple[int, int] | None = None
         for fact in reader.read_facts(self.kafka, self.settings.schema_topic):
-            if fact.get("kind") == reader.START_KIND:
-                # the newest initial snapshot's start (walflow.schema_facts.start_record)
+            if fact.get("kind") == START_KIND:
+                # the newest initial snapshot's start (walflow.capture.schema_facts.start_record)
                 order = (int(fact.get("lsn") or 0), int(fact.get("at") or 0))
                 if fact.get("connector") == self.settings.connector and (latest is None or order > latest):
                     latest = order

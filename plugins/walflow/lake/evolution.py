@@ -1,5 +1,5 @@
 """A lake table following its source table's definition through renames, re-added columns and new columns,
-from the connector's schema facts (:mod:`walflow.schema_facts`, read from the schema topic).
+from the connector's schema facts (:mod:`walflow.capture.schema_facts`, read from the schema topic).
 
 Change events name columns; the facts say which attribute each name was at each position. With them the lake
 renames a column whose attribute was renamed (instead of adding an empty one beside a stale one), maps the fields
@@ -22,12 +22,7 @@ from typing import Any
 import orjson
 
 from walflow.errors import LakeSchemaError
-
-
-def field_type(schema: dict[str, Any]) -> str:
-    """A field's type as its events' schema says it, without its default and name (as
-    :func:`walflow.schema_facts.field_type` writes it into a fact)."""
-    return orjson.dumps({k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS).decode()
+from walflow.records.facts import field_type
 
 #: table property: the source attribute number of each lake column, ``{column: attnum}``
 ATTNUMS_PROPERTY = "walflow.attnums"

@@ -35,8 +35,12 @@ log = logging.getLogger("walflow.apply")
 #: the exit status of a run stopped by a walflow error (its JSON is in the --result file)
 ERROR_EXIT = 3
 #: the modules the executors import (the decoder and what it needs): pure Python, no Spark, no pydantic
-EXECUTOR_MODULES = ("__init__.py", "decimals.py", "errors.py", "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/evolution.py", "lake/loose.py",
-                    "lake/naming.py", "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py", "temporal.py")
+EXECUTOR_MODULES = (
+    "__init__.py", "errors.py", "names.py", "kafka.py",
+    "records/__init__.py", "records/decimals.py", "records/temporal.py", "records/facts.py",
+    "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/evolution.py", "lake/loose.py", "lake/naming.py",
+    "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py",
+)
 
 
 def kafka_settings(bootstrap: str | None = None) -> dict[str, Any]:

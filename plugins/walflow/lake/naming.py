@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+from walflow.names import topic_name
+
 _NOT_WORD = re.compile(r"[^\w]")
-_TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def table_name(schema: str, table: str) -> str:
@@ -36,12 +37,6 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def topic_name(*parts: str, delimiter: str = ".") -> str:
-    """A Kafka topic name as the connector builds it: parts joined by ``topic.delimiter``, every character Kafka
-    rejects replaced by ``_`` (as Debezium does)."""
-    return _TOPIC_INVALID.sub("_", delimiter.join(parts))
-
-
 def is_table_topic(topic: str, prefix: str, delimiter: str, transaction: str) -> bool:
     """Whether ``topic`` carries the change events of a captured table of the connector with this ``topic.prefix``,
     ``topic.delimiter`` and ``topic.transaction``: it starts with the prefix and the delimiter, and is not the
@@ -60,8 +55,3 @@ def names_from_topic(topic: str, prefix: str, delimiter: str) -> tuple[str, str]
     return schema, table
 
 
-def prefixes_nest(prefix: str, delimiter: str, other: str, other_delimiter: str) -> bool:
-    """Whether the topics of one topic prefix look like table topics of the other (``shop`` and ``shop.eu``: the
-    topic ``shop.eu.public.orders`` starts with ``shop.``), or the two prefixes are equal."""
-    mine, theirs = topic_name(prefix, "", delimiter=delimiter), topic_name(other, "", delimiter=other_delimiter)
-    return mine.startswith(theirs) or theirs.startswith(mine)

@@ -1,15 +1,15 @@
-"""Kafka for the lake job: topics, partition ends, record fingerprints, and the offset slices the executors read.
+"""Kafka for the lake job: record fingerprints, a partition's offset bounds, the schema topic's facts, and the offset
+slices the executors read.
 
 Only plain consumer features are used (assign, poll, partition EOF), so the embedded broker and Apache Kafka
 behave alike (DESIGN.md: ListOffsets can be short on the embedded broker, so a partition's end is found by
-consuming to EOF). ``kafka`` is always a dict of librdkafka settings with ``bootstrap.servers``.
+consuming to EOF, with :func:`walflow.kafka.partition_end`). ``kafka`` is always a dict of librdkafka settings with ``bootstrap.servers``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +17,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from walflow.errors import BrokerUnavailableError, LakeError
+from walflow.kafka import SMALL_READS, consumer, list_topics, partition_end
+from walflow.records.facts import START_KIND
 
 #: Consumer settings of the bulk reads. librdkafka stops fetching while its local queue holds more than
 #: ``queued.max.messages.kbytes`` (or ``queued.min.messages`` records) and then waits ``fetch.queue.backoff.ms``
@@ -30,72 +32,8 @@ READ_SETTINGS: dict[str, Any] = {
     "queued.max.messages.kbytes": 64 * 1024,
     "fetch.queue.backoff.ms": 20,
 }
-#: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
-#: (500 ms by default), so the end of a partition shows sooner with a short wait.
-SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
-#: the kind of a start fact on the schema topic (walflow.schema_facts.start_record)
-START_KIND = "start"
 
 Record = tuple[int, int, "bytes | None", "bytes | None"]  # partition, offset, key, value
-
-
-def consumer(kafka: dict[str, Any], **overrides: Any) -> Consumer:
-    """A consumer that commits nothing (the lake keeps its offsets in Iceberg) and reports partition EOF."""
-    settings: dict[str, Any] = {
-        "group.id": f"walflow-apply-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "auto.offset.reset": "earliest",
-    }
-    settings.update(overrides)
-    settings.update({k: v for k, v in kafka.items() if not k.startswith("walflow.")})
-    return Consumer(settings)
-
-
-def list_topics(kafka: dict[str, Any]) -> dict[str, list[int]]:
-    """Every topic of the cluster without error, with its partitions."""
-    client = consumer(kafka)
-    try:
-        metadata = client.list_topics(timeout=30)
-    finally:
-        client.close()
-    return {name: sorted(meta.partitions) for name, meta in metadata.topics.items() if meta.error is None}
-
-
-def partition_end(client: Consumer, topic: str, partition: int, start: int, timeout: float = 30.0) -> int:
-    """A partition's end offset, found by consuming to EOF with ``client`` (``enable.partition.eof`` set).
-
-    ListOffsets can be short by the last batch on some Kafka-compatible brokers (see DESIGN.md), so it only
-    gives where to begin reading: one record before it, or ``start`` when that is further.
-    """
-    _low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-    begin = max(0, min(high, max(start, high - 1)))
-    client.assign([TopicPartition(topic, partition, begin)])
-    end = begin
-    while True:
-        msg = client.poll(timeout)
-        if msg is None:
-            raise BrokerUnavailableError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                return max(end, msg.offset()) if msg.offset() >= 0 else end
-            raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
-        end = msg.offset() + 1
-
-
-def topic_ends(kafka: dict[str, Any], topics: list[str]) -> dict[str, dict[int, int]]:
-    """The end offset of every partition of ``topics`` (a topic that does not exist yet has none). ``kafka`` may be a
-    producer's settings: only what reaches and authenticates to the cluster is taken from them."""
-    kafka = {k: v for k, v in kafka.items() if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket."))}
-    found = list_topics(kafka)
-    ends: dict[str, dict[int, int]] = {}
-    client = consumer(kafka, **SMALL_READS)
-    try:
-        for topic in topics:
-            ends[topic] = {p: partition_end(client, topic, p, 0) for p in found.get(topic, [])}
-    finally:
-        client.close()
-    return ends
 
 
 def offset_bounds(kafka: dict[str, Any], topic: str, partition: int, start: int) -> tuple[int, int]:
@@ -249,7 +187,7 @@ def key_payload(key: bytes | bytearray) -> Any:
 
 
 def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
-    """Every fact of the connector's schema topic (:mod:`walflow.schema_facts`; a small topic: one record per
+    """Every fact of the connector's schema topic (:mod:`walflow.capture.schema_facts`; a small topic: one record per
     definition change, and one start fact per initial snapshot), or none when the topic does not exist."""
     if not topic:
         return []

@@ -1,7 +1,7 @@
 """The lake job's settings: one model, built once from the connector's configuration, handed to the job whole.
 
 The connector keys (``walflow.lake.*``, ``topic.prefix``, ``topic.delimiter``, ``topic.transaction``,
-``toasted.value.placeholder``) keep their defaults in :class:`walflow.config.ConnectorConfig`; what is derived from
+``toasted.value.placeholder``) keep their defaults in :class:`walflow.config.connector.ConnectorConfig`; what is derived from
 them (the namespace, the warehouse) is derived here and nowhere else. The Airflow task passes
 :meth:`LakeSettings.argument` on the job's command line; Kafka's settings, which may hold credentials, reach the
 job through its environment instead (``WALFLOW_KAFKA_CONFIG``).
@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from walflow.errors import ConfigError
-from walflow.lake.naming import is_table_topic, sql_quote, topic_name
+from walflow.lake.naming import is_table_topic, sql_quote
 from walflow.lake.types import placeholder_values
+from walflow.names import topic_name
 
 #: a brace that would start a Jinja tag: ``{{``, ``{%`` or ``{#`` (see LakeSettings.argument)
 _TAG_START = re.compile(r"\{(?=[{%#])")
 
 if TYPE_CHECKING:
-    from walflow.config import ConnectorConfig
+    from walflow.config.connector import ConnectorConfig
 
 #: the repository's root, whose ``.walflow/warehouse`` is the embedded runtime's warehouse
 PROJECT = Path(__file__).resolve().parents[3]
@@ -54,7 +55,7 @@ class LakeSettings(BaseModel):
     delete_mode: Literal["hard", "soft"]
     changelog: bool
     toasted_value_placeholder: str
-    #: the connector's schema facts (walflow.schema_facts); "" when none are kept
+    #: the connector's schema facts (walflow.capture.schema_facts); "" when none are kept
     schema_topic: str = ""
     #: "<topic>:<partition>:<offset>" of records whose unconvertible values are accepted (docs/lake.md)
     accept_records: tuple[str, ...] = ()

@@ -37,8 +37,8 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from walflow.errors import LakeError
-from walflow.lake.naming import sql_quote, sql_string
 from walflow.lake.loose import KEEPS, LOOSE, loose_converter
+from walflow.lake.naming import sql_quote, sql_string
 from walflow.lake.values import (
     DEBEZIUM_INFINITE_DAYS,
     TS_NEG_INF,

@@ -24,8 +24,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walflow.decimals import EXACT, int_to_decimal
-from walflow.temporal import civil_to_days, days_to_civil
+from walflow.records.decimals import EXACT, int_to_decimal
+from walflow.records.temporal import civil_to_days, days_to_civil
 
 #: Debezium's fixed numbers for 'infinity' / '-infinity' timestamps, in every mode and precision (docs/lake.md,
 #: "Type mappings"); PostgreSQL's JDBC driver's PGStatement.DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY

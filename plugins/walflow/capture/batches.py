@@ -1,0 +1,88 @@
+"""What one stream batch did: its summary (the task's XCom and metrics) and its record in the state table, which
+`walflow status` shows and the next batch starts from (where ``source.sequence`` goes on, and where the slot was
+left, to tell a slot a server crash rolled back)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from walflow.source.state import StateStore
+
+#: the state table's key of a connector's last batch
+LAST_BATCH_KEY = "last_batch"
+
+
+@dataclass
+class BatchSummary:
+    """What one batch did; small enough for an XCom."""
+
+    connector: str
+    slot: str
+    start_lsn: str | None = None
+    upto_lsn: str | None = None
+    first_lsn: str | None = None
+    last_lsn: str | None = None
+    advanced_to: str | None = None
+    transactions: int = 0
+    events: int = 0
+    records: int = 0
+    bytes: int = 0
+    filtered: int = 0
+    events_per_topic: dict[str, int] = field(default_factory=dict)
+    stopped_by: str = "end"
+    seconds: float = 0.0
+    heartbeat_sent: bool = False
+    snapshot_rows: int = 0
+    #: buffered incremental-snapshot rows dropped because a change inside their watermark window made them stale
+    snapshot_rows_dropped: int = 0
+    signals: int = 0
+    retained_wal_bytes: int | None = None
+    lag_bytes: int | None = None
+    last_event_commit_ms: int | None = None
+    #: the reference's LastEvent: op, table and LSN of the batch's last change event
+    last_event: dict[str, Any] | None = None
+    ops: dict[str, int] = field(default_factory=dict)
+    #: what the batch repaired or found worth a look (a table put back into the publication, ...)
+    warnings: list[str] = field(default_factory=list)
+    #: schema facts written (tables whose definition changed: walflow.capture.schema_facts)
+    schema_facts: list[str] = field(default_factory=list)
+    #: tables walflow re-read itself (an incremental snapshot) and why
+    rereads: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def previous_batch_record(store: StateStore) -> dict[str, Any]:
+    """The last batch's record, or an empty one for a connector that never streamed."""
+    return (store.get(LAST_BATCH_KEY) or {}) if store.exists() else {}
+
+
+def record_batch(
+    store: StateStore, summary: BatchSummary, previous: dict[str, Any], seconds: float, last_commit_lsn: int | None, last_commit_us: int | None
+) -> None:
+    """Write what ``summary``'s batch did over ``previous`` (the record it started from): one write per batch, since
+    with an all-tables publication every write to the state table is decoded by the next batch too."""
+    if not store.exists():
+        return
+    finished_ms = int(time.time() * 1000)
+    moved = summary.advanced_to is not None and summary.advanced_to != summary.start_lsn
+    store.put(
+        LAST_BATCH_KEY,
+        {
+            "finished_at_ms": finished_ms,
+            "events": summary.events,
+            "transactions": summary.transactions,
+            "seconds": seconds,
+            "advanced_to": summary.advanced_to,
+            "stopped_by": summary.stopped_by,
+            # when the confirmed position last moved, for walflow.slot.max.seconds.since.confirmed
+            "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
+            "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
+            # where the next batch's source.sequence starts (see StreamBatch.run)
+            "last_commit_lsn": last_commit_lsn,
+            "last_commit_us": last_commit_us,
+        },
+    )

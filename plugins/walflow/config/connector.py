@@ -1,0 +1,559 @@
+"""Connector configuration: Debezium's property names, Debezium's defaults, validated up front.
+
+A connector is one YAML file of flat, dotted keys (``slot.name: inventory``), exactly as a Debezium user
+would write them in a Kafka Connect request, plus walflow's own ``walflow.*`` keys. Everything is checked
+here, before any database is touched: an unknown key, a wrong type, an enum value that is not allowed or a
+conflicting pair raises :class:`~walflow.errors.ConfigError` naming the key, the value and what is allowed.
+
+Credentials never live in this file: the source database comes from the Airflow Connection named by
+``walflow.postgres.conn.id`` and Kafka from the one named by ``walflow.kafka.conn.id``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from walflow.config.patterns import Pattern
+from walflow.errors import ConfigError, PatternError
+
+#: Debezium keys that name credentials or the server address: in walflow these come from Connections.
+CONNECTION_KEYS = {
+    "database.hostname": "the host",
+    "database.port": "the port",
+    "database.user": "the login",
+    "database.password": "the password",
+    "database.dbname": "the schema (database name)",
+}
+
+#: Debezium keys walflow knows but deliberately does not implement, with the reason.
+UNSUPPORTED_KEYS = {
+    "slot.drop.on.stop": "walflow's stream task stops after every batch; drop the slot with the setup "
+    "operator's teardown instead",
+    "slot.stream.params": "walflow reads the slot through pgoutput with fixed parameters",
+    "snapshot.custom.class": "custom snapshotter classes are Java-only",
+    "converters": "custom converters are Java classes",
+}
+
+#: Other Debezium names of the same setting (older, or in the case of ``unavailable.value.placeholder`` newer),
+#: accepted as aliases of the key walflow stores.
+ALIASES = {
+    "database.server.name": "topic.prefix",
+    "unavailable.value.placeholder": "toasted.value.placeholder",
+}
+
+#: Debezium 1.x's ``truncate.handling.mode`` (``skip`` | ``include``), folded into ``skipped.operations``.
+TRUNCATE_HANDLING_MODE = "truncate.handling.mode"
+
+_TOPIC_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_SLOT_NAME_RE = re.compile(r"^[a-z0-9_]{1,63}$")
+_CONNECTOR_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+_DYNAMIC_KEY_PATTERNS = (
+    re.compile(r"^column\.truncate\.to\.(\d+)\.chars$"),
+    re.compile(r"^column\.mask\.with\.(\d+)\.chars$"),
+    # column.mask.hash[.v2].<algorithm>.with.salt.<salt>: the algorithm group keeps the "v2." prefix
+    re.compile(r"^column\.mask\.hash\.((?:v2\.)?[^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
+    re.compile(r"^snapshot\.select\.statement\.overrides\.(.+)$"),
+)
+
+
+def _split_list(value: Any) -> list[str]:
+    """Debezium lists are comma-separated strings; YAML users also write real lists."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, (list, tuple)):
+        return [str(item).strip() for item in value if str(item).strip()]
+    raise TypeError(f"expected a comma-separated string or a list, got {type(value).__name__}")
+
+
+def _check_patterns(patterns: list[str]) -> None:
+    for pattern in patterns:
+        try:
+            Pattern(pattern, "")
+        except PatternError as exc:
+            raise ValueError(str(exc).removeprefix(": ")) from None
+
+
+#: the list settings whose items are regular expressions, each checked when the configuration is read
+_PATTERN_LISTS = (
+    "schema_include_list",
+    "schema_exclude_list",
+    "table_include_list",
+    "table_exclude_list",
+    "column_include_list",
+    "column_exclude_list",
+    "message_prefix_include_list",
+    "message_prefix_exclude_list",
+    "snapshot_include_collection_list",
+    "column_propagate_source_type",
+    "datatype_propagate_source_type",
+)
+
+
+#: Spark settings that hold credentials (Spark's own redaction pattern, and Iceberg's catalog properties): refused in
+#: walflow.lake.spark.conf, which reaches the command line; the catalog's Connection carries them instead
+_SECRET_SETTING = re.compile(r"(?i)secret|password|token|credential|access[._-]?key|session[._-]?key|private[._-]?key")
+
+class ConnectorConfig(BaseModel):
+    """A validated connector configuration.
+
+    Attribute names are the Debezium keys in snake case; :meth:`get` takes the dotted key itself.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # -- identity ------------------------------------------------------------------------------
+    name: str = Field(alias="name")
+    connector_class: Literal["io.debezium.connector.postgresql.PostgresConnector"] = Field(
+        "io.debezium.connector.postgresql.PostgresConnector", alias="connector.class"
+    )
+    tasks_max: Literal[1] = Field(1, alias="tasks.max")
+    topic_prefix: str = Field(alias="topic.prefix")
+
+    # -- source server -------------------------------------------------------------------------
+    plugin_name: Literal["pgoutput"] = Field("pgoutput", alias="plugin.name")
+    slot_name: str = Field("debezium", alias="slot.name")
+    publication_name: str = Field("dbz_publication", alias="publication.name")
+    publication_autocreate_mode: Literal["all_tables", "disabled", "filtered"] = Field(
+        "all_tables", alias="publication.autocreate.mode"
+    )
+    database_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = Field(
+        None, alias="database.sslmode"
+    )
+    database_sslcert: str | None = Field(None, alias="database.sslcert")
+    database_sslkey: str | None = Field(None, alias="database.sslkey")
+    database_sslrootcert: str | None = Field(None, alias="database.sslrootcert")
+    database_tcp_keepalive: bool = Field(True, alias="database.tcpKeepAlive")
+    database_initial_statements: str | None = Field(None, alias="database.initial.statements")
+    #: statement timeout of the queries that read tables (snapshot chunks, signal checks); 0 turns it off
+    database_query_timeout_ms: int = Field(600_000, ge=0, alias="database.query.timeout.ms")
+
+    # -- what is captured ----------------------------------------------------------------------
+    schema_include_list: list[str] = Field(default_factory=list, alias="schema.include.list")
+    schema_exclude_list: list[str] = Field(default_factory=list, alias="schema.exclude.list")
+    table_include_list: list[str] = Field(default_factory=list, alias="table.include.list")
+    table_exclude_list: list[str] = Field(default_factory=list, alias="table.exclude.list")
+    column_include_list: list[str] = Field(default_factory=list, alias="column.include.list")
+    column_exclude_list: list[str] = Field(default_factory=list, alias="column.exclude.list")
+    message_key_columns: str | None = Field(None, alias="message.key.columns")
+    skipped_operations: list[str] = Field(default_factory=lambda: ["t"], alias="skipped.operations")
+    message_prefix_include_list: list[str] = Field(default_factory=list, alias="message.prefix.include.list")
+    message_prefix_exclude_list: list[str] = Field(default_factory=list, alias="message.prefix.exclude.list")
+
+    # -- event shape ---------------------------------------------------------------------------
+    tombstones_on_delete: bool = Field(True, alias="tombstones.on.delete")
+    provide_transaction_metadata: bool = Field(False, alias="provide.transaction.metadata")
+    topic_transaction: str = Field("transaction", alias="topic.transaction")
+    topic_delimiter: str = Field(".", alias="topic.delimiter")
+    topic_heartbeat_prefix: str = Field("__debezium-heartbeat", alias="topic.heartbeat.prefix")
+    key_converter_schemas_enable: bool = Field(True, alias="key.converter.schemas.enable")
+    value_converter_schemas_enable: bool = Field(True, alias="value.converter.schemas.enable")
+    decimal_handling_mode: Literal["precise", "double", "string"] = Field("precise", alias="decimal.handling.mode")
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = Field(
+        "adaptive", alias="time.precision.mode"
+    )
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
+        "bytes", alias="binary.handling.mode"
+    )
+    interval_handling_mode: Literal["numeric", "string"] = Field("numeric", alias="interval.handling.mode")
+    hstore_handling_mode: Literal["json", "map"] = Field("json", alias="hstore.handling.mode")
+    include_unknown_datatypes: bool = Field(False, alias="include.unknown.datatypes")
+    toasted_value_placeholder: str = Field("__debezium_unavailable_value", alias="toasted.value.placeholder")
+    # Debezium 1.x's switch, which 3.x no longer reads (field.name.adjustment.mode replaced it): accepted, no effect
+    sanitize_field_names: bool = Field(False, alias="sanitize.field.names")
+    schema_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="schema.name.adjustment.mode")
+    field_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="field.name.adjustment.mode")
+    column_propagate_source_type: list[str] = Field(default_factory=list, alias="column.propagate.source.type")
+    datatype_propagate_source_type: list[str] = Field(default_factory=list, alias="datatype.propagate.source.type")
+
+    # -- heartbeats ----------------------------------------------------------------------------
+    heartbeat_interval_ms: int = Field(0, ge=0, alias="heartbeat.interval.ms")
+    heartbeat_action_query: str | None = Field(None, alias="heartbeat.action.query")
+
+    # -- snapshots -----------------------------------------------------------------------------
+    snapshot_mode: Literal["initial", "always", "never", "initial_only", "when_needed", "no_data"] = Field(
+        "initial", alias="snapshot.mode"
+    )
+    snapshot_include_collection_list: list[str] = Field(
+        default_factory=list, alias="snapshot.include.collection.list"
+    )
+    snapshot_select_statement_overrides: list[str] = Field(
+        default_factory=list, alias="snapshot.select.statement.overrides"
+    )
+    snapshot_lock_timeout_ms: int = Field(10000, ge=0, alias="snapshot.lock.timeout.ms")
+    snapshot_delay_ms: int = Field(0, ge=0, alias="snapshot.delay.ms")
+    snapshot_fetch_size: int = Field(10240, gt=0, alias="snapshot.fetch.size")
+    snapshot_max_threads: int = Field(1, ge=1, le=64, alias="snapshot.max.threads")
+    incremental_snapshot_chunk_size: int = Field(1024, gt=0, alias="incremental.snapshot.chunk.size")
+    signal_data_collection: str | None = Field(None, alias="signal.data.collection")
+
+    # -- topics created by walflow -------------------------------------------------------------
+    topic_creation_default_partitions: int = Field(1, ge=1, alias="topic.creation.default.partitions")
+    topic_creation_default_replication_factor: int = Field(-1, alias="topic.creation.default.replication.factor")
+
+    # -- walflow's own keys --------------------------------------------------------------------
+    walflow_postgres_conn_id: str = Field("postgres_default", alias="walflow.postgres.conn.id")
+    #: the Connection of the role that evaluates signals' conditions (none: signals with a condition fail)
+    walflow_postgres_reader_conn_id: str | None = Field(None, alias="walflow.postgres.reader.conn.id")
+    walflow_kafka_conn_id: str = Field("kafka_default", alias="walflow.kafka.conn.id")
+    walflow_schedule: str | None = Field("*/5 * * * *", alias="walflow.schedule")
+    walflow_batch_max_events: int = Field(1_000_000, gt=0, alias="walflow.batch.max.events")
+    walflow_batch_max_seconds: float = Field(300.0, gt=0, alias="walflow.batch.max.seconds")
+    walflow_kafka_flush_timeout_s: float = Field(60.0, gt=0, alias="walflow.kafka.flush.timeout.seconds")
+    walflow_slot_max_retained_wal_bytes: int = Field(1 << 30, gt=0, alias="walflow.slot.max.retained.wal.bytes")
+    walflow_slot_fail_retained_wal_bytes: int | None = Field(None, gt=0, alias="walflow.slot.fail.retained.wal.bytes")
+    walflow_slot_max_lag_bytes: int | None = Field(None, gt=0, alias="walflow.slot.max.lag.bytes")
+    walflow_slot_max_seconds_since_confirmed: float | None = Field(None, gt=0, alias="walflow.slot.max.seconds.since.confirmed")
+    walflow_stream_trigger_wal_bytes: int | None = Field(None, gt=0, alias="walflow.stream.trigger.wal.bytes")
+    walflow_stream_trigger_max_wait_seconds: float = Field(300.0, gt=0, alias="walflow.stream.trigger.max.wait.seconds")
+    walflow_stream_trigger_poke_seconds: float = Field(5.0, gt=0, alias="walflow.stream.trigger.poke.seconds")
+    walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
+    # a logical decoding message too large for a Kafka record: stop the batch before it (fail), or leave it out with
+    # a warning (skip); messages are never table data
+    walflow_message_oversized_handling_mode: Literal["fail", "skip"] = Field("fail", alias="walflow.message.oversized.handling.mode")
+    # execute-snapshot signals queued behind the running one; later ones wait (state table) until there is room
+    walflow_signal_queue_max: int = Field(16, ge=1, alias="walflow.signal.queue.max")
+    # the record format: Debezium 3.6.3's, or the pre-2.6 envelope for consumers pinned to it (walflow.records.envelope)
+    walflow_event_format: Literal["3.6", "pre-2.6"] = Field("3.6", alias="walflow.event.format")
+    walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
+    # walflow's own topic of schema facts (walflow.capture.schema_facts), read by the lake job; written only with the lake on
+    walflow_schema_topic: str | None = Field(None, alias="walflow.schema.topic")
+    walflow_lake_catalog: str = Field("lake", alias="walflow.lake.catalog")
+    walflow_lake_namespace: str | None = Field(None, alias="walflow.lake.namespace")
+    walflow_lake_warehouse: str | None = Field(None, alias="walflow.lake.warehouse")
+    walflow_lake_max_records: int = Field(5_000_000, gt=0, alias="walflow.lake.max.records")
+    walflow_lake_delete_mode: Literal["hard", "soft"] = Field("hard", alias="walflow.lake.delete.mode")
+    walflow_lake_changelog: bool = Field(False, alias="walflow.lake.changelog")
+    walflow_lake_spark_conf: dict[str, str] = Field(default_factory=dict, alias="walflow.lake.spark.conf")
+    # "<topic>:<partition>:<offset>" of records the lake job could not apply, accepted as docs/lake.md says
+    walflow_lake_accept_records: list[str] = Field(default_factory=list, alias="walflow.lake.accept.records")
+    # the lake's Iceberg catalog as a JDBC catalog on a PostgreSQL Connection (None: the Hadoop folder catalog)
+    walflow_lake_catalog_conn_id: str | None = Field(None, alias="walflow.lake.catalog.conn.id")
+    walflow_lake_maintain_schedule: str | None = Field("@daily", alias="walflow.lake.maintain.schedule")
+    walflow_lake_maintain_snapshot_retention_hours: float = Field(120.0, ge=0, alias="walflow.lake.maintain.snapshot.retention.hours")
+    walflow_lake_maintain_orphan_retention_hours: float = Field(72.0, ge=0, alias="walflow.lake.maintain.orphan.retention.hours")
+    walflow_lake_maintain_lock_wait_seconds: float = Field(3600.0, ge=0, alias="walflow.lake.maintain.lock.wait.seconds")
+    walflow_spark_conn_id: str = Field("spark_default", alias="walflow.spark.conn.id")
+    walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")
+    walflow_owner: str = Field("airflow", min_length=1, alias="walflow.owner")
+    walflow_on_failure_callback: str | None = Field(None, alias="walflow.on.failure.callback")
+    walflow_snapshot_poke_seconds: float = Field(10.0, gt=0, alias="walflow.snapshot.poke.seconds")
+    # with snapshot.max.threads above 1, a table is cut into key ranges of about this many rows (estimated)
+    walflow_snapshot_range_rows: int = Field(50_000, ge=1, alias="walflow.snapshot.range.rows")
+
+    # -- patterned keys, collected by :func:`parse_config` ------------------------------------
+    column_truncate: dict[int, list[str]] = Field(default_factory=dict, alias="__column_truncate")
+    column_mask: dict[int, list[str]] = Field(default_factory=dict, alias="__column_mask")
+    column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
+    snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
+
+    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", mode="before")
+    @classmethod
+    def _lists(cls, value: Any) -> list[str]:
+        return _split_list(value)
+
+    @field_validator("tasks_max", mode="before")
+    @classmethod
+    def _tasks_max(cls, value: Any) -> Any:
+        # Kafka Connect's REST API and most published configurations write every value as a string ("1")
+        number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+        if number != 1 or isinstance(number, bool):
+            raise ValueError(
+                "walflow runs one task per connector (one stream task reads the slot, as Debezium's PostgreSQL "
+                "connector does); set 1 or leave the key out"
+            )
+        return number
+
+    @field_validator("walflow_event_format", mode="before")
+    @classmethod
+    def _event_format(cls, value: Any) -> Any:
+        # YAML reads an unquoted 3.6 as a number
+        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    @field_validator("walflow_lake_spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, value: Any) -> Any:
+        # Spark's settings are strings; YAML reads `spark.executor.instances: 2` or `...enabled: true` as a number
+        # or a boolean, which Spark expects as "2" and "true"
+        if not isinstance(value, dict):
+            return value
+        settings = {}
+        for key, setting in value.items():
+            if isinstance(setting, bool):
+                setting = "true" if setting else "false"
+            elif isinstance(setting, (int, float)):
+                setting = str(setting)
+            # a credentials *provider* (a class name, as fs.s3a.aws.credentials.provider) holds no secret
+            if _SECRET_SETTING.search(str(key)) and not str(key).lower().endswith("provider"):
+                raise ValueError(
+                    f"{key!r} holds a credential: every walflow.lake.spark.conf setting reaches spark-submit's command "
+                    "line, the task log and the serialized DAG. Give catalog credentials in the Airflow Connection named "
+                    "by walflow.lake.catalog.conn.id (its password, or its extras), which reach the job through its "
+                    "environment only"
+                )
+            settings[key] = setting
+        return settings
+
+    @field_validator("skipped_operations", mode="before")
+    @classmethod
+    def _ops(cls, value: Any) -> list[str]:
+        ops = _split_list(value)
+        if ops == ["none"]:
+            return []
+        bad = [op for op in ops if op not in ("c", "u", "d", "t")]
+        if bad:
+            raise ValueError(f"unknown operation(s) {bad}; allowed: c, u, d, t or none")
+        return ops
+
+    @field_validator(*_PATTERN_LISTS)
+    @classmethod
+    def _regexes(cls, value: list[str]) -> list[str]:
+        _check_patterns(value)
+        return value
+
+    @field_validator("walflow_state_table", "signal_data_collection")
+    @classmethod
+    def _table_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            from walflow.names import split_table_name
+
+            parts = value.split(".")
+            # Debezium 2.x also accepts <database>.<schema>.<table> for PostgreSQL; the database is implicit
+            split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in value else value)
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not _TOPIC_PREFIX_RE.match(value):
+            raise ValueError("only letters, digits, '.', '_' and '-' are allowed")
+        if value in (".", ".."):
+            raise ValueError("'.' and '..' name no topic (and, as the default lake namespace, a folder outside the warehouse)")
+        return value
+
+    @field_validator("walflow_lake_namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        # one folder of a Hadoop catalog's warehouse: no separator, no '.' or '..'
+        if value and (value in (".", "..") or any(c in value for c in "/\\\0")):
+            raise ValueError("a lake namespace is one name: no '/', '\\' or NUL, and not '.' or '..'")
+        return value
+
+    @field_validator("slot_name")
+    @classmethod
+    def _slot(cls, value: str) -> str:
+        if not _SLOT_NAME_RE.match(value):
+            raise ValueError("PostgreSQL slot names may hold only lower-case letters, digits and '_' (max 63)")
+        return value
+
+    @field_validator("walflow_on_failure_callback")
+    @classmethod
+    def _callback(cls, value: str | None) -> str | None:
+        if value is not None and not _IMPORT_PATH_RE.match(value):
+            raise ValueError("expected the import path of a function, such as my_package.alerts.notify")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _CONNECTOR_NAME_RE.match(value):
+            raise ValueError("a connector name becomes part of DAG ids: use letters, digits and '_'")
+        return value
+
+    @model_validator(mode="after")
+    def _pairs(self) -> ConnectorConfig:
+        for include, exclude in (
+            ("schema.include.list", "schema.exclude.list"),
+            ("table.include.list", "table.exclude.list"),
+            ("column.include.list", "column.exclude.list"),
+            ("message.prefix.include.list", "message.prefix.exclude.list"),
+        ):
+            if self.get(include) and self.get(exclude):
+                raise ValueError(f"'{include}' and '{exclude}' cannot both be set; Debezium allows only one of them")
+        if self.heartbeat_action_query and not self.heartbeat_interval_ms:
+            raise ValueError("'heartbeat.action.query' needs 'heartbeat.interval.ms' > 0 to ever run")
+        return self
+
+    # -- access --------------------------------------------------------------------------------
+    def get(self, key: str) -> Any:
+        """Return a setting by its Debezium (dotted) key."""
+        field = _FIELD_BY_ALIAS.get(ALIASES.get(key, key))
+        if field is None:
+            raise KeyError(key)
+        return getattr(self, field)
+
+    @property
+    def state_table(self) -> tuple[str, str]:
+        from walflow.names import split_table_name
+
+        return split_table_name(self.walflow_state_table)
+
+    @property
+    def signal_table(self) -> tuple[str, str] | None:
+        from walflow.names import split_table_name
+
+        if not self.signal_data_collection:
+            return None
+        parts = self.signal_data_collection.split(".")
+        return split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in self.signal_data_collection else self.signal_data_collection)
+
+    @property
+    def transaction_topic(self) -> str:
+        return f"{self.topic_prefix}{self.topic_delimiter}{self.topic_transaction}"
+
+    @property
+    def schema_topic(self) -> str:
+        """The topic of the connector's schema facts (:mod:`walflow.capture.schema_facts`): ``walflow.schema.topic``, by default
+        ``__walflow-schema<delimiter><topic.prefix>`` (named like the heartbeat topic: outside the prefix's topics)."""
+        return self.walflow_schema_topic or f"__walflow-schema{self.topic_delimiter}{self.topic_prefix}"
+
+    @property
+    def heartbeat_topic(self) -> str:
+        return f"{self.topic_heartbeat_prefix}{self.topic_delimiter}{self.topic_prefix}"
+
+    def conninfo_options(self) -> dict[str, str]:
+        """libpq options this config adds to the source Connection (TLS, keepalives)."""
+        options: dict[str, str] = {}
+        for key, attr in (
+            ("sslmode", "database_sslmode"),
+            ("sslcert", "database_sslcert"),
+            ("sslkey", "database_sslkey"),
+            ("sslrootcert", "database_sslrootcert"),
+        ):
+            value = getattr(self, attr)
+            if value:
+                options[key] = str(value)
+        options["keepalives"] = "1" if self.database_tcp_keepalive else "0"
+        return options
+
+
+_FIELD_BY_ALIAS = {info.alias: name for name, info in ConnectorConfig.model_fields.items() if info.alias}
+KNOWN_KEYS = frozenset(alias for alias in _FIELD_BY_ALIAS if not alias.startswith("__"))
+
+
+def _format_validation_error(exc: ValidationError, raw: dict[str, Any], source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"]) if err["loc"] else ""
+        key = loc
+        if not loc:
+            lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+            continue
+        value = raw.get(key, err.get("input"))
+        if err["type"] == "missing":
+            lines.append(f"  '{key}' is required but missing")
+        elif err["type"] == "extra_forbidden":
+            lines.append(f"  '{key}' is not a known key")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"  '{key}' = {value!r}: {msg}")
+    return f"invalid connector configuration {source}:\n" + "\n".join(lines)
+
+
+def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig:
+    """Validate a mapping of Debezium keys into a :class:`ConnectorConfig`.
+
+    :param raw: the flat mapping read from YAML (keys are dotted Debezium property names).
+    :param source: where ``raw`` came from, quoted in error messages.
+    :raises ConfigError: naming every offending key, its value and what is allowed.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"connector configuration {source} must be a mapping of keys to values, got {type(raw).__name__}")
+    problems: list[str] = []
+    data: dict[str, Any] = {}
+    truncate: dict[int, list[str]] = {}
+    mask: dict[int, list[str]] = {}
+    mask_hash: dict[tuple[str, str], list[str]] = {}
+    overrides: dict[str, str] = {}
+    spelled: dict[str, str] = {}  # canonical key -> the spelling the file used
+    truncate_mode: str | None = None
+    for key, value in raw.items():
+        if not isinstance(key, str):
+            problems.append(f"  key {key!r} is not a string")
+            continue
+        if key in CONNECTION_KEYS:
+            problems.append(
+                f"  '{key}' does not belong in the connector file: walflow takes {CONNECTION_KEYS[key]} from the "
+                f"Airflow Connection named by 'walflow.postgres.conn.id' (secrets never live in YAML)"
+            )
+            continue
+        if key in UNSUPPORTED_KEYS:
+            problems.append(f"  '{key}' is not supported by walflow: {UNSUPPORTED_KEYS[key]}")
+            continue
+        match = next(((i, m) for i, p in enumerate(_DYNAMIC_KEY_PATTERNS) if (m := p.match(key))), None)
+        if match is not None:
+            index, m = match
+            try:
+                if index == 0:
+                    truncate[int(m.group(1))] = _split_list(value)
+                elif index == 1:
+                    mask[int(m.group(1))] = _split_list(value)
+                elif index == 2:
+                    mask_hash[(m.group(1), m.group(2))] = _split_list(value)
+                else:
+                    if not isinstance(value, str):
+                        raise TypeError("expected a SELECT statement as a string")
+                    overrides[m.group(1)] = value
+            except (TypeError, ValueError) as exc:
+                problems.append(f"  '{key}' = {value!r}: {exc}")
+            continue
+        if key == TRUNCATE_HANDLING_MODE:
+            if value not in ("skip", "include"):
+                problems.append(f"  '{key}' = {value!r}: allowed values are 'skip' and 'include'")
+            else:
+                truncate_mode = value
+            continue
+        canonical = ALIASES.get(key, key)
+        if canonical in data:
+            problems.append(
+                f"  '{key}' and '{spelled[canonical]}' name the same setting ('{canonical}'); keep only one of them"
+            )
+            continue
+        spelled[canonical] = key
+        if canonical not in KNOWN_KEYS:
+            close = [k for k in sorted(KNOWN_KEYS) if k.split(".")[-1] == key.split(".")[-1]][:3]
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+            problems.append(f"  '{key}' is not a known key{hint}")
+            continue
+        data[canonical] = value
+    if truncate_mode is not None:
+        problem = _fold_truncate_mode(truncate_mode, data)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
+    data["__column_truncate"] = truncate
+    data["__column_mask"] = mask
+    data["__column_mask_hash"] = mask_hash
+    data["__snapshot_select_overrides"] = overrides
+    try:
+        return ConnectorConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, data, source)) from None
+
+
+def _fold_truncate_mode(mode: str, data: dict[str, Any]) -> str | None:
+    """Apply Debezium 1.x's ``truncate.handling.mode`` to ``skipped.operations``; return a problem, if any.
+
+    ``include`` means truncate events are emitted (``t`` not skipped), ``skip`` that they are not. With
+    ``skipped.operations`` also set, the two must agree.
+    """
+    if "skipped.operations" not in data:
+        data["skipped.operations"] = "t" if mode == "skip" else "none"
+        return None
+    try:
+        ops = _split_list(data["skipped.operations"])
+    except TypeError:
+        return None  # the field validator reports the wrong type
+    skips_truncate = "t" in ops
+    if skips_truncate != (mode == "skip"):
+        return (
+            f"  '{TRUNCATE_HANDLING_MODE}' = {mode!r} contradicts 'skipped.operations' = {data['skipped.operations']!r}; "
+            "set only 'skipped.operations' (add or leave out 't')"
+        )
+    return None

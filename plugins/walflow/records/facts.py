@@ -1,0 +1,19 @@
+"""The schema topic's facts as both sides read them: the writer (:mod:`walflow.capture.schema_facts`) and the lake
+job, whose executors import this module (plain Python only).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+
+def field_type(schema: dict[str, Any]) -> str:
+    """A field's type as its events' schema says it, without its default and name (as
+    :func:`walflow.schema_facts.field_type` writes it into a fact)."""
+    return orjson.dumps({k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS).decode()
+
+
+#: the kind of a start fact on the schema topic (walflow.schema_facts.start_record)
+START_KIND = "start"

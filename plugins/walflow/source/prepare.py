@@ -1,0 +1,158 @@
+"""The source's part of a connector's setup: the server checks, the publication and (unless the caller creates it
+with an exported snapshot) the slot. Idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from walflow.config.connector import ConnectorConfig
+from walflow.config.filters import Filters
+from walflow.errors import SourceError
+from walflow.source.connection import check_server, quote_table
+from walflow.source.publication import (
+    check_publication_privileges,
+    check_select_privilege,
+    list_tables,
+    publication_tables,
+    replica_identity_warning,
+)
+from walflow.source.slot import check_slot, create_slot, slot_info
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SetupReport:
+    """What :func:`setup_source` found and changed, returned as the setup task's XCom."""
+
+    server_version: str = ""
+    publication: str = ""
+    publication_created: bool = False
+    publication_altered: bool = False
+    slot: str = ""
+    slot_created: bool = False
+    slot_confirmed_lsn: str | None = None
+    captured_tables: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+
+def ensure_publication(
+    conn: psycopg.Connection,
+    config: ConnectorConfig,
+    tables: Iterable[tuple[str, str]],
+    report: SetupReport,
+) -> None:
+    """Create or check the publication per ``publication.autocreate.mode``; idempotent."""
+    name = config.publication_name
+    mode = config.publication_autocreate_mode
+    wanted = set(tables)
+    existing = publication_tables(conn, name)
+    report.publication = name
+    if existing is None:
+        if mode == "disabled":
+            raise SourceError(
+                f"publication {name!r} does not exist and 'publication.autocreate.mode' is 'disabled'; create it "
+                f"(CREATE PUBLICATION {name} FOR TABLE ...) or set the mode to 'filtered' or 'all_tables'"
+            )
+        check_publication_privileges(conn, name, mode, wanted, creating=True)
+        try:
+            with conn.cursor() as cur:
+                if mode == "all_tables":
+                    cur.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name)))
+                else:
+                    if not wanted:
+                        raise SourceError(
+                            f"'publication.autocreate.mode' is 'filtered' but no table matches the include/exclude "
+                            f"lists, so publication {name!r} would be empty; check 'table.include.list'"
+                        )
+                    cur.execute(
+                        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                            sql.Identifier(name), sql.SQL(", ").join(quote_table(s, t) for s, t in sorted(wanted))
+                        )
+                    )
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise SourceError(
+                f"cannot create publication {name!r}: {exc.diag.message_primary}. 'all_tables' needs a superuser; "
+                "'filtered' needs ownership of the captured tables (see include/sql/roles.sql), or create the "
+                "publication yourself and set 'publication.autocreate.mode: disabled'"
+            ) from None
+        report.publication_created = True
+        log.info("created publication %s (%s)", name, mode)
+        return
+    all_tables, all_ops, published = existing
+    if not all_ops:
+        report.warnings.append(f"publication {name!r} does not publish every operation (insert, update, delete)")
+    if mode == "filtered" and not all_tables and published != wanted:
+        check_publication_privileges(conn, name, mode, wanted, creating=False)
+        with conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("ALTER PUBLICATION {} SET TABLE {}").format(
+                    sql.Identifier(name), sql.SQL(", ").join(quote_table(s, t) for s, t in sorted(wanted))
+                )
+            )
+        report.publication_altered = True
+        log.info("publication %s now holds %d table(s)", name, len(wanted))
+    elif not all_tables:
+        missing = sorted(wanted - published)
+        if missing:
+            report.warnings.append(
+                f"publication {name!r} lacks captured table(s) {', '.join(f'{s}.{t}' for s, t in missing)}; "
+                "their changes will not be streamed"
+            )
+
+
+def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_slot_now: bool = True) -> SetupReport:
+    """Check the server, then create the publication and (unless told not to) the slot. Idempotent.
+
+    The slot is created last, so a failed publication step leaves no slot retaining WAL. The setup operator
+    passes ``create_slot_now=False`` and creates the slot itself when it must export the slot's snapshot.
+    """
+    report = SetupReport()
+    filters = Filters(config)
+    existing = slot_info(conn, config.slot_name)
+    info = check_server(conn, config, creating_slot=existing is None)
+    report.server_version = info.version
+    tables = list_tables(conn, filters)
+    check_select_privilege(conn, [(schema, table, oid) for schema, table, oid, *_ in tables])
+    for schema, table, _oid, replident, has_pk in tables:
+        report.captured_tables.append(f"{schema}.{table}")
+        warning = replica_identity_warning(schema, table, replident, has_pk)
+        if warning:
+            report.warnings.append(warning)
+    published = {(s, t) for s, t, *_ in tables}
+    if config.signal_table:
+        published.add(config.signal_table)
+    ensure_publication(conn, config, published, report)
+    open_messages = conn.execute(
+        "SELECT has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+    ).fetchone()
+    if open_messages and open_messages[0]:
+        report.warnings.append(
+            "any login of this database may write logical decoding messages into the WAL the connector reads "
+            "(EXECUTE on pg_logical_emit_message is granted to PUBLIC), and one too large for a Kafka record stops "
+            "every batch: run include/sql/roles.sql, which revokes it from PUBLIC and grants it to the connector's role, "
+            "or set walflow.message.oversized.handling.mode: skip"
+        )
+    for warning in report.warnings:
+        log.warning("%s", warning)
+    slot = check_slot(conn, config, info.database, missing_ok=True)
+    report.slot = config.slot_name
+    if slot is None and not create_slot_now:
+        return report
+    if slot is None:
+        report.slot_confirmed_lsn = create_slot(conn, config.slot_name)
+        report.slot_created = True
+        log.info("created replication slot %s at %s", config.slot_name, report.slot_confirmed_lsn)
+    else:
+        report.slot_confirmed_lsn = slot.confirmed_flush_lsn
+    return report

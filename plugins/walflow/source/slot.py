@@ -1,0 +1,83 @@
+"""The replication slot: what the server says of it, the checks before it is read, and its creation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import psycopg
+
+from walflow.config.connector import ConnectorConfig
+from walflow.errors import SlotError
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class SlotInfo:
+    name: str
+    plugin: str | None
+    slot_type: str
+    database: str | None
+    active_pid: int | None
+    restart_lsn: str | None
+    confirmed_flush_lsn: str | None
+    wal_status: str | None
+
+
+def slot_info(conn: psycopg.Connection, slot: str) -> SlotInfo | None:
+    with conn.cursor() as cur:
+        cur.execute(
+            """
+            SELECT slot_name, plugin, slot_type, database, active_pid, restart_lsn::text,
+                   confirmed_flush_lsn::text, wal_status
+            FROM pg_replication_slots WHERE slot_name = %s
+            """,
+            (slot,),
+        )
+        row = cur.fetchone()
+    return SlotInfo(*row) if row else None
+
+
+def check_slot(conn: psycopg.Connection, config: ConnectorConfig, database: str, *, missing_ok: bool) -> SlotInfo | None:
+    """Check the slot is a pgoutput logical slot of this database that nobody else consumes."""
+    slot = slot_info(conn, config.slot_name)
+    if slot is None:
+        if missing_ok:
+            return None
+        raise SlotError(
+            f"replication slot {config.slot_name!r} does not exist. It was dropped, or the server is a new primary "
+            "after a failover: changes made since the last run may have been missed. walflow never recreates a slot "
+            f"silently; re-run the setup DAG ({config.name}__setup) with a snapshot mode that re-reads the data "
+            "('when_needed' or 'always')."
+        )
+    if slot.slot_type != "logical" or slot.plugin != "pgoutput":
+        raise SlotError(
+            f"replication slot {slot.name!r} is a {slot.slot_type} slot with plugin {slot.plugin!r}; walflow needs a "
+            "logical pgoutput slot. Choose another 'slot.name' or drop this slot."
+        )
+    if slot.database != database:
+        raise SlotError(
+            f"replication slot {slot.name!r} belongs to database {slot.database!r}, not {database!r}; choose another "
+            "'slot.name'"
+        )
+    if slot.wal_status == "lost":
+        raise SlotError(
+            f"replication slot {slot.name!r} has lost required WAL (wal_status=lost, max_slot_wal_keep_size exceeded): "
+            f"changes were missed. Drop the slot and re-run {config.name}__setup with a snapshot mode that re-reads the data."
+        )
+    if slot.active_pid is not None:
+        raise SlotError(
+            f"replication slot {slot.name!r} is in use by another process (PID {slot.active_pid}); a slot has one "
+            "consumer at a time. Stop that consumer or give this connector its own 'slot.name'."
+        )
+    return slot
+
+
+def create_slot(conn: psycopg.Connection, slot: str) -> str:
+    """Create the logical pgoutput slot; return its consistent point LSN."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        row = cur.fetchone()
+    assert row is not None
+    return row[0]
