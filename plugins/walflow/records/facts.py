@@ -10,10 +10,10 @@ import orjson
 
 
 def field_type(schema: dict[str, Any]) -> str:
-    """A field's type as its events' schema says it, without its default and name (as
-    :func:`walflow.schema_facts.field_type` writes it into a fact)."""
+    """A field's type as its events' schema says it, without its default and name: the form of a fact's ``types``
+    (written by :mod:`walflow.capture.schema_facts`, compared by :mod:`walflow.lake.evolution`)."""
     return orjson.dumps({k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-#: the kind of a start fact on the schema topic (walflow.schema_facts.start_record)
+#: the kind of a start fact on the schema topic (walflow.capture.schema_facts.start_record)
 START_KIND = "start"

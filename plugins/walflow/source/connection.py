@@ -53,7 +53,7 @@ def connect(
     initial_statements: str | None = None,
     **kwargs: object,
 ) -> psycopg.Connection:
-    """Open a connection whose text output is what :mod:`walflow.convert` expects.
+    """Open a connection whose text output is what :mod:`walflow.records.convert` expects.
 
     :param initial_statements: the connector's ``database.initial.statements``, run on every connection walflow
         opens to read the database (not on the replication connection that creates a slot, as in Debezium).
