@@ -337,13 +337,17 @@ def run_dag(dag_id: str) -> Any:
 #: batches instead of 200, and the JVM's quick compiler only with the serial collector. On this 2-core machine
 #: the optimising compiler's threads compete with the tests for the CPU: a small apply takes about half as long
 #: without them (measured: 3-5 s instead of 5-11 s per in-process apply, 13 s instead of 28 s for the first).
+#: With the quick compiler alone the JVM reserves 48 MB for compiled code, which a session that runs many tests
+#: fills: its sweeper thread then evicts code that is compiled again (perf over make test: 2% of the machine's CPU
+#: in the sweepers of the two in-process sessions). 240 MB, the tiered default, keeps it: tests/integration/test_lake.py
+#: took 88-94 CPU-s instead of 104-107.
 TEST_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m",
     # executors are JVMs of their own on a standalone cluster's workers (tests/e2e/test_cluster.py): short-lived too
-    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m",
 }
 
 
