@@ -91,6 +91,8 @@ DEBEZIUM_ROWS = [
     "INSERT INTO cash_table (csh) VALUES ('$1234.11')",
     "INSERT INTO cash_table (csh) VALUES ('($1234.11)')",
     "INSERT INTO cash_table (csh) VALUES (NULL)",
+    # halves: how money.fraction.digits rounds when it keeps fewer digits than the server prints
+    "INSERT INTO cash_table (csh) VALUES ('$0.25'), ('-$0.25'), ('$0.05')",
     "INSERT INTO bitbin_table (ba, bol, bol2, bs, bs7, bv1, bv, bv2, bvl, bvunlimited1, bvunlimited2) VALUES"
     " ('\\x010203'::bytea, '0'::bit(1), '1'::bit(1), '11'::bit(2), '1'::bit(7), '1'::bit varying(1), '00'::bit(2),"
     " '000000110000001000000001'::bit(24), '1000000000000000000000000000000000000000000000000000000000000000'::bit(64),"
@@ -194,10 +196,12 @@ MODES = [
                                               "binary.handling.mode": "base64", "hstore.handling.mode": "map"}),
     Variant("string_connect_hex_interval", {"decimal.handling.mode": "string", "time.precision.mode": "connect",
                                             "binary.handling.mode": "hex", "interval.handling.mode": "string"}),
+    # money with more fraction digits than the server prints (padded), and below with fewer (rounded)
     Variant("url_safe_unknown_no_schemas", {"binary.handling.mode": "base64-url-safe", "include.unknown.datatypes": True,
-                                            "key.converter.schemas.enable": False, "value.converter.schemas.enable": False}),
+                                            "key.converter.schemas.enable": False, "value.converter.schemas.enable": False,
+                                            "money.fraction.digits": 3}),
     # every column's source type, length and scale (and what a truncation or a mask means for each type)
-    Variant("propagate_all", {"datatype.propagate.source.type": ".+"}),
+    Variant("propagate_all", {"datatype.propagate.source.type": ".+", "money.fraction.digits": 1}),
 ]
 
 #: the golden columns holding arrays of more than one dimension (declared so, or a 2-D value in an int[] column)

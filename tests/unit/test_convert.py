@@ -303,3 +303,17 @@ def test_numerics_beyond_pythons_integer_limit_convert_exactly_and_fast() -> Non
             assert digits_to_int(text) == int(text) and str(int_to_decimal(int(text))) == text
     finally:
         sys.set_int_max_str_digits(limit)
+
+
+@pytest.mark.parametrize(
+    ("digits", "expected"),
+    [(2, [123411, -25, 5, -123456]), (3, [1234110, -250, 50, -1234560]), (1, [12341, -3, 1, -12346]), (0, [1234, 0, 0, -1235])],
+)
+def test_money_takes_the_scale_of_money_fraction_digits_and_rounds_half_up(digits: int, expected: list[int]) -> None:
+    """``money.fraction.digits`` sets the decimal's scale; fewer digits than the server prints round half up, as
+    Debezium's do (tests/compat's types variants run the same halves through Debezium 3.6.3)."""
+    conv = build_converter(ColumnType(c.MONEY, name="money", base_name="money"), ConverterSettings(money_fraction_digits=digits))
+    assert conv.schema["parameters"] == {"scale": str(digits)}
+    values = [conv.convert(text) for text in ("$1,234.11", "-$0.25", "$0.05", "($1,234.56)")]
+    assert [int.from_bytes(base64.b64decode(v), "big", signed=True) for v in values] == expected
+    assert build_converter(ColumnType(c.MONEY, name="money"), ConverterSettings(decimal_handling_mode="string", money_fraction_digits=0)).convert("$0.25") == "0.25"

@@ -163,6 +163,9 @@ class ConnectorConfig(BaseModel):
     interval_handling_mode: Literal["numeric", "string"] = Field("numeric", alias="interval.handling.mode")
     hstore_handling_mode: Literal["json", "map"] = Field("json", alias="hstore.handling.mode")
     include_unknown_datatypes: bool = Field(False, alias="include.unknown.datatypes")
+    #: scale of a ``money`` value as a precise decimal (Debezium's ``money.fraction.digits``); no effect in the
+    #: ``double`` and ``string`` decimal modes
+    money_fraction_digits: int = Field(2, ge=0, alias="money.fraction.digits")
     toasted_value_placeholder: str = Field("__debezium_unavailable_value", alias="toasted.value.placeholder")
     # Debezium 1.x's switch, which 3.x no longer reads (field.name.adjustment.mode replaced it): accepted, no effect
     sanitize_field_names: bool = Field(False, alias="sanitize.field.names")

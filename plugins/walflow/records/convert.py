@@ -19,7 +19,7 @@ import struct
 from base64 import b64encode
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import orjson
@@ -99,6 +99,8 @@ class ConverterSettings:
     interval_handling_mode: str = "numeric"
     hstore_handling_mode: str = "json"
     include_unknown_datatypes: bool = False
+    #: the scale of ``money`` as a precise decimal (``money.fraction.digits``)
+    money_fraction_digits: int = 2
     #: values read by a snapshot's query, where Debezium goes through the JDBC driver's Java types (dates differ)
     snapshot: bool = False
 
@@ -111,6 +113,7 @@ class ConverterSettings:
             interval_handling_mode=config.interval_handling_mode,
             hstore_handling_mode=config.hstore_handling_mode,
             include_unknown_datatypes=config.include_unknown_datatypes,
+            money_fraction_digits=config.money_fraction_digits,
         )
 
 
@@ -315,7 +318,7 @@ def _bits_converter(column_type: ColumnType) -> ColumnConverter:
 
 # -- money -----------------------------------------------------------------------------------------
 def _money_converter(settings: ConverterSettings) -> ColumnConverter:
-    """MONEY as Debezium's decimal with 2 fraction digits (lc_monetary=C prints '-$1,234.56')."""
+    """MONEY as Debezium's decimal with ``money.fraction.digits`` fraction digits (lc_monetary=C prints '-$1,234.56')."""
 
     def plain(text: str) -> str:
         negative = text.startswith("-") or text.startswith("(")
@@ -328,10 +331,15 @@ def _money_converter(settings: ConverterSettings) -> ColumnConverter:
     if mode == "string":
         return ColumnConverter(_schema("string"), plain, semantic="string")
 
-    def precise(text: str) -> str:
-        return unscaled_base64(int(Decimal(plain(text)).scaleb(2)))
+    digits = settings.money_fraction_digits
+    # the server prints lc_monetary=C's two digits: more digits pad them, fewer round half up (as Java's
+    # BigDecimal.setScale with RoundingMode.HALF_UP)
+    step = Decimal(1).scaleb(-digits)
 
-    schema = _schema("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": "2"}, 1)
+    def precise(text: str) -> str:
+        return unscaled_base64(int(Decimal(plain(text)).quantize(step, rounding=ROUND_HALF_UP).scaleb(digits)))
+
+    schema = _schema("bytes", "org.apache.kafka.connect.data.Decimal", {"scale": str(digits)}, 1)
     return ColumnConverter(schema, precise, semantic="decimal")
 
 
