@@ -147,6 +147,9 @@ class ConnectorConfig(BaseModel):
 
     # -- event shape ---------------------------------------------------------------------------
     tombstones_on_delete: bool = Field(True, alias="tombstones.on.delete")
+    #: an update none of whose captured columns changed is not emitted; seen only where the update carries the old
+    #: row (REPLICA IDENTITY FULL), as in Debezium
+    skip_messages_without_change: bool = Field(False, alias="skip.messages.without.change")
     provide_transaction_metadata: bool = Field(False, alias="provide.transaction.metadata")
     topic_transaction: str = Field("transaction", alias="topic.transaction")
     topic_delimiter: str = Field(".", alias="topic.delimiter")
