@@ -37,7 +37,7 @@ import orjson
 
 from walflow.records.arrays import parse_array
 from walflow.records.events import match_columns, now_ms
-from walflow.records.facts import START_KIND, field_type
+from walflow.records.facts import FORMAT, START_KIND, field_type
 
 if TYPE_CHECKING:
     from walflow.kafka import EventProducer
@@ -50,8 +50,6 @@ log = logging.getLogger(__name__)
 
 #: state-table key prefix of the definition each table's last fact described (by relation OID)
 STATE_PREFIX = "schema:"
-#: the fact's format (the lake refuses facts of a newer one)
-FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -187,9 +185,6 @@ def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
     return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged), types, storage(table))
 
 
-#: a start fact's kind: where a lake table with no offsets of its own starts reading its topic
-START = START_KIND
-
 
 def start_record(connector: str, offsets: dict[str, dict[int, int]], lsn: int) -> tuple[bytes, bytes]:
     """The record of a *start fact*: the end offsets of the table topics just before an initial snapshot wrote its
@@ -197,9 +192,9 @@ def start_record(connector: str, offsets: dict[str, dict[int, int]], lsn: int) -
     ``walflow reset --lake``) starts there rather than at offset 0: the snapshot holds every row as it was, and
     what the topics held before it (a row deleted since, whose delete was never streamed before a reset) must not
     come back."""
-    doc = {"format": FORMAT, "kind": START, "connector": connector, "lsn": lsn, "at": int(time.time() * 1000),
+    doc = {"format": FORMAT, "kind": START_KIND, "connector": connector, "lsn": lsn, "at": int(time.time() * 1000),
            "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()}}
-    return f"{START}:{connector}".encode(), orjson.dumps(doc)
+    return f"{START_KIND}:{connector}".encode(), orjson.dumps(doc)
 
 
 class SchemaFacts:

@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from walflow.errors import BrokerUnavailableError, LakeError
 from walflow.kafka import SMALL_READS, consumer, list_topics, partition_end
-from walflow.records.facts import START_KIND
+from walflow.records.facts import FORMAT, START_KIND
 
 #: Consumer settings of the bulk reads. librdkafka stops fetching while its local queue holds more than
 #: ``queued.max.messages.kbytes`` (or ``queued.min.messages`` records) and then waits ``fetch.queue.backoff.ms``
@@ -202,6 +202,6 @@ def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:
             continue  # not walflow's: the topic is walflow's own, but a stray record must not stop the lake
-        if isinstance(doc, dict) and doc.get("format") == 1 and (isinstance(doc.get("fields"), list) or doc.get("kind") == START_KIND):
+        if isinstance(doc, dict) and doc.get("format") == FORMAT and (isinstance(doc.get("fields"), list) or doc.get("kind") == START_KIND):
             facts.append(doc)
     return facts

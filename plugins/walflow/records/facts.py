@@ -15,5 +15,8 @@ def field_type(schema: dict[str, Any]) -> str:
     return orjson.dumps({k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS).decode()
 
 
-#: the kind of a start fact on the schema topic (walflow.capture.schema_facts.start_record)
+#: the version of the facts' format: the ``format`` field of every fact; the lake reads only the facts of its version
+FORMAT = 1
+#: the kind of a start fact: where a lake table with no offsets of its own starts reading its topic
+#: (:func:`walflow.capture.schema_facts.start_record`)
 START_KIND = "start"
