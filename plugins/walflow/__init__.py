@@ -11,6 +11,7 @@ package         what it holds
 ``source``      the source database: connections, publication, slot, locks, catalog, pgoutput, state, signals
 ``records``     Debezium's record format: value conversion, column transforms, table schemas, envelopes
 ``kafka``       the producer, topic administration and end-of-topic reads
+``transforms``  Kafka Connect's and Debezium's single message transforms, run before records reach Kafka
 ``capture``     streaming batches, initial and incremental snapshots, setup, drift checks, schema facts, metrics
 ``lake``        the Spark job that applies the records to Iceberg (its executors import ``names``, ``errors``,
                 ``kafka`` and parts of ``records`` only)

@@ -55,6 +55,11 @@ class ConversionError(WalflowError):
     """A column value could not be converted to its Debezium representation."""
 
 
+class TransformError(WalflowError):
+    """A configured transform cannot handle a record (a struct expected, a value it cannot convert): names the
+    transform, the topic and the value. Nothing of the batch is confirmed to the slot."""
+
+
 class DeliveryError(WalflowError):
     """Kafka did not acknowledge every record of a batch; the slot was not advanced past them."""
 

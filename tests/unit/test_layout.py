@@ -101,6 +101,7 @@ STAGES = (
     ("source", ("walflow.source",)),
     ("records", ("walflow.records",)),
     ("kafka", ("walflow.kafka",)),
+    ("transforms", ("walflow.transforms",)),
     ("capture", ("walflow.capture",)),
     ("lake", ("walflow.lake",)),
     ("airflow", ("walflow.airflow",)),

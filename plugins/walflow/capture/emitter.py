@@ -53,7 +53,7 @@ class SnapshotEmitter:
         self.kind = marker_kind  # "initial" or "incremental"
         self.table_order = table_order or []
         self.first_table = self.table_order[0] if self.table_order else None
-        self._ser = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
+        self._ser = Serializer(config.record_key_schemas, config.record_value_schemas)
         #: held last rows: (key, table, after, whether it is also the first row of the first table)
         self._held: list[tuple[bytes | None, TableSchema, dict[str, Any], bool]] = []
         self.rows = 0

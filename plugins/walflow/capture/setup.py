@@ -44,6 +44,7 @@ from walflow.source.prepare import SetupReport, setup_source
 from walflow.source.publication import list_tables
 from walflow.source.slot import check_slot, create_slot
 from walflow.source.state import StateStore
+from walflow.transforms.producer import with_transforms
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ class ConnectorSetup:
         self.snapshot_started = True
         if self._on_snapshot_start is not None:
             self._on_snapshot_start(len(tables))
-        producer = self.producer_factory()
+        producer = with_transforms(self.producer_factory(), self.config)
         try:
             return self._snapshot_with(conn, report, producer, tables, slot_exists=slot_exists, previous=previous)
         finally:

@@ -71,7 +71,7 @@ def plan_tables(
         ad-hoc snapshot's ``data-collections``); ``None`` means every captured table.
     """
     filters = Filters(config)
-    serializer = serializer or Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
+    serializer = serializer or Serializer(config.record_key_schemas, config.record_value_schemas)
     rules = ColumnRules(config)
     catalog = Catalog(conn)
     patterns = compile_patterns(only or [], "'snapshot.include.collection.list'")

@@ -55,6 +55,7 @@ from walflow.config.connector import ConnectorConfig
 from walflow.kafka import EventProducer
 from walflow.records.events import TableSchema
 from walflow.source.connection import connect, quote_table
+from walflow.transforms.producer import with_transforms
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def reader_main(inbox: Any, outbox: Any) -> int:
         _begin_snapshot_transaction(conn, spec.snapshot_name, config.database_query_timeout_ms)
         only = [re.escape(name) for name in spec.tables]
         tables = {t.name: t for t in plan_tables(conn, config, only=only)}
-        producer = EventProducer(spec.producer_settings, spec.topic_partitions)
+        producer = with_transforms(EventProducer(spec.producer_settings, spec.topic_partitions), config)
         producer.check_reachable()  # also has the producer fetch its id now rather than stall its first flush
         emitter = RangeEmitter(config, producer, spec.database, spec.position_lsn, spec.xid)
         emitter.started_us = spec.started_us

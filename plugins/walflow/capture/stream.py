@@ -70,6 +70,7 @@ from walflow.source.publication import list_tables, publication_tables
 from walflow.source.signals import SignalError, first_line
 from walflow.source.slot import check_slot
 from walflow.source.state import StateStore
+from walflow.transforms.producer import with_transforms
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +107,12 @@ class StreamBatch:
         self.config = config
         self.conninfo = conninfo
         self.reader_conninfo = reader_conninfo
-        self.producer = producer
+        self.producer = with_transforms(producer, config)
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
-        self.serializer = Serializer(config.key_converter_schemas_enable, config.value_converter_schemas_enable)
+        self.serializer = Serializer(config.record_key_schemas, config.record_value_schemas)
         #: turns the decoded changes into Debezium's records; it asks this batch for each relation's schema
-        self.events = ChangeEvents(config, producer, self.serializer, self._schema)
+        self.events = ChangeEvents(config, self.producer, self.serializer, self._schema)
         self._fault = fault_hook or (lambda stage: None)
         self._chunk_hook = chunk_hook
         self._schemas: dict[int, TableSchema | None] = {}

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from walflow.config.patterns import Pattern
+from walflow.config.transforms import TransformSpec, is_chain_key, parse_chain
 from walflow.errors import ConfigError, PatternError
 
 #: Debezium keys that name credentials or the server address: in walflow these come from Connections.
@@ -257,6 +258,8 @@ class ConnectorConfig(BaseModel):
     column_mask: dict[int, list[str]] = Field(default_factory=dict, alias="__column_mask")
     column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
     snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
+    #: the single message transforms (``transforms``, ``transforms.<alias>.*``, ``predicates``...), in chain order
+    transforms: tuple[TransformSpec, ...] = Field(default=(), alias="__transforms")
 
     @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", mode="before")
     @classmethod
@@ -383,6 +386,13 @@ class ConnectorConfig(BaseModel):
                 raise ValueError(f"'{include}' and '{exclude}' cannot both be set; Debezium allows only one of them")
         if self.heartbeat_action_query and not self.heartbeat_interval_ms:
             raise ValueError("'heartbeat.action.query' needs 'heartbeat.interval.ms' > 0 to ever run")
+        if self.transforms and self.walflow_lake_enabled:
+            raise ValueError(
+                f"'transforms' ({', '.join(t.alias for t in self.transforms)}) rewrite the records before Kafka, and the lake "
+                "applies Debezium's change events as the connector writes them (envelope, topics, keys): set "
+                "'walflow.lake.enabled: false' for this connector, and feed the lake from a second connector without "
+                "transforms (docs/transforms.md)"
+            )
         return self
 
     # -- access --------------------------------------------------------------------------------
@@ -407,6 +417,17 @@ class ConnectorConfig(BaseModel):
             return None
         parts = self.signal_data_collection.split(".")
         return split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in self.signal_data_collection else self.signal_data_collection)
+
+    @property
+    def record_key_schemas(self) -> bool:
+        """Whether walflow builds keys with their schemas: as the key converter says, and always under a transform
+        chain, which needs the schemas (they are left out after it when the converter says so)."""
+        return self.key_converter_schemas_enable or bool(self.transforms)
+
+    @property
+    def record_value_schemas(self) -> bool:
+        """As :attr:`record_key_schemas`, for values."""
+        return self.value_converter_schemas_enable or bool(self.transforms)
 
     @property
     def transaction_topic(self) -> str:
@@ -478,9 +499,13 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     overrides: dict[str, str] = {}
     spelled: dict[str, str] = {}  # canonical key -> the spelling the file used
     truncate_mode: str | None = None
+    chain: dict[str, Any] = {}
     for key, value in raw.items():
         if not isinstance(key, str):
             problems.append(f"  key {key!r} is not a string")
+            continue
+        if is_chain_key(key):
+            chain[key] = value
             continue
         if key in CONNECTION_KEYS:
             problems.append(
@@ -531,8 +556,11 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
         problem = _fold_truncate_mode(truncate_mode, data)
         if problem:
             problems.append(problem)
+    transforms, chain_problems = parse_chain(chain)
+    problems.extend(chain_problems)
     if problems:
         raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
+    data["__transforms"] = transforms
     data["__column_truncate"] = truncate
     data["__column_mask"] = mask
     data["__column_mask_hash"] = mask_hash
