@@ -2,6 +2,7 @@
 
 Prints one JSON line. Streaming: ``--changes`` row inserts (in 10 transactions) written after both connectors' slots
 exist; walflow streams them to the broker in one batch, Debezium's embedded engine reads them from its own slot.
+The same stream is also read with Debezium's ``ExtractNewRecordState`` on both sides (``*_unwrap``, ``stream_ratio_unwrap``).
 Initial snapshot: a table of ``--rows`` rows; walflow's setup snapshots it to the broker, with one reader and with
 reader processes (``snapshot.max.threads``: one per core, at least 2), Debezium's engine snapshots it too
 (``snapshot.mode=initial_only``). Both use the JSON converter form with schemas (and headers). Incremental snapshot:
@@ -144,6 +145,10 @@ def producer() -> EventProducer:
     return EventProducer(producer_settings({"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]}))
 
 
+#: Debezium's most used transform, on both sides of the ``*_unwrap`` streaming figures
+UNWRAP = {"transforms": "unwrap", "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"}
+
+
 def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[str, float]:
     db = create_database("bench_vs_dbz_stream")
     dsn = pg_dsn(db)
@@ -151,12 +156,14 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(TABLE)
-            for fmt in FORMATS:
+            for fmt in (*FORMATS, "unwrap"):
                 conn.execute(f"CREATE PUBLICATION dbz_{fmt}_{tag} FOR ALL TABLES")
                 conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"dbz_{fmt}_{tag}",))
         config = walflow_config(f"wf_{tag}")
+        config_unwrap = walflow_config(f"wfu_{tag}", **UNWRAP, **{"walflow.lake.enabled": False})
         with connect(dsn) as conn:
             setup_source(conn, config)
+            setup_source(conn, config_unwrap)
         per_tx = changes // transactions
         with psycopg.connect(dsn, autocommit=True) as conn:
             for t in range(transactions):
@@ -173,12 +180,21 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
         walflow_s = time.perf_counter() - start
         assert summary.events == per_tx * transactions, summary
         drop_topics(config.topic_prefix)
+        start = time.perf_counter()
+        summary_unwrap = StreamBatch(config_unwrap, dsn, producer()).run()
+        walflow_unwrap_s = time.perf_counter() - start
+        assert summary_unwrap.events == per_tx * transactions, summary_unwrap
+        drop_topics(config_unwrap.topic_prefix)
         rates = {}
-        for fmt in FORMATS:
+        for fmt in (*FORMATS, "unwrap"):
             name = f"dbz_{fmt}_{tag}"
-            debezium = run_debezium(folder, engine_properties(dsn, name, name, "no_data", folder), per_tx * transactions, fmt)
+            properties = engine_properties(dsn, name, name, "no_data", folder)
+            if fmt == "unwrap":
+                properties.update(UNWRAP)
+            debezium = run_debezium(folder, properties, per_tx * transactions, "json" if fmt == "unwrap" else fmt)
             rates[fmt] = debezium["records"] / debezium["seconds"]
         walflow_rate = summary.events / walflow_s
+        walflow_unwrap_rate = summary_unwrap.events / walflow_unwrap_s
         return {
             "changes": per_tx * transactions,
             "postgres_decode_changes_per_s": round(per_tx * transactions / decode_s),
@@ -189,6 +205,9 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
             "stream_ratio": round(walflow_rate / rates["json"], 2),
             "stream_ratio_json_keyvalue": round(walflow_rate / rates["json_keyvalue"], 2),
             "stream_ratio_connect": round(walflow_rate / rates["connect"], 2),
+            "walflow_stream_unwrap_events_per_s": round(walflow_unwrap_rate),
+            "debezium_stream_unwrap_events_per_s": round(rates["unwrap"]),
+            "stream_ratio_unwrap": round(walflow_unwrap_rate / rates["unwrap"], 2),
         }
     finally:
         drop_database(db)
@@ -260,13 +279,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=500_000)
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--stream-only", action="store_true", help="skip the snapshot phases")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="walflow-bench-dbz-") as tmp:
         folder = Path(tmp)
         compile_counter(folder)
         result = {"bench": "vs_debezium", "debezium": "3.6.3.Final", "debezium_tuning": DEBEZIUM_TUNING}
         result.update(bench_streaming(folder, args.changes))
-        result.update(bench_snapshot(folder, args.rows))
+        if not args.stream_only:
+            result.update(bench_snapshot(folder, args.rows))
         print(json.dumps(result))
 
 

@@ -526,7 +526,7 @@ FILTERS = Scenario(
         ),
         Variant("sanitize", {"sanitize.field.names": True, "topic.delimiter": "_", "provide.transaction.metadata": True,
                              "heartbeat.interval.ms": 300}),
-        Variant("avro_names", {"field.name.adjustment.mode": "avro", "schema.name.adjustment.mode": "avro"}),
+        Variant("avro_names", {"field.name.adjustment.mode": "avro", "schema.name.adjustment.mode": "avro", "extended.headers.enabled": False}),
         Variant("avro_unicode_names", {"field.name.adjustment.mode": "avro_unicode", "schema.name.adjustment.mode": "avro_unicode"}),
     ],
 )

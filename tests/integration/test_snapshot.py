@@ -381,7 +381,7 @@ def test_lock_timeout_fails_the_snapshot_with_a_clear_message(database: str) -> 
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
     # the second setup run of snapshot.mode=always reads under its own snapshot (the slot exists): creating a
     # slot would instead wait for the locking transaction to end
-    config = connector(unique("lock"), **{"snapshot.mode": "always", "snapshot.lock.timeout.ms": 800})
+    config = connector(unique("lock"), **{"snapshot.mode": "always", "snapshot.lock.timeout.ms": 800, "snapshot.locking.mode": "shared"})
     setup(config, database)
     with psycopg.connect(database) as locker:
         locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")

@@ -167,3 +167,38 @@ def test_more_than_one_task_is_refused_with_the_reason() -> None:
         assert f"'tasks.max' = {value!r}: walflow runs one task per connector" in str(err.value)
     with pytest.raises(ConfigError, match=r"'walflow.event.format' = 2.6: Input should be '3.6' or 'pre-2.6'"):
         parse_config({**BASE, "walflow.event.format": 2.6})
+
+
+def test_the_readme_lists_every_debezium_property_as_the_model_treats_it() -> None:
+    from pathlib import Path
+
+    from walflow.config.properties import DEBEZIUM_PROPERTIES, UNKNOWN, markdown_table, status
+
+    unknown = [key for key in DEBEZIUM_PROPERTIES if status(key)[0] == UNKNOWN]
+    assert not unknown, f"Debezium documents these keys and walflow neither honours, accepts nor refuses them: {unknown}"
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("checks it -->\n") + len("checks it -->\n")
+    assert readme[start : readme.index("\n<!-- end of generated table -->")] == markdown_table(), (
+        "README.md's table of Debezium's properties differs from walflow.config.properties: paste markdown_table()'s output"
+    )
+
+
+@pytest.mark.parametrize("key", ["max.queue.size", "poll.interval.ms", "schema.refresh.mode"])
+def test_keys_without_effect_are_accepted(key: str) -> None:
+    parse_config({"name": "c", "topic.prefix": "p", key: "1"})
+
+
+def test_values_walflow_cannot_honour_are_refused_with_the_reason() -> None:
+    with pytest.raises(ConfigError, match="channel\\(s\\) \\['kafka'\\] are not supported yet"):
+        parse_config({"name": "c", "topic.prefix": "p", "signal.enabled.channels": "source,kafka"})
+    with pytest.raises(ConfigError, match="publish.via.partition.root' is not supported by walflow"):
+        parse_config({"name": "c", "topic.prefix": "p", "publish.via.partition.root": True})
+
+
+def test_the_guardrail_warns_or_fails_past_its_maximum() -> None:
+    config = parse_config({"name": "c", "topic.prefix": "p", "guardrail.collections.max": 2})
+    assert config.check_guardrail(2) is None
+    assert "captures 3 tables, more than guardrail.collections.max=2" in (config.check_guardrail(3) or "")
+    failing = parse_config({"name": "c", "topic.prefix": "p", "guardrail.collections.max": 2, "guardrail.collections.limit.action": "fail"})
+    with pytest.raises(ConfigError, match="narrow table.include.list"):
+        failing.check_guardrail(3)

@@ -98,7 +98,8 @@ class InitialSnapshot:
             # Debezium names the snapshot transaction in source.txId; reading it assigns the transaction an id
             xid = leader.execute("SELECT txid_current()").fetchone()[0]  # type: ignore[index]
             database = leader.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
-            _lock_tables(leader, tables, config.snapshot_lock_timeout_ms)
+            if config.snapshot_locking_mode == "shared":
+                _lock_tables(leader, tables, config.snapshot_lock_timeout_ms)
             summary.position_lsn = _lsn_str(self.position_lsn)
             # Debezium marks the first table's first row "first" and the last one's last row "last", in the order
             # of the tables (with several threads too: its threads coordinate to emit them so)

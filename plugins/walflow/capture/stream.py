@@ -362,6 +362,9 @@ class StreamBatch:
             check_claims(store, config)
             record_claim(store, config)  # connectors set up before claims were recorded claim on their next batch
         captured = {(s, t) for s, t, *_ in list_tables(conn, self.filters)}
+        guardrail = config.check_guardrail(len(captured))
+        if guardrail:
+            summary.warnings.append(guardrail)
         summary.warnings.extend(check_publication(conn, config, store if store.exists() else None, captured))
         published = publication_tables(conn, config.publication_name)
         if published is not None and not published[0]:

@@ -27,6 +27,7 @@ CONNECTION_KEYS = {
     "database.user": "the login",
     "database.password": "the password",
     "database.dbname": "the schema (database name)",
+    "database.sslpassword": "the client key's passphrase (the extra 'sslpassword')",
 }
 
 #: Debezium keys walflow knows but deliberately does not implement, with the reason.
@@ -36,6 +37,45 @@ UNSUPPORTED_KEYS = {
     "slot.stream.params": "walflow reads the slot through pgoutput with fixed parameters",
     "snapshot.custom.class": "custom snapshotter classes are Java-only",
     "converters": "custom converters are Java classes",
+    "database.connection.factory.class": "connection factories are Java classes; walflow connects with libpq, configured by the Connection's extras",
+    "database.sslfactory": "SSL socket factories are Java classes; walflow's TLS is libpq's (database.sslmode, sslcert, sslkey, sslrootcert)",
+    "snapshot.mode.custom.name": "custom snapshotters are Java classes",
+    "snapshot.locking.mode.custom.name": "custom locking modes are Java classes",
+    "snapshot.query.mode.custom.name": "custom snapshot queries are Java classes; walflow has snapshot.select.statement.overrides",
+    "snapshot.mode.configuration.based.snapshot.data": "snapshot.mode configuration_based is not supported: choose the mode that does "
+    "the same (initial, always, no_data, initial_only, when_needed, never)",
+    "snapshot.mode.configuration.based.snapshot.schema": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
+    "snapshot.mode.configuration.based.start.stream": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
+    "snapshot.mode.configuration.based.snapshot.on.schema.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
+    "snapshot.mode.configuration.based.snapshot.on.data.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
+    "slot.failover": "failover slots (PostgreSQL 17) are not supported yet: walflow creates slots without the failover flag",
+    "publish.via.partition.root": "not supported yet: each partition's changes go to the partition's own topic",
+    "notification.enabled.channels": "not supported yet: snapshot progress is in the task log and the snapshot sensor",
+    "replica.identity.autoset.values": "walflow never alters source tables; set REPLICA IDENTITY with ALTER TABLE (docs/operations.md)",
+}
+
+#: Debezium keys that govern what walflow does otherwise, accepted and without effect, with the reason.
+NO_EFFECT_KEYS = {
+    "max.batch.size": "a stream batch reads up to walflow.batch.max.events changes or walflow.batch.max.seconds",
+    "max.queue.size": "walflow has no queue between reading and producing: the producer's own queue bounds memory",
+    "max.queue.size.in.bytes": "walflow has no queue between reading and producing: the producer's own queue bounds memory",
+    "poll.interval.ms": "batches run on the stream DAG's schedule (walflow.schedule) and the WAL sensor",
+    "status.update.interval.ms": "walflow confirms the slot's position once per batch, after Kafka acknowledged it",
+    "streaming.delay.ms": "streaming starts with the stream DAG's next run after the setup",
+    "statistics.metrics.enabled": "no JMX: each batch's figures are in its task log and XCom",
+    "custom.metric.tags": "no JMX: each batch's figures are in its task log and XCom",
+    "retriable.restart.connector.wait.ms": "a failed batch is retried by Airflow (the task's retries and retry_delay)",
+    "errors.max.retries": "a failed batch is retried by Airflow (the task's retries and retry_delay)",
+    "slot.max.retries": "a slot in use fails the batch at once; Airflow retries it (the task's retries)",
+    "slot.retry.delay.ms": "a slot in use fails the batch at once; Airflow retries it (the task's retry_delay)",
+    "topic.cache.size": "walflow keeps each table's topic name with its schema",
+    "xmin.fetch.interval.ms": "walflow does not track the slot's xmin: source.xmin is null, as with Debezium's default 0",
+    "offset.mismatch.strategy": "the slot's confirmed position is walflow's only offset, so there is none to mismatch",
+    "schema.refresh.mode": "walflow rebuilds a table's schema from each Relation message pgoutput sends",
+    "read.only": "walflow's watermarks are logical decoding messages: it never writes to the signal table",
+    "incremental.snapshot.watermarking.strategy": "walflow's watermarks are logical decoding messages, which leave no rows to delete",
+    "legacy.snapshot.max.threads": "walflow's reader processes always take key ranges of every table (the non-legacy way)",
+    "custom.sanitize.pattern": "connector files hold no secrets (credentials come from Airflow Connections), so there is nothing to mask",
 }
 
 #: Other Debezium names of the same setting (older, or in the case of ``unavailable.value.placeholder`` newer),
@@ -59,6 +99,11 @@ _DYNAMIC_KEY_PATTERNS = (
     re.compile(r"^column\.mask\.hash\.((?:v2\.)?[^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
     re.compile(r"^snapshot\.select\.statement\.overrides\.(.+)$"),
 )
+
+
+def is_patterned_key(key: str) -> bool:
+    """Whether ``key`` is one of Debezium's keys with a part the user chooses (``column.truncate.to.<n>.chars``...)."""
+    return any(pattern.match(key) for pattern in _DYNAMIC_KEY_PATTERNS)
 
 
 def _split_list(value: Any) -> list[str]:
@@ -152,6 +197,24 @@ class ConnectorConfig(BaseModel):
     #: row (REPLICA IDENTITY FULL), as in Debezium
     skip_messages_without_change: bool = Field(False, alias="skip.messages.without.change")
     provide_transaction_metadata: bool = Field(False, alias="provide.transaction.metadata")
+    #: the ``__debezium.context.*`` headers on every change event
+    extended_headers_enabled: bool = Field(True, alias="extended.headers.enabled")
+    #: the data topics' names: ``<prefix>.<schema>.<table>`` under either strategy for PostgreSQL
+    topic_naming_strategy: Literal[
+        "io.debezium.schema.SchemaTopicNamingStrategy", "io.debezium.schema.DefaultTopicNamingStrategy"
+    ] = Field("io.debezium.schema.SchemaTopicNamingStrategy", alias="topic.naming.strategy")
+    #: the heartbeat topic's full name (none: topic.heartbeat.prefix, the delimiter and topic.prefix)
+    topic_heartbeat_name: str | None = Field(None, alias="topic.heartbeat.name")
+    #: the slot's position is confirmed by walflow only, once Kafka acknowledged the batch
+    lsn_flush_mode: Literal["connector"] = Field("connector", alias="lsn.flush.mode")
+    flush_lsn_source: Literal[True] = Field(True, alias="flush.lsn.source")
+    #: a record that cannot be converted stops the batch, naming the table, column, value and position
+    event_processing_failure_handling_mode: Literal["fail"] = Field("fail", alias="event.processing.failure.handling.mode")
+    #: where signals come from: the signal table (signal.data.collection)
+    signal_enabled_channels: list[str] = Field(default_factory=lambda: ["source"], alias="signal.enabled.channels")
+    #: at most this many captured tables (0: no limit); more warn or fail as guardrail.collections.limit.action says
+    guardrail_collections_max: int = Field(0, ge=0, alias="guardrail.collections.max")
+    guardrail_collections_limit_action: Literal["warn", "fail"] = Field("warn", alias="guardrail.collections.limit.action")
     topic_transaction: str = Field("transaction", alias="topic.transaction")
     topic_delimiter: str = Field(".", alias="topic.delimiter")
     topic_heartbeat_prefix: str = Field("__debezium-heartbeat", alias="topic.heartbeat.prefix")
@@ -193,6 +256,12 @@ class ConnectorConfig(BaseModel):
         default_factory=list, alias="snapshot.select.statement.overrides"
     )
     snapshot_lock_timeout_ms: int = Field(10000, ge=0, alias="snapshot.lock.timeout.ms")
+    #: ``shared`` takes ACCESS SHARE locks on the tables while their definitions are read, which keeps DDL out;
+    #: ``none`` (Debezium's default) takes none: the rows come from the slot's exported snapshot either way
+    snapshot_locking_mode: Literal["none", "shared"] = Field("none", alias="snapshot.locking.mode")
+    #: the snapshot reads the slot's exported snapshot under REPEATABLE READ in both modes: one consistent view
+    snapshot_isolation_mode: Literal["serializable", "repeatable_read"] = Field("serializable", alias="snapshot.isolation.mode")
+    snapshot_query_mode: Literal["select_all"] = Field("select_all", alias="snapshot.query.mode")
     snapshot_delay_ms: int = Field(0, ge=0, alias="snapshot.delay.ms")
     snapshot_fetch_size: int = Field(10240, gt=0, alias="snapshot.fetch.size")
     snapshot_max_threads: int = Field(1, ge=1, le=64, alias="snapshot.max.threads")
@@ -261,10 +330,21 @@ class ConnectorConfig(BaseModel):
     #: the single message transforms (``transforms``, ``transforms.<alias>.*``, ``predicates``...), in chain order
     transforms: tuple[TransformSpec, ...] = Field(default=(), alias="__transforms")
 
-    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", mode="before")
+    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", "signal_enabled_channels", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> list[str]:
         return _split_list(value)
+
+    @field_validator("signal_enabled_channels")
+    @classmethod
+    def _channels(cls, value: list[str]) -> list[str]:
+        other = [channel for channel in value if channel != "source"]
+        if other:
+            raise ValueError(
+                f"walflow reads signals from the signal table only ('source'); channel(s) {other} are not supported yet: "
+                "write the signal to signal.data.collection"
+            )
+        return value
 
     @field_validator("tasks_max", mode="before")
     @classmethod
@@ -441,7 +521,22 @@ class ConnectorConfig(BaseModel):
 
     @property
     def heartbeat_topic(self) -> str:
-        return f"{self.topic_heartbeat_prefix}{self.topic_delimiter}{self.topic_prefix}"
+        return self.topic_heartbeat_name or f"{self.topic_heartbeat_prefix}{self.topic_delimiter}{self.topic_prefix}"
+
+    def check_guardrail(self, tables: int) -> str | None:
+        """Debezium's guardrail on the number of captured tables: a warning to log (``warn``), or ``None``.
+
+        :raises ConfigError: with ``guardrail.collections.limit.action: fail``, when ``tables`` exceeds the maximum.
+        """
+        if not self.guardrail_collections_max or tables <= self.guardrail_collections_max:
+            return None
+        message = (
+            f"connector {self.name!r} captures {tables} tables, more than guardrail.collections.max="
+            f"{self.guardrail_collections_max}: narrow table.include.list or schema.include.list, or raise the maximum"
+        )
+        if self.guardrail_collections_limit_action == "fail":
+            raise ConfigError(message)
+        return message
 
     def conninfo_options(self) -> dict[str, str]:
         """libpq options this config adds to the source Connection (TLS, keepalives)."""
@@ -516,6 +611,8 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
         if key in UNSUPPORTED_KEYS:
             problems.append(f"  '{key}' is not supported by walflow: {UNSUPPORTED_KEYS[key]}")
             continue
+        if key in NO_EFFECT_KEYS:
+            continue  # documented in the README's table of Debezium's properties
         match = next(((i, m) for i, p in enumerate(_DYNAMIC_KEY_PATTERNS) if (m := p.match(key))), None)
         if match is not None:
             index, m = match

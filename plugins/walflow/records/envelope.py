@@ -201,7 +201,7 @@ class EventFormat:
         self.message_key_schema, self.message_value_schema = message_schemas(self.source_schema, "bytes" if binary_mode == "bytes" else "string")
         self.run_id = run_id or str(uuid.uuid4())
         key_schemas = config.key_converter_schemas_enable
-        if self.legacy:
+        if self.legacy or not getattr(config, "extended_headers_enabled", True):
             self.context_headers: list[tuple[str, bytes]] = []
         else:
             # headers go through the JSON converter in the form the keys use

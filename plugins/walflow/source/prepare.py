@@ -123,6 +123,9 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
     info = check_server(conn, config, creating_slot=existing is None)
     report.server_version = info.version
     tables = list_tables(conn, filters)
+    guardrail = config.check_guardrail(len(tables))
+    if guardrail:
+        log.warning("%s", guardrail)
     check_select_privilege(conn, [(schema, table, oid) for schema, table, oid, *_ in tables])
     for schema, table, _oid, replident, has_pk in tables:
         report.captured_tables.append(f"{schema}.{table}")
