@@ -682,6 +682,8 @@ TRANSFORMS = Scenario(
                 "skipped.operations": "none",
             },
         ),
+        # one plain ExtractNewRecordState: walflow writes created and updated rows without building the envelope's record
+        Variant("unwrap_plain", {"transforms": "unwrap", "transforms.unwrap.type": _UNWRAP, "key.converter.schemas.enable": False}),
         Variant(
             "routed_tombstones",
             {

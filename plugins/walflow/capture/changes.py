@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from walflow.capture.incremental import IncrementalSnapshots
@@ -110,6 +110,11 @@ class ChangeEvents:
         skipped = set(config.skipped_operations)
         self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
         self._skip_unchanged = config.skip_messages_without_change
+        #: a producer behind a transform chain takes the events unserialised (walflow.transforms.producer)
+        self._send_event: Callable[..., None] | None = getattr(producer, "send_event", None)
+        self._send_row: Callable[..., None] | None = getattr(producer, "send_row", None)
+        #: per table (its envelope schema's text): whether its created rows go straight to JSON (:meth:`_json_rows`)
+        self._json_ok: dict[bytes, bool] = {}
         #: the database name in ``source.db`` (known once the batch has connected)
         self.database = ""
         #: the incremental snapshots whose watermark windows a change may fall into
@@ -189,15 +194,25 @@ class ChangeEvents:
         per_topic: Counter[str],
         headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        payload = self.fmt.envelope(before, after, self._source(table, tx, lsn), op, self._tx_block(tx, table.data_collection, lsn))
-        ser = self.serializer
-        key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
+        if self._send_row is not None and after is not None:
+            # a plain ExtractNewRecordState keeps only the row: no envelope to build (walflow.transforms.producer)
+            self._tx_block(tx, table.data_collection, lsn)
+            payload = None
+        else:
+            payload = self.fmt.envelope(before, after, self._source(table, tx, lsn), op, self._tx_block(tx, table.data_collection, lsn))
         if headers is None:
             headers = self._headers
         elif self._headers:
             headers = headers + self._headers
         try:
-            self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
+            if payload is None:
+                self._send_row(table.topic, table.key_schema_json, key, table.value_schema_json, after, headers)  # type: ignore[misc]
+            elif self._send_event is not None:
+                self._send_event(table.topic, table.key_schema_json, key, table.value_schema_json, payload, headers)
+            else:
+                ser = self.serializer
+                key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
+                self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
         except RecordTooLargeError as exc:
             raise too_large(
                 exc,
@@ -205,6 +220,42 @@ class ChangeEvents:
                 key=key,
                 lsn=lsn,
                 row=after if after is not None else before,
+                what="The batch stopped before producing it; the slot moves only up to the end of the transaction "
+                "before it, so this change and every later one wait until the fix",
+            ) from None
+        summary.events += 1
+        summary.ops[op] = summary.ops.get(op, 0) + 1
+        per_topic[table.topic] += 1
+        self.last_emit = (op, table, lsn, tx.commit_ms)
+
+    def _json_rows(self, table: TableSchema) -> bool:
+        """Whether a plain ExtractNewRecordState's rows of ``table`` go straight from the tuple to JSON: the table
+        allows it (:attr:`TableSchema.json_row`) and no field has a default a null would turn into."""
+        ok = self._json_ok.get(table.value_schema_json)
+        if ok is None:
+            ok = self._json_ok[table.value_schema_json] = table.json_row is not None and not self.producer.has_defaults(  # type: ignore[attr-defined]
+                table.topic, table.value_schema_json
+            )
+        return ok
+
+    def _emit_json(
+        self, table: TableSchema, op: str, values: Sequence[Any], tx: Transaction, lsn: int, summary: BatchSummary, per_topic: Counter[str]
+    ) -> None:
+        """:meth:`_emit` of a created row under a plain ExtractNewRecordState, serialised from the tuple at once."""
+        self._tx_block(tx, table.data_collection, lsn)
+        try:
+            row_json, key_json = table.json_row(values)  # type: ignore[misc]
+        except (ValueError, ArithmeticError):
+            table.row(values)  # raises the ConversionError that names the column and its value
+            raise
+        try:
+            self.producer.send_row_json(  # type: ignore[attr-defined]
+                table.topic, table.key_schema_json, key_json if table.has_key else None, table.value_schema_json, row_json, self._headers
+            )
+        except RecordTooLargeError as exc:
+            after = table.row(values)
+            raise too_large(
+                exc, table=table.data_collection, key=table.key(after, values) if table.has_key else None, lsn=lsn, row=after,
                 what="The batch stopped before producing it; the slot moves only up to the end of the transaction "
                 "before it, so this change and every later one wait until the fix",
             ) from None
@@ -296,6 +347,9 @@ class ChangeEvents:
         if type(msg) is Insert:
             if self._skip_c:
                 summary.filtered += 1
+                return
+            if self._send_row is not None and self._json_rows(table):
+                self._emit_json(table, "c", msg.new, tx, lsn, summary, per_topic)
                 return
             after = table.row(msg.new)
             self._emit(table, "c", None, after, table.key(after, msg.new) if table.has_key else None, tx, lsn, summary, per_topic)

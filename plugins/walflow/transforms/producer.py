@@ -12,10 +12,12 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
+import orjson
+
 from walflow.config.connector import ConnectorConfig
 from walflow.kafka import EventProducer
 from walflow.transforms.chain import TransformChain
-from walflow.transforms.record import Codec
+from walflow.transforms.record import Codec, Record, Schema
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,13 @@ class TransformingProducer:
         self.untouched = {config.schema_topic}
         self.sent = 0
         self.dropped = 0
+        #: the schemas of :meth:`send_event`'s records, by the text they serialise to
+        self._schemas: dict[bytes, Schema] = {}
+        #: a chain of one plain ExtractNewRecordState: envelope schema text -> (unwrapped schema text, defaults)
+        self._unwrap: dict[bytes, tuple[bytes, list[tuple[str, Any]]]] = {}
+        #: under a chain of one plain ExtractNewRecordState, how a created, updated or read row is sent: its
+        #: unwrapped record written without building the envelope (:meth:`_unwrapped`); ``None`` otherwise
+        self.send_row: Callable[..., None] | None = self._unwrapped if _plain_unwrap(config) else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -52,13 +61,83 @@ class TransformingProducer:
             self.inner.send(topic, key, value, headers)
             self.sent += 1
             return
-        record = self.chain.apply(self.codec.decode(topic, key, value, headers))
-        if record is None:
+        self._send(self.codec.decode(topic, key, value, headers))
+
+    def send_event(
+        self, topic: str, key_prefix: bytes, key: Any, value_prefix: bytes, payload: Any, headers: Headers | None = None
+    ) -> None:
+        """:meth:`send` for a record walflow has not serialised yet: its key and value as data, each with the text its
+        schema serialises to (:meth:`Serializer.prefix`), which is parsed once per schema. The stream's changes come
+        this way, so the chain reads no JSON back."""
+        if self.send_row is not None and isinstance(payload, dict) and payload.get("after") is not None:
+            self.send_row(topic, key_prefix, key, value_prefix, payload["after"], headers)
+            return
+        schemas = self._schemas
+        key_schema = None
+        if key is not None:
+            key_schema = schemas.get(key_prefix)
+            if key_schema is None:
+                key_schema = schemas[key_prefix] = _schema_of(key_prefix)
+        value_schema = schemas.get(value_prefix)
+        if value_schema is None:
+            value_schema = schemas[value_prefix] = _schema_of(value_prefix)
+        self._send(Record(topic, key_schema, key, value_schema, payload, list(headers) if headers else []))
+
+    def _unwrapped(
+        self, topic: str, key_prefix: bytes, key: Any, value_prefix: bytes, after: dict[str, Any], headers: Headers | None
+    ) -> None:
+        """A created, updated or read row under a chain of one plain ``ExtractNewRecordState`` (most deployments'
+        chain): its unwrapped record written at once, without the envelope or a :class:`Record` (what
+        :class:`~walflow.transforms.debezium.ExtractNewRecordState` makes of it; tests/compat's ``unwrap_plain``)."""
+        prefix, defaults = self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix)
+        if defaults and any(after.get(name) is None for name, _ in defaults):
+            after = {**after, **{name: default for name, default in defaults if after.get(name) is None}}
+        dumps = orjson.dumps
+        value = prefix + dumps(after) + b"}" if self.codec.value_schemas else dumps(after)
+        if key is None:
+            key_bytes = None
+        elif self.codec.key_schemas:
+            key_bytes = key_prefix + dumps(key) + b"}"
+        else:
+            key_bytes = dumps(key)
+        self.inner.send(topic, key_bytes, value, headers)
+        self.sent += 1
+
+    def send_row_json(
+        self, topic: str, key_prefix: bytes, key_json: bytes | None, value_prefix: bytes, row_json: bytes, headers: Headers | None
+    ) -> None:
+        """:meth:`_unwrapped` for a row already serialised (``TableSchema.json_row``), of a table none of whose
+        fields has a default (:meth:`has_defaults`): the row's JSON is the record's payload as it is."""
+        prefix = (self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix))[0]
+        value = prefix + row_json + b"}" if self.codec.value_schemas else row_json
+        if key_json is not None and self.codec.key_schemas:
+            key_json = key_prefix + key_json + b"}"
+        self.inner.send(topic, key_json, value, headers)
+        self.sent += 1
+
+    def has_defaults(self, topic: str, value_prefix: bytes) -> bool:
+        """Whether a field of the table's unwrapped row has a default (which a null of it turns into)."""
+        return bool((self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix))[1])
+
+    def _unwrap_schema(self, topic: str, value_prefix: bytes) -> tuple[bytes, list[tuple[str, Any]]]:
+        """The unwrapped schema's text and its fields' defaults, for an envelope schema's text: what the chain's
+        ExtractNewRecordState makes of the schema, asked once."""
+        envelope = _schema_of(value_prefix)
+        record = self.chain.apply(Record(topic, None, None, envelope, {"after": {}, "before": None, "op": "c"}, []))
+        assert record is not None and record.value_schema is not None
+        defaults = [(f["field"], f["default"]) for f in record.value_schema["fields"] if f.get("default") is not None]
+        known = self._unwrap[value_prefix] = (b'{"schema":' + orjson.dumps(record.value_schema) + b',"payload":', defaults)
+        self.inner.ensure_topic(topic)
+        return known
+
+    def _send(self, record: Record) -> None:
+        out = self.chain.apply(record)
+        if out is None:
             self.dropped += 1
         else:
-            out_key, out_value = self.codec.encode(record)
-            self.inner.ensure_topic(record.topic)
-            self.inner.send(record.topic, out_key, out_value, cast(Headers, record.headers) or None)
+            out_key, out_value = self.codec.encode(out)
+            self.inner.ensure_topic(out.topic)
+            self.inner.send(out.topic, out_key, out_value, cast(Headers, out.headers) or None)
         self.sent += 1
 
     def send_records(self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: Headers | None = None) -> None:
@@ -80,6 +159,25 @@ class TransformingProducer:
     @property
     def acked(self) -> int:
         return self.inner.acked + self.dropped
+
+
+def _plain_unwrap(config: ConnectorConfig) -> bool:
+    """Whether the chain is one ``ExtractNewRecordState`` that leaves a created or updated row as it is: no
+    predicate, no fields or headers added, no routing, no dropped fields, no ``__deleted`` (rewrite modes)."""
+    if len(config.transforms) != 1:
+        return False
+    (spec,) = config.transforms
+    s = spec.settings
+    return (
+        spec.spec.kind == "unwrap" and spec.predicate is None
+        and not s["add.fields"] and not s["add.headers"] and not s["route.by.field"] and not s["drop.fields.header.name"]
+        and s["delete.tombstone.handling.mode"] in ("tombstone", "drop", "delete-to-tombstone")
+    )  # fmt: skip
+
+
+def _schema_of(prefix: bytes) -> Schema:
+    """The schema in a :meth:`Serializer.prefix` text (``{"schema":<schema>,"payload":``)."""
+    return orjson.loads(prefix[len(b'{"schema":') : -len(b',"payload":')])
 
 
 def with_transforms(producer: EventProducer, config: ConnectorConfig) -> EventProducer:

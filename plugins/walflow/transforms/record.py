@@ -42,9 +42,10 @@ class Record:
         self.headers = headers
 
     def replace(self, **changes: Any) -> Record:
-        parts = {name: getattr(self, name) for name in self.__slots__}
-        parts.update(changes)
-        return Record(parts["topic"], parts["key_schema"], parts["key"], parts["value_schema"], parts["value"], parts["headers"])
+        new = Record(self.topic, self.key_schema, self.key, self.value_schema, self.value, self.headers)
+        for name, value in changes.items():
+            setattr(new, name, value)
+        return new
 
     def part(self, which: str) -> tuple[Schema | None, Any]:
         """The key's or the value's schema and data (``which``: ``key`` or ``value``)."""
