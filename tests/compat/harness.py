@@ -141,6 +141,11 @@ def _exclude_schema(props: dict[str, Any], schema: str) -> None:
     props["schema.exclude.list"] = f"{current},{schema}" if current else schema
 
 
+def _with_prefix(props: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``{prefix}`` in a property's value is the run's topic prefix (a transform routing to topics of its own)."""
+    return {k: v.replace("{prefix}", prefix) if isinstance(v, str) else v for k, v in props.items()}
+
+
 def _dbz_properties(run: _Run) -> dict[str, Any]:
     params = dict(p.split("=", 1) for p in run.database.split())
     variant = run.variant
@@ -158,7 +163,7 @@ def _dbz_properties(run: _Run) -> dict[str, Any]:
     if "message.prefix.include.list" not in variant.props:
         # walflow runs beside it in the same database: its watermarks are not part of the workload
         props["message.prefix.exclude.list"] = r"walflow\.watermark"
-    props.update(variant.props)
+    props.update(_with_prefix(variant.props, run.prefix))
     if "signal.data.collection" in variant.props:
         props["signal.data.collection"] = _signal_tables(run)[1]
     # both bookkeeping schemas: the other variants' signal tables too (Debezium still reads its own signal table)
@@ -168,7 +173,7 @@ def _dbz_properties(run: _Run) -> dict[str, Any]:
 
 
 def _walflow_config(run: _Run) -> ConnectorConfig:
-    raw = {k: v for k, v in run.variant.props.items()}
+    raw = _with_prefix(run.variant.props, run.prefix)
     if "signal.data.collection" in raw:
         raw["signal.data.collection"] = _signal_tables(run)[0]
     raw.update(run.variant.walflow)

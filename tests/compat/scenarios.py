@@ -638,8 +638,11 @@ TRANSFORMS = Scenario(
         "CREATE TABLE skipme (id int PRIMARY KEY)",
         "CREATE TABLE nokey (x int, y text)",
         "ALTER TABLE nokey REPLICA IDENTITY FULL",
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,"
+        " type varchar(255) NOT NULL, payload jsonb, version int NOT NULL DEFAULT 1)",
     ],
     workload=[
+        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c01', 'Order', 'o-1', 'OrderCreated', '{\"total\": 12.5}')",
         "INSERT INTO customers VALUES (1, 'anne', 'hunter2', 1234, 'a note', true, 2.5, '2024-05-01 10:11:12.345',"
         " '1969-12-31 23:59:59.999999')",
         "INSERT INTO customers (id, name, score) VALUES (2, 'bob', NULL)",
@@ -660,6 +663,10 @@ TRANSFORMS = Scenario(
         "INSERT INTO nokey VALUES (2, 'two')",
         "DELETE FROM nokey WHERE x = 1",
         "TRUNCATE part_a",
+        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c02', 'Order', 'o-1', 'OrderPaid', '{\"paid\": true}', 2),"
+        " ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c03', 'Customer', 'c-9', 'CustomerGone', NULL, 2)",
+        "UPDATE outbox SET type = 'changed' WHERE aggregateid = 'c-9'",
+        "DELETE FROM outbox WHERE aggregateid = 'c-9'",
     ],
     variants=[
         Variant(
@@ -704,6 +711,17 @@ TRANSFORMS = Scenario(
                 "predicates.others.pattern": r".*\.(parts|nokey)",
             },
         ),
+        # the outbox pattern: the payload alone on outbox.event.<aggregatetype>, then with fields in the value and headers
+        Variant("outbox", {"table.include.list": r"public\.outbox", "transforms": "outbox",
+                           "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                           "transforms.outbox.route.topic.replacement": "{prefix}.outbox.event.${routedByValue}"}),
+        Variant("outbox_fields", {"table.include.list": r"public\.outbox", "transforms": "outbox",
+                                  "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                                  "transforms.outbox.route.topic.regex": "(?<kind>.*)",
+                                  "transforms.outbox.route.topic.replacement": "{prefix}.${kind}s",
+                                  "transforms.outbox.table.fields.additional.placement": "type:header:eventType,aggregatetype:envelope:kind,version:envelope",
+                                  "transforms.outbox.route.tombstone.on.empty.payload": True,
+                                  "transforms.outbox.table.field.event.schema.version": "version"}),
         Variant(
             "kafka_chain",
             {

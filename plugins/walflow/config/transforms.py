@@ -85,6 +85,27 @@ TRANSFORM_TYPES: dict[str, TypeSpec] = {
         },
         "several tables' records on one topic, the physical table in the key",
     ),
+    f"{_DEBEZIUM}outbox.EventRouter": TypeSpec(
+        "outbox",
+        {
+            "table.field.event.id": Prop(STRING, "id"),
+            "table.field.event.key": Prop(STRING, "aggregateid"),
+            "table.field.event.type": Prop(STRING, "type", no_effect="Debezium 3.6 reads the type only through table.fields.additional.placement"),
+            "table.field.event.timestamp": Prop(STRING, ""),
+            "table.field.event.payload": Prop(STRING, "payload"),
+            "table.field.event.schema.version": Prop(STRING, ""),
+            "table.fields.additional.placement": Prop(LIST, []),
+            "table.field.additional.missing": Prop(STRING, "error", choices=("error", "ignore")),
+            "route.by.field": Prop(STRING, "aggregatetype"),
+            "route.topic.regex": Prop(REGEX, "(?<routedByValue>.*)"),
+            "route.topic.replacement": Prop(STRING, "outbox.event.${routedByValue}"),
+            "route.tombstone.on.empty.payload": Prop(BOOLEAN, False),
+            "table.op.invalid.behavior": Prop(STRING, "warn", choices=("warn", "error", "fatal")),
+            "table.expand.json.payload": Prop(BOOLEAN, False),
+            "table.json.payload.null.behavior": Prop(STRING, "ignore", choices=("ignore", "optional_bytes")),
+        },
+        "the outbox table's rows as events on their aggregate's topic (the outbox pattern)",
+    ),
     f"{_KAFKA}RegexRouter": TypeSpec(
         "regex_router", {"regex": Prop(REGEX, required=True), "replacement": Prop(STRING, required=True)}, "the topic renamed by a regular expression"
     ),
@@ -301,6 +322,21 @@ def parse_chain(raw: Mapping[str, Any]) -> tuple[tuple[TransformSpec, ...], list
                 f"  '{prefix}offset.field' = {settings['offset.field']!r}: a Kafka offset exists only once a record is written; "
                 "Kafka Connect allows this field in sink connectors only, and walflow is a source"
             )
+        if spec.kind == "outbox":
+            if settings["table.expand.json.payload"]:
+                problems.append(f"  '{prefix}table.expand.json.payload' = true is not supported yet: the payload stays the column's text")
+            for item in settings["table.fields.additional.placement"]:
+                parts = [p.strip() for p in item.split(":")]
+                if len(parts) not in (2, 3) or not parts[0] or parts[1] not in ("envelope", "header", "partition"):
+                    problems.append(
+                        f"  '{prefix}table.fields.additional.placement' item {item!r}: expected field:placement[:alias], "
+                        "placement one of envelope, header, partition"
+                    )
+                elif parts[1] == "partition":
+                    problems.append(
+                        f"  '{prefix}table.fields.additional.placement' item {item!r}: the partition placement is not supported "
+                        "yet (walflow leaves partitioning to the producer's partitioner, by key)"
+                    )
         if spec.kind == "timestamp_converter":
             if settings["target.type"] == "string" and not settings["format"]:
                 problems.append(f"  '{prefix}format' is required when '{prefix}target.type' is string")

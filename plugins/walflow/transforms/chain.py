@@ -20,6 +20,7 @@ from walflow.transforms.connect import (
     Transform,
 )
 from walflow.transforms.debezium import ByLogicalTableRouter, ExtractNewRecordState
+from walflow.transforms.outbox import EventRouter
 from walflow.transforms.record import Codec, Record
 
 
@@ -38,6 +39,8 @@ def _transform(spec: TransformSpec, codec: Codec) -> Transform:
         return ExtractNewRecordState(spec.alias, settings, codec)
     if kind == "logical_table":
         return ByLogicalTableRouter(spec.alias, settings)
+    if kind == "outbox":
+        return EventRouter(spec.alias, settings, codec)
     if kind == "regex_router":
         return RegexRouter(spec.alias, settings)
     if kind == "replace_field":
