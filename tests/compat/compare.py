@@ -51,6 +51,9 @@ DELIBERATE = {
     "heartbeat-count": "Debezium emits a heartbeat every heartbeat.interval.ms; walflow one per stream batch",
     "message-id-hash": "the END record of a transaction with a logical decoding message names it by a Java "
     "identity hash code, which differs between runs of Debezium itself",
+    "walflow-bookkeeping": "a transaction that only wrote walflow's state table (a batch's position, a claim): "
+    "walflow emits no BEGIN/END for it, as Debezium, which keeps its offsets outside the database, never has such "
+    "transactions; the Debezium beside it here reads them and emits a pair",
 }
 
 
@@ -104,6 +107,12 @@ def _is_tx(parsed: Parsed) -> bool:
     """A transaction metadata record (BEGIN or END), whatever its topic (``topic.transaction``)."""
     p = parsed.payload() if parsed.value is not None else None
     return isinstance(p, dict) and p.get("status") in ("BEGIN", "END") and "data_collections" in p
+
+
+def _tx_xid(parsed: Parsed) -> int | None:
+    """The transaction id of a BEGIN or END record (its ``id`` is ``<txId>:<LSN>``)."""
+    text = str((_payload_dict(parsed) or {}).get("id", "")).partition(":")[0]
+    return int(text) if text.isdigit() else None
 
 
 def _payload_dict(parsed: Parsed) -> dict[str, Any] | None:
@@ -308,6 +317,10 @@ def compare(outcome: Outcome) -> Comparison:
         if outcome.multidim:
             for rec in parsed:
                 _set_aside_multidim(rec, side, outcome.multidim, problems, result.rules)
+        if side == "debezium" and outcome.walflow_bookkeeping:
+            kept = [r for r in parsed if not (_is_tx(r) and _tx_xid(r) in outcome.walflow_bookkeeping)]
+            result.rules["walflow-bookkeeping"] += len(parsed) - len(kept)
+            parsed = kept
         if side == "debezium" and outcome.walflow_start_lsn is not None:
             kept = [r for r in parsed if not _before(r, outcome.walflow_start_lsn)]
             result.rules["before-walflow-slot"] += len(parsed) - len(kept)

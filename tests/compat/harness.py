@@ -103,6 +103,8 @@ class Outcome:
     parallel_snapshot: bool = False
     #: why Debezium's run failed (the pair then fails its test)
     error: str | None = None
+    #: ids of the transactions walflow left out as its own bookkeeping
+    walflow_bookkeeping: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -116,6 +118,8 @@ class _Run:
     config: ConnectorConfig | None = None
     engine: Engine | None = None
     start_lsn: int | None = None
+    #: transactions walflow's batches left out as its own bookkeeping (they only wrote its state table)
+    bookkeeping: set[int] = field(default_factory=set)
 
 
 def _names(variant: Variant, scenario: Scenario) -> tuple[str, str, str]:
@@ -341,7 +345,9 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
 
 def _stream(run: _Run) -> None:
     for _ in range(run.scenario.walflow_batches):
-        support.stream(run.config, run.database)  # type: ignore[arg-type]
+        summary = support.stream(run.config, run.database)  # type: ignore[arg-type]
+        assert summary.bookkeeping_transactions == len(summary.bookkeeping_xids), "more bookkeeping transactions than listed"
+        run.bookkeeping.update(summary.bookkeeping_xids)
 
 
 def _available_extensions() -> set[str]:
@@ -454,6 +460,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 run.scenario.name, run.variant.name, run.prefix, walflow, debezium, internal, walflow_start_lsn=run.start_lsn,
                 multidim=run.scenario.multidim,
                 parallel_snapshot=int(run.variant.props.get("snapshot.max.threads", 1)) > 1,
+                walflow_bookkeeping=run.bookkeeping,
             )
     finally:
         for engine in engines:

@@ -37,6 +37,7 @@ EXPECTED_RULES = {
     "debezium-signal-table-events": ("incremental", "chunk2"),
     "incremental-keyless": ("incremental_filters", "conditions"),
     "multi-dimensional-arrays": ("types_stream", "defaults"),
+    "walflow-bookkeeping": ("transactions", "txmeta"),
 }
 
 

@@ -14,6 +14,10 @@ from walflow.source.state import StateStore
 LAST_BATCH_KEY = "last_batch"
 
 
+#: how many ids of bookkeeping transactions a summary lists (it counts them all)
+BOOKKEEPING_IDS = 200
+
+
 @dataclass
 class BatchSummary:
     """What one batch did; small enough for an XCom."""
@@ -50,6 +54,10 @@ class BatchSummary:
     schema_facts: list[str] = field(default_factory=list)
     #: tables walflow re-read itself (an incremental snapshot) and why
     rereads: list[dict[str, str]] = field(default_factory=list)
+    #: transactions that only wrote walflow's state table (this connector's batches or another's on the database):
+    #: no BEGIN/END records for them; their ids, the first :data:`BOOKKEEPING_IDS` of them
+    bookkeeping_transactions: int = 0
+    bookkeeping_xids: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

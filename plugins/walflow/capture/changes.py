@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from walflow.capture.batches import BOOKKEEPING_IDS
 from walflow.capture.incremental import IncrementalSnapshots
 from walflow.config.connector import ConnectorConfig
 from walflow.config.patterns import compile_patterns
@@ -54,7 +55,7 @@ class Transaction:
 
     __slots__ = (
         "xid", "commit_us", "commit_ms", "final_lsn", "begin_lsn", "total", "per_collection", "sources", "origin",
-        "origin_lsn", "begun",
+        "origin_lsn", "begun", "state_writes", "other_changes",
     )  # fmt: skip
 
     def __init__(self, begin: Begin, begin_lsn: int) -> None:
@@ -70,6 +71,10 @@ class Transaction:
         # the replication origin the transaction was replayed from (pgoutput's Origin message), if any
         self.origin: str | None = None
         self.origin_lsn: int | None = None
+        #: whether the transaction wrote walflow's state table, and whether it changed anything else: one that only
+        #: wrote the state table is walflow's bookkeeping, which Debezium (keeping offsets outside) never shows
+        self.state_writes = False
+        self.other_changes = False
         #: whether its BEGIN record was sent: it waits for the message after the Begin, which may be an Origin
         self.begun = False
 
@@ -110,6 +115,7 @@ class ChangeEvents:
         skipped = set(config.skipped_operations)
         self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
         self._skip_unchanged = config.skip_messages_without_change
+        self._state_table = config.state_table
         #: a producer behind a transform chain takes the events unserialised (walflow.transforms.producer)
         self._send_event: Callable[..., None] | None = getattr(producer, "send_event", None)
         self._send_row: Callable[..., None] | None = getattr(producer, "send_row", None)
@@ -159,7 +165,14 @@ class ChangeEvents:
         begin_id = f"{tx.xid}:{tx.begin_lsn}"
         self._tx_record({"status": "BEGIN", "id": begin_id, "event_count": None, "data_collections": None, "ts_ms": tx.commit_ms})
 
-    def tx_end(self, tx: Transaction, end_lsn: int) -> None:
+    def tx_end(self, tx: Transaction, end_lsn: int, summary: BatchSummary | None = None) -> None:
+        if not tx.begun and tx.state_writes and not tx.other_changes:
+            # walflow's own bookkeeping (a batch's state, a claim): not a transaction of the captured database
+            if summary is not None:
+                summary.bookkeeping_transactions += 1
+                if len(summary.bookkeeping_xids) < BOOKKEEPING_IDS:
+                    summary.bookkeeping_xids.append(tx.xid)
+            return
         if not tx.begun:
             self._tx_begin(tx)
         if not self.config.provide_transaction_metadata:
@@ -276,6 +289,8 @@ class ChangeEvents:
     def message(self, msg: Message, tx: Transaction | None, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
         """A logical decoding message (``pg_logical_emit_message``) as Debezium's ``op: m`` event on ``<prefix>.message``."""
         prefix = msg.prefix
+        if tx is not None:
+            tx.other_changes = True
         if self._message_include and not any(p.fullmatch(prefix) for p in self._message_include):
             return
         if self._message_exclude and any(p.fullmatch(prefix) for p in self._message_exclude):
@@ -337,6 +352,10 @@ class ChangeEvents:
         table = self._schema_of(msg.relation)
         if table is None:
             relation = msg.relation
+            if (relation.namespace, relation.name) == self._state_table:
+                tx.state_writes = True
+            else:
+                tx.other_changes = True
             if self.inc is not None and type(msg) is Insert and self.config.signal_table == (relation.namespace, relation.name):
                 self.inc.on_signal({c.name: v for c, v in zip(relation.columns, msg.new)}, lsn)
             summary.filtered += 1
@@ -420,6 +439,7 @@ class ChangeEvents:
         self._emit(table, "c", None, after, new_key, tx, lsn, summary, per_topic, old_key_header)
 
     def truncate(self, msg: Truncate, tx: Transaction, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
+        tx.other_changes = True
         for relation in msg.relations:
             table = self._schema_of(relation)
             if table is None or self._skip_t:

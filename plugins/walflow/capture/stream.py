@@ -466,7 +466,7 @@ class StreamBatch:
                                     last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
                                     continue
                                 assert tx is not None
-                                events.tx_end(tx, msg.end_lsn)  # type: ignore[attr-defined]
+                                events.tx_end(tx, msg.end_lsn, summary)  # type: ignore[attr-defined]
                                 summary.transactions += 1
                                 last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
                                 # Debezium's "last commit LSN": the position it reports for the commit, its end
