@@ -111,13 +111,14 @@ def hand_over(superuser_dsn: str, *tables: str) -> None:
     apply_roles_sql(superuser_dsn, database_role(superuser_dsn), tables=",".join(tables), reader=reader_role(superuser_dsn))
 
 
-def publish_all_tables(superuser_dsn: str, publication: str) -> None:
+def publish_all_tables(superuser_dsn: str, publication: str, via_root: bool = False) -> None:
     """Create ``publication`` FOR ALL TABLES as the superuser unless it exists: PostgreSQL lets only a superuser
     create one, so with publication.autocreate.mode 'all_tables' a DBA does it and the connector (as its role)
     finds and checks it."""
     with psycopg.connect(superuser_dsn, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is None:
-            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
+            options = sql.SQL(" WITH (publish_via_partition_root = true)" if via_root else "")
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES{}").format(sql.Identifier(publication), options))
 
 
 @contextmanager

@@ -193,7 +193,7 @@ def stream(config: ConnectorConfig, database: str, **kwargs: Any) -> BatchSummar
 
 def _publication_for(config: ConnectorConfig, database: str) -> None:
     if config.publication_autocreate_mode == "all_tables":
-        publish_all_tables(database, config.publication_name)  # superusers only: a DBA's step
+        publish_all_tables(database, config.publication_name, config.publish_via_partition_root)  # superusers only: a DBA's step
 
 
 def setup(config: ConnectorConfig, database: str, producer_factory: Any = producer, **kwargs: Any) -> dict[str, Any]:

@@ -97,7 +97,7 @@ class EventProducer:
         # the delivery callback set once for the producer rather than passed with every record: a quarter less
         # time in each produce() call, which runs for every event
         self._producer = Producer({**settings, "on_delivery": self._on_delivery})
-        self._admin_settings = {k: v for k, v in settings.items() if k in _ADMIN_KEYS or k.startswith(("ssl.", "sasl."))}
+        self._admin_settings = client_settings(settings)
         self._admin: AdminClient | None = None
         self._known_topics: set[str] | None = None
         self._partitions = topic_partitions
@@ -375,6 +375,11 @@ _ADMIN_KEYS = {"bootstrap.servers", "security.protocol", "client.id", "socket.ti
 #: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
 #: (500 ms by default), so the end of a partition shows sooner with a short wait.
 SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
+
+
+def client_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a producer's that any other client of the same cluster needs: the brokers, the security."""
+    return {k: v for k, v in settings.items() if k in _ADMIN_KEYS or k.startswith(("ssl.", "sasl."))}
 
 
 def consumer(kafka: dict[str, Any], **overrides: Any) -> Consumer:

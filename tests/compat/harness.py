@@ -25,7 +25,8 @@ from typing import Any
 
 import orjson
 import psycopg
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from psycopg import sql
 
 from tests import privileges, support
@@ -41,6 +42,15 @@ STEP = "walflow.compat.step"
 @dataclass
 class Signal:
     """A signal inserted into each connector's own signal table (walflow's and Debezium's)."""
+
+    type: str
+    data: dict[str, Any]
+
+
+@dataclass
+class KafkaSignal:
+    """A signal sent on the Kafka signal channel: a message on ``<prefix>-signal`` keyed by the connector's prefix,
+    which both connectors of a variant read (they share the prefix)."""
 
     type: str
     data: dict[str, Any]
@@ -68,7 +78,7 @@ class Variant:
 class Scenario:
     name: str
     setup: list[str]
-    workload: list[str | Signal] = field(default_factory=list)
+    workload: list[str | Signal | KafkaSignal] = field(default_factory=list)
     variants: list[Variant] = field(default_factory=lambda: [Variant("default")])
     #: the connectors take an initial snapshot of what ``setup`` and ``workload`` wrote, then stream ``after_snapshot``
     snapshot: bool = False
@@ -147,7 +157,7 @@ def _exclude_schema(props: dict[str, Any], schema: str) -> None:
 
 def _with_prefix(props: dict[str, Any], prefix: str) -> dict[str, Any]:
     """``{prefix}`` in a property's value is the run's topic prefix (a transform routing to topics of its own)."""
-    return {k: v.replace("{prefix}", prefix) if isinstance(v, str) else v for k, v in props.items()}
+    return {k: v.replace("{prefix}", prefix).replace("{bootstrap}", support.bootstrap()) if isinstance(v, str) else v for k, v in props.items()}
 
 
 def _dbz_properties(run: _Run) -> dict[str, Any]:
@@ -191,10 +201,16 @@ def _walflow_config(run: _Run) -> ConnectorConfig:
     return support.connector(run.prefix, **{**raw, "slot.name": run.wf_slot, "publication.name": run.wf_slot})
 
 
-def _execute(dsn: str, statements: list[str | Signal], runs: list[_Run]) -> None:
+def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[_Run]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
-            if isinstance(statement, Signal):
+            if isinstance(statement, KafkaSignal):
+                producer = Producer({"bootstrap.servers": support.bootstrap()})
+                for run in runs:
+                    value = {"id": uuid.uuid4().hex, "type": statement.type, "data": statement.data}
+                    producer.produce(f"{run.prefix}-signal", orjson.dumps(value), run.prefix.encode())
+                assert producer.flush(30) == 0, "the Kafka signal was not acknowledged"
+            elif isinstance(statement, Signal):
                 data = orjson.dumps(statement.data).decode()
                 for run in runs:
                     for table in _signal_tables(run):
@@ -208,6 +224,12 @@ def _execute(dsn: str, statements: list[str | Signal], runs: list[_Run]) -> None
 
 
 def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
+    kafka = [f"{run.prefix}-signal" for run in runs if "kafka" in str(run.variant.props.get("signal.enabled.channels", ""))]
+    if kafka:
+        # Debezium's channel reads partition 0 of the topic from its start: the topic must exist by then
+        admin = AdminClient({"bootstrap.servers": support.bootstrap()})
+        for future in admin.create_topics([NewTopic(t, 1) for t in kafka]).values():
+            future.result()
     with psycopg.connect(dsn, autocommit=True) as conn:
         for run in runs:
             if "signal.data.collection" not in run.variant.props:
@@ -246,7 +268,9 @@ def _snapshot_rows(records: list[Rec]) -> int:
 def _create_debezium_slot(run: _Run) -> None:
     """Debezium's slot and publication, made before the workload (as the harness, a superuser)."""
     with psycopg.connect(run.database, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(run.dbz_slot)))
+        via_root = str(run.variant.props.get("publish.via.partition.root", "")).lower() == "true"
+        options = sql.SQL(" WITH (publish_via_partition_root = true)" if via_root else "")
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES{}").format(sql.Identifier(run.dbz_slot), options))
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (run.dbz_slot,))
 
 
@@ -313,6 +337,8 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
         def owner(topic: str) -> str | None:
             # any topic.delimiter: the prefixes are unique to one connector pair
             for prefix in prefixes:
+                if topic == f"{prefix}-signal":
+                    return None  # the Kafka signal channel's topic: the harness's input, not a connector's output
                 if topic.startswith(prefix) or topic.startswith("__debezium-heartbeat") and topic.endswith(prefix):
                     return prefix
             return None
@@ -393,7 +419,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             if not scenario.snapshot:
                 for run in scenario_runs:
                     _create_debezium_slot(run)
-                    if not scenario.live and not any(isinstance(step, Signal) for step in scenario.workload):
+                    if not scenario.live and not any(isinstance(step, (Signal, KafkaSignal)) for step in scenario.workload):
                         # started now, it reads the workload as it is written (its start-up overlaps the rest);
                         # not with signals: an incremental snapshot then would run while the workload still writes
                         run.engine = _start(engines, run)

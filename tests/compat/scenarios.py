@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.compat.harness import Scenario, Signal, Variant
+from tests.compat.harness import KafkaSignal, Scenario, Signal, Variant
 from tests.integration.test_types import ALL_CASES, PREAMBLE
 
 EXTENSIONS = ["CREATE EXTENSION IF NOT EXISTS hstore", "CREATE EXTENSION IF NOT EXISTS citext",
@@ -279,6 +279,22 @@ INCREMENTAL = Scenario(
         Variant("chunk1000", {"signal.data.collection": "x"}, expect_snapshot_rows=17),
     ],
 )
+#: the Kafka signal channel: an execute-snapshot signal sent as a Kafka message after the workload
+KAFKA_SIGNALS = Scenario(
+    "kafka_signals",
+    setup=["CREATE TABLE t (id int PRIMARY KEY, a text NOT NULL)"],
+    workload=[
+        "INSERT INTO t SELECT g, 'r' || g FROM generate_series(1, 5) g",
+        "UPDATE t SET a = 'two' WHERE id = 2",
+        KafkaSignal("execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"}),
+    ],
+    variants=[
+        Variant("kafka", {"signal.data.collection": "x", "signal.enabled.channels": "source,kafka",
+                          "signal.kafka.bootstrap.servers": "{bootstrap}", "incremental.snapshot.chunk.size": 3},
+                expect_snapshot_rows=5, debezium={"signal.poll.interval.ms": 100}),
+    ],
+    walflow_batches=2,
+)
 INCREMENTAL_FILTERS = Scenario(
     "incremental_filters",
     setup=[
@@ -406,6 +422,25 @@ TOAST = Scenario(
         Variant("hstore_map_hex", {"hstore.handling.mode": "map", "binary.handling.mode": "hex"}),
         Variant("masked", {"column.mask.with.6.chars": r"public\.toast.*\.secret", "unavailable.value.placeholder": "hex:00ff",
                             "binary.handling.mode": "base64"}),
+    ],
+)
+
+#: the reselect post processor: TOASTed values an update left out and nulls, read again (columns that never change
+#: afterwards, and rows never deleted: both connectors read the row's current state, each at its own time)
+_RESELECT = {"post.processors": "reselector", "reselector.type": "io.debezium.processors.reselect.ReselectColumnsPostProcessor"}
+RESELECT = Scenario(
+    "reselect",
+    setup=["CREATE TABLE r (id int PRIMARY KEY, n int, doc text, tags text[], blob bytea, js jsonb, note text, dflt int DEFAULT 5)"],
+    workload=[
+        f"INSERT INTO r VALUES (1, 0, {BIG}, ARRAY[{BIG}, 'x'], convert_to({BIG}, 'UTF8'), jsonb_build_object('k', {BIG}), NULL, NULL)",
+        "UPDATE r SET n = 1",
+        "INSERT INTO r (id, n) VALUES (2, 0)",
+        "UPDATE r SET n = 3 WHERE id = 2",
+    ],
+    variants=[
+        Variant("reselect", _RESELECT),
+        Variant("unavailable_only", {**_RESELECT, "reselector.reselect.null.values": False, "reselector.reselect.columns.include.list": r"public\.r:(doc|blob)",
+                                     "binary.handling.mode": "hex"}),
     ],
 )
 
@@ -623,6 +658,8 @@ PARTITIONED = Scenario(
     workload=["INSERT INTO m VALUES (1, '2024-05-01', 'a'), (2, '2025-02-01', 'b')"],
     snapshot=True,
     after_snapshot=["INSERT INTO m VALUES (3, '2024-06-01', 'c')", "UPDATE m SET v = 'bb' WHERE id = 2", "DELETE FROM m WHERE id = 1"],
+    # publish.via.partition.root: the partitions' changes on the root's topic
+    variants=[Variant("default"), Variant("via_root", {"publish.via.partition.root": True})],
 )
 
 # -- single message transforms: Debezium's and Kafka Connect's, with predicates, on the initial snapshot and the stream --
@@ -776,5 +813,5 @@ TRANSFORMS = Scenario(
 GROUPS = [
     [BASIC, SNAPSHOT, INCREMENTAL, INCREMENTAL_FILTERS, IDENTITIES, TOAST, TRANSACTIONS, DDL, POSTGIS_STREAM, POSTGIS_SNAPSHOT],
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
-    [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS, TRANSFORMS],
+    [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS, TRANSFORMS, KAFKA_SIGNALS, RESELECT],
 ]

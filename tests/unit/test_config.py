@@ -189,10 +189,14 @@ def test_keys_without_effect_are_accepted(key: str) -> None:
 
 
 def test_values_walflow_cannot_honour_are_refused_with_the_reason() -> None:
-    with pytest.raises(ConfigError, match="channel\\(s\\) \\['kafka'\\] are not supported yet"):
-        parse_config({"name": "c", "topic.prefix": "p", "signal.enabled.channels": "source,kafka"})
-    with pytest.raises(ConfigError, match="publish.via.partition.root' is not supported by walflow"):
-        parse_config({"name": "c", "topic.prefix": "p", "publish.via.partition.root": True})
+    with pytest.raises(ConfigError, match="channel\\(s\\) \\['jmx'\\] are not supported yet"):
+        parse_config({"name": "c", "topic.prefix": "p", "signal.enabled.channels": "source,jmx"})
+    with pytest.raises(ConfigError, match="slot.failover' is not supported by walflow"):
+        parse_config({"name": "c", "topic.prefix": "p", "slot.failover": True})
+    with pytest.raises(ConfigError, match="signal.consumer.sasl.password.*belong|credential in the connector file"):
+        parse_config({"name": "c", "topic.prefix": "p", "signal.consumer.sasl.password": "x"})
+    with pytest.raises(ConfigError, match="the lake must hold what the source holds"):
+        parse_config({"name": "c", "topic.prefix": "p", "value.converter.replace.null.with.default": True})
 
 
 def test_the_guardrail_warns_or_fails_past_its_maximum() -> None:

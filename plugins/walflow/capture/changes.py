@@ -119,12 +119,12 @@ class ChangeEvents:
         #: a producer behind a transform chain takes the events unserialised (walflow.transforms.producer)
         self._send_event: Callable[..., None] | None = getattr(producer, "send_event", None)
         self._send_row: Callable[..., None] | None = getattr(producer, "send_row", None)
-        #: per table (its envelope schema's text): whether its created rows go straight to JSON (:meth:`_json_rows`)
-        self._json_ok: dict[bytes, bool] = {}
         #: the database name in ``source.db`` (known once the batch has connected)
         self.database = ""
         #: the incremental snapshots whose watermark windows a change may fall into
         self.inc: IncrementalSnapshots | None = None
+        #: the post processors (walflow.capture.reselect): (table, tuple values, after row) -> after row
+        self.reselect: Callable[[TableSchema, Sequence[Any], dict[str, Any]], dict[str, Any]] | None = None
         #: Debezium's "last commit LSN", the end of the last commit read: the first half of ``source.sequence``
         self.previous_commit_lsn: int | None = None
         #: commit time of the last transaction read, for the source block of a non-transactional message
@@ -242,14 +242,9 @@ class ChangeEvents:
         self.last_emit = (op, table, lsn, tx.commit_ms)
 
     def _json_rows(self, table: TableSchema) -> bool:
-        """Whether a plain ExtractNewRecordState's rows of ``table`` go straight from the tuple to JSON: the table
-        allows it (:attr:`TableSchema.json_row`) and no field has a default a null would turn into."""
-        ok = self._json_ok.get(table.value_schema_json)
-        if ok is None:
-            ok = self._json_ok[table.value_schema_json] = table.json_row is not None and not self.producer.has_defaults(  # type: ignore[attr-defined]
-                table.topic, table.value_schema_json
-            )
-        return ok
+        """Whether a plain ExtractNewRecordState's rows of ``table`` go straight from the tuple to JSON: where the table
+        allows it (:attr:`TableSchema.json_row`)."""
+        return table.json_row is not None
 
     def _emit_json(
         self, table: TableSchema, op: str, values: Sequence[Any], tx: Transaction, lsn: int, summary: BatchSummary, per_topic: Counter[str]
@@ -367,10 +362,12 @@ class ChangeEvents:
             if self._skip_c:
                 summary.filtered += 1
                 return
-            if self._send_row is not None and self._json_rows(table):
+            if self._send_row is not None and self.reselect is None and self._json_rows(table):
                 self._emit_json(table, "c", msg.new, tx, lsn, summary, per_topic)
                 return
             after = table.row(msg.new)
+            if self.reselect is not None:
+                after = self.reselect(table, msg.new, after)
             self._emit(table, "c", None, after, table.key(after, msg.new) if table.has_key else None, tx, lsn, summary, per_topic)
         elif type(msg) is Update:
             if self._skip_u:
@@ -381,6 +378,8 @@ class ChangeEvents:
                 # REPLICA IDENTITY FULL: the old row carries the TOASTed value the new row left out unchanged.
                 new = [o if n is UNCHANGED_TOAST else n for n, o in zip(new, msg.old)]
             after = table.row(new)
+            if self.reselect is not None:
+                after = self.reselect(table, new, after)
             before = None if msg.old is None else (table.before_row(msg.old) if msg.old_is_key else table.row(msg.old))
             if self._skip_unchanged and before is not None and before == after:
                 # skip.messages.without.change: only the columns the events leave out changed. Without the old row

@@ -61,6 +61,8 @@ WATERMARK_PREFIX = "walflow.watermark"
 STATE_KEY = "incremental"
 #: state-table key of the position up to which signals have been applied (see IncrementalSnapshots.on_signal)
 SIGNALS_KEY = "incremental_signals"
+#: the state table's key of the Kafka signal channel's offsets (walflow.capture.kafka_signals)
+KAFKA_SIGNALS_KEY = "kafka_signals"
 #: state-table key of how many execute-snapshot signals wait for room in the queue (IncrementalSnapshots._wait)
 WAITING_KEY = "incremental_waiting"
 #: what fails a signal rather than the stream (SignalError is a ValueError)
@@ -113,6 +115,9 @@ class IncrementalSnapshots:
         #: a batch died between its save and its slot advance, and must not act twice (a stop or pause read
         #: again would hit a snapshot that started after it)
         self._signals_upto = int((store.get(SIGNALS_KEY) or {}).get("lsn") or 0)
+        #: the Kafka signal channel: per partition, the offset of the last message taken (saved with the progress)
+        self.kafka_offsets: dict[int, int] = {int(p): int(o) for p, o in (store.get(KAFKA_SIGNALS_KEY) or {}).items()}
+        self._kafka_read = False
         self._signals_read = self._signals_upto
         #: signals waiting for room in the queue (:meth:`_wait`), and how many the state table says
         self._waiting = self._waiting_saved = int((store.get(WAITING_KEY) or {}).get("count") or 0)
@@ -131,6 +136,9 @@ class IncrementalSnapshots:
         before the slot advances past the signals and watermarks it read (a crash in between reads them again,
         which :meth:`_known` and the empty chunk table make harmless). A finished signal makes the next queued
         one current."""
+        if self._kafka_read:
+            self.store.put(KAFKA_SIGNALS_KEY, {str(p): o for p, o in self.kafka_offsets.items()})
+            self._kafka_read = False
         if not self._dirty:
             return
         for signal_id, outcome in self._outcomes.items():
@@ -238,6 +246,15 @@ class IncrementalSnapshots:
             # SignalError, data of unexpected shapes, or a table whose events cannot be built (a key column of a type
             # walflow cannot represent, message.key.columns naming a dropped column): the signal fails, read once
             self._fail_signal(signal_id, exc)
+
+    def on_kafka_signal(self, partition: int, offset: int, values: dict[str, Any]) -> None:
+        """A signal from the Kafka channel: handled as a signal-table row is, its offset saved with the progress (a
+        batch that dies before saving reads it again, and :meth:`_known` recognises an execute-snapshot)."""
+        if offset <= self.kafka_offsets.get(partition, -1):
+            return
+        self.kafka_offsets[partition] = offset
+        self._kafka_read = True
+        self.on_signal(values)
 
     def reread(self, signal_id: str, table: str, reason: str) -> None:
         """Start (or queue) an incremental snapshot of one table that walflow asks for itself, as an

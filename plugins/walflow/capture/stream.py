@@ -30,7 +30,9 @@ from walflow.capture.drift import (
 )
 from walflow.capture.incremental import STATE_KEY as INCREMENTAL_KEY
 from walflow.capture.incremental import WATERMARK_PREFIX, IncrementalSnapshots
+from walflow.capture.kafka_signals import read_kafka_signals
 from walflow.capture.prefetch import BlockPrefetch
+from walflow.capture.reselect import reselectors
 from walflow.capture.schema_facts import SchemaFacts, build_fact
 from walflow.config.connector import ConnectorConfig
 from walflow.config.filters import Filters
@@ -186,8 +188,13 @@ class StreamBatch:
                     "connector %s: schema facts for the lake from the catalog, read when a table's definition changes (topic %s)",
                     config.name, config.schema_topic,
                 )
-            if config.signal_table or store.get(INCREMENTAL_KEY):
+            events.reselect = reselectors(config, lambda: catalog_conn)
+            if config.signal_table or store.get(INCREMENTAL_KEY) or "kafka" in config.signal_enabled_channels:
                 self._incremental()
+            if "kafka" in config.signal_enabled_channels:
+                inc_signals = self._incremental()
+                for signal in read_kafka_signals(config, self.producer.settings, inc_signals.kafka_offsets):
+                    inc_signals.on_kafka_signal(signal.partition, signal.offset, signal.values)
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
             summary.start_lsn = slot.confirmed_flush_lsn

@@ -17,7 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from walflow.config.patterns import Pattern
-from walflow.config.transforms import TransformSpec, is_chain_key, parse_chain
+from walflow.config.transforms import (
+    PostProcessorSpec,
+    TransformSpec,
+    is_chain_key,
+    parse_chain,
+    parse_post_processors,
+    post_processor_aliases,
+)
 from walflow.errors import ConfigError, PatternError
 
 #: Debezium keys that name credentials or the server address: in walflow these come from Connections.
@@ -49,7 +56,6 @@ UNSUPPORTED_KEYS = {
     "snapshot.mode.configuration.based.snapshot.on.schema.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
     "snapshot.mode.configuration.based.snapshot.on.data.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
     "slot.failover": "failover slots (PostgreSQL 17) are not supported yet: walflow creates slots without the failover flag",
-    "publish.via.partition.root": "not supported yet: each partition's changes go to the partition's own topic",
     "notification.enabled.channels": "not supported yet: snapshot progress is in the task log and the snapshot sensor",
     "replica.identity.autoset.values": "walflow never alters source tables; set REPLICA IDENTITY with ALTER TABLE (docs/operations.md)",
 }
@@ -98,6 +104,7 @@ _DYNAMIC_KEY_PATTERNS = (
     # column.mask.hash[.v2].<algorithm>.with.salt.<salt>: the algorithm group keeps the "v2." prefix
     re.compile(r"^column\.mask\.hash\.((?:v2\.)?[^.]+(?:-[^.]+)*)\.with\.salt\.(.+)$"),
     re.compile(r"^snapshot\.select\.statement\.overrides\.(.+)$"),
+    re.compile(r"^signal\.consumer\.(.+)$"),
 )
 
 
@@ -168,6 +175,8 @@ class ConnectorConfig(BaseModel):
     publication_autocreate_mode: Literal["all_tables", "disabled", "filtered"] = Field(
         "all_tables", alias="publication.autocreate.mode"
     )
+    #: the publication publishes a partition's changes as its partitioned table's (root's), on the root's topic
+    publish_via_partition_root: bool = Field(False, alias="publish.via.partition.root")
     database_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = Field(
         None, alias="database.sslmode"
     )
@@ -210,8 +219,13 @@ class ConnectorConfig(BaseModel):
     flush_lsn_source: Literal[True] = Field(True, alias="flush.lsn.source")
     #: a record that cannot be converted stops the batch, naming the table, column, value and position
     event_processing_failure_handling_mode: Literal["fail"] = Field("fail", alias="event.processing.failure.handling.mode")
-    #: where signals come from: the signal table (signal.data.collection)
+    #: where signals come from: the signal table (``source``: signal.data.collection) and a Kafka topic (``kafka``)
     signal_enabled_channels: list[str] = Field(default_factory=lambda: ["source"], alias="signal.enabled.channels")
+    #: the Kafka signal channel's topic (none: ``<topic.prefix>-signal``), its brokers (none: the Kafka Connection's)
+    signal_kafka_topic: str | None = Field(None, alias="signal.kafka.topic")
+    signal_kafka_bootstrap_servers: str | None = Field(None, alias="signal.kafka.bootstrap.servers")
+    signal_kafka_group_id: str = Field("kafka-signal", alias="signal.kafka.groupId")
+    signal_kafka_poll_timeout_ms: int = Field(100, ge=0, alias="signal.kafka.poll.timeout.ms")
     #: at most this many captured tables (0: no limit); more warn or fail as guardrail.collections.limit.action says
     guardrail_collections_max: int = Field(0, ge=0, alias="guardrail.collections.max")
     guardrail_collections_limit_action: Literal["warn", "fail"] = Field("warn", alias="guardrail.collections.limit.action")
@@ -220,6 +234,9 @@ class ConnectorConfig(BaseModel):
     topic_heartbeat_prefix: str = Field("__debezium-heartbeat", alias="topic.heartbeat.prefix")
     key_converter_schemas_enable: bool = Field(True, alias="key.converter.schemas.enable")
     value_converter_schemas_enable: bool = Field(True, alias="value.converter.schemas.enable")
+    #: Kafka's JsonConverter writes a null field that has a default as the default (KIP-581, on by default); none:
+    #: as Kafka with the lake off, off with the lake on (the lake must hold the source's NULL)
+    value_converter_replace_null_with_default: bool | None = Field(None, alias="value.converter.replace.null.with.default")
     decimal_handling_mode: Literal["precise", "double", "string"] = Field("precise", alias="decimal.handling.mode")
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = Field(
         "adaptive", alias="time.precision.mode"
@@ -327,8 +344,12 @@ class ConnectorConfig(BaseModel):
     column_mask: dict[int, list[str]] = Field(default_factory=dict, alias="__column_mask")
     column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
     snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
+    #: ``signal.consumer.<setting>``: librdkafka settings of the Kafka signal channel's consumer
+    signal_consumer: dict[str, str] = Field(default_factory=dict, alias="__signal_consumer")
     #: the single message transforms (``transforms``, ``transforms.<alias>.*``, ``predicates``...), in chain order
     transforms: tuple[TransformSpec, ...] = Field(default=(), alias="__transforms")
+    #: the post processors (``post.processors`` and each alias's ``<alias>.*`` keys), in order
+    post_processors: tuple[PostProcessorSpec, ...] = Field(default=(), alias="__post_processors")
 
     @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", "signal_enabled_channels", mode="before")
     @classmethod
@@ -338,11 +359,11 @@ class ConnectorConfig(BaseModel):
     @field_validator("signal_enabled_channels")
     @classmethod
     def _channels(cls, value: list[str]) -> list[str]:
-        other = [channel for channel in value if channel != "source"]
+        other = [channel for channel in value if channel not in ("source", "kafka")]
         if other:
             raise ValueError(
-                f"walflow reads signals from the signal table only ('source'); channel(s) {other} are not supported yet: "
-                "write the signal to signal.data.collection"
+                f"walflow reads signals from the signal table ('source') and a Kafka topic ('kafka'); channel(s) {other} are "
+                "not supported yet"
             )
         return value
 
@@ -466,6 +487,12 @@ class ConnectorConfig(BaseModel):
                 raise ValueError(f"'{include}' and '{exclude}' cannot both be set; Debezium allows only one of them")
         if self.heartbeat_action_query and not self.heartbeat_interval_ms:
             raise ValueError("'heartbeat.action.query' needs 'heartbeat.interval.ms' > 0 to ever run")
+        if self.value_converter_replace_null_with_default and self.walflow_lake_enabled:
+            raise ValueError(
+                "'value.converter.replace.null.with.default: true' writes a column's default where the row holds NULL, "
+                "and the lake must hold what the source holds: leave the key out (walflow writes NULL while the lake is "
+                "on), or set 'walflow.lake.enabled: false'"
+            )
         if self.transforms and self.walflow_lake_enabled:
             raise ValueError(
                 f"'transforms' ({', '.join(t.alias for t in self.transforms)}) rewrite the records before Kafka, and the lake "
@@ -499,6 +526,14 @@ class ConnectorConfig(BaseModel):
         return split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in self.signal_data_collection else self.signal_data_collection)
 
     @property
+    def replace_null_with_default(self) -> bool:
+        """Whether a null field that has a default is written as the default, as Kafka's JsonConverter does by
+        default: ``value.converter.replace.null.with.default``, by default on with the lake off and off with it on."""
+        if self.value_converter_replace_null_with_default is not None:
+            return self.value_converter_replace_null_with_default
+        return not self.walflow_lake_enabled
+
+    @property
     def record_key_schemas(self) -> bool:
         """Whether walflow builds keys with their schemas: as the key converter says, and always under a transform
         chain, which needs the schemas (they are left out after it when the converter says so)."""
@@ -508,6 +543,11 @@ class ConnectorConfig(BaseModel):
     def record_value_schemas(self) -> bool:
         """As :attr:`record_key_schemas`, for values."""
         return self.value_converter_schemas_enable or bool(self.transforms)
+
+    @property
+    def signal_topic(self) -> str:
+        """The Kafka signal channel's topic: ``signal.kafka.topic``, by default ``<topic.prefix>-signal``."""
+        return self.signal_kafka_topic or f"{self.topic_prefix}-signal"
 
     @property
     def transaction_topic(self) -> str:
@@ -592,15 +632,21 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     mask: dict[int, list[str]] = {}
     mask_hash: dict[tuple[str, str], list[str]] = {}
     overrides: dict[str, str] = {}
+    consumer_settings: dict[str, str] = {}
     spelled: dict[str, str] = {}  # canonical key -> the spelling the file used
     truncate_mode: str | None = None
     chain: dict[str, Any] = {}
+    processors: dict[str, Any] = {}
+    processor_aliases = post_processor_aliases(raw) if isinstance(raw.get("post.processors"), (str, list, tuple)) else []
     for key, value in raw.items():
         if not isinstance(key, str):
             problems.append(f"  key {key!r} is not a string")
             continue
         if is_chain_key(key):
             chain[key] = value
+            continue
+        if key == "post.processors" or (isinstance(key, str) and key.split(".", 1)[0] in processor_aliases and "." in key):
+            processors[key] = value
             continue
         if key in CONNECTION_KEYS:
             problems.append(
@@ -623,6 +669,13 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
                     mask[int(m.group(1))] = _split_list(value)
                 elif index == 2:
                     mask_hash[(m.group(1), m.group(2))] = _split_list(value)
+                elif index == 4:
+                    if _SECRET_SETTING.search(m.group(1)):
+                        raise ValueError(
+                            "a credential in the connector file; the signal channel's consumer takes the Kafka Connection's "
+                            "security settings (sasl.*, ssl.*), so give them there"
+                        )
+                    consumer_settings[m.group(1)] = str(value).lower() if isinstance(value, bool) else str(value)
                 else:
                     if not isinstance(value, str):
                         raise TypeError("expected a SELECT statement as a string")
@@ -655,13 +708,17 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
             problems.append(problem)
     transforms, chain_problems = parse_chain(chain)
     problems.extend(chain_problems)
+    post_processors, processor_problems = parse_post_processors(processors)
+    problems.extend(processor_problems)
     if problems:
         raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
     data["__transforms"] = transforms
+    data["__post_processors"] = post_processors
     data["__column_truncate"] = truncate
     data["__column_mask"] = mask
     data["__column_mask_hash"] = mask_hash
     data["__snapshot_select_overrides"] = overrides
+    data["__signal_consumer"] = consumer_settings
     try:
         return ConnectorConfig.model_validate(data)
     except ValidationError as exc:

@@ -74,7 +74,8 @@ NOTES = {
     "flush.lsn.source": "true (lsn.flush.mode connector)",
     "event.processing.failure.handling.mode": "fail: a value that cannot be converted stops the batch before the slot moves, naming the "
     "table, column, value and position (docs/operations.md says how to get past it)",
-    "signal.enabled.channels": "source: the signal table; the kafka, file and jmx channels are refused (not supported yet)",
+    "signal.enabled.channels": "source (the signal table) and kafka (signal.kafka.topic, by default <topic.prefix>-signal, read at "
+    "each batch's start); the file and jmx channels are refused (not supported yet)",
     "unavailable.value.placeholder": "as toasted.value.placeholder",
 }
 

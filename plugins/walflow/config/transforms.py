@@ -380,3 +380,58 @@ def markdown_table() -> str:
     for name, reason in REFUSED_TYPES.items():
         lines.append(f"| `{name}` | refused: {reason} | |")
     return "\n".join(lines)
+
+
+# -- post processors ---------------------------------------------------------------------------------------------------
+#: The post processors walflow runs (Debezium's ``post.processors``: each alias's ``<alias>.type`` and properties are
+#: top-level keys), by class name.
+POST_PROCESSOR_TYPES: dict[str, TypeSpec] = {
+    "io.debezium.processors.reselect.ReselectColumnsPostProcessor": TypeSpec(
+        "reselect",
+        {
+            "reselect.columns.include.list": Prop(LIST, []),
+            "reselect.columns.exclude.list": Prop(LIST, []),
+            "reselect.unavailable.values": Prop(BOOLEAN, True),
+            "reselect.null.values": Prop(BOOLEAN, True),
+            "reselect.use.event.key": Prop(BOOLEAN, False),
+            "reselect.error.handling.mode": Prop(STRING, "warn", choices=("warn", "fail")),
+        },
+        "columns of a change that are unavailable (TOASTed and unchanged) or null read again from the table",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class PostProcessorSpec:
+    alias: str
+    type: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+def post_processor_aliases(raw: Mapping[str, Any]) -> list[str]:
+    """The aliases ``post.processors`` lists (their ``<alias>.*`` keys belong to them)."""
+    return [a for a in _value(LIST, "post.processors", raw.get("post.processors") or [], []) if a]
+
+
+def parse_post_processors(raw: Mapping[str, Any]) -> tuple[tuple[PostProcessorSpec, ...], list[str]]:
+    """The post processors ``raw`` declares (``post.processors`` and each alias's keys), and the problems found."""
+    problems: list[str] = []
+    specs = []
+    for alias in _aliases(raw, "post.processors", problems):
+        prefix = f"{alias}."
+        type_name = raw.get(prefix + "type")
+        if type_name not in POST_PROCESSOR_TYPES:
+            known = ", ".join(sorted(POST_PROCESSOR_TYPES))
+            problems.append(f"  '{prefix}type' = {type_name!r}: walflow runs these post processors: {known}")
+            continue
+        settings = _settings(prefix, type_name, POST_PROCESSOR_TYPES[type_name], raw, problems, {"type"})
+        for key in ("reselect.columns.include.list", "reselect.columns.exclude.list"):
+            for item in settings[key]:
+                try:
+                    regex.compile(item, regex.VERSION0)
+                except regex.error as exc:
+                    problems.append(f"  '{prefix}{key}' item {item!r}: not a valid regular expression ({exc})")
+        if settings["reselect.columns.include.list"] and settings["reselect.columns.exclude.list"]:
+            problems.append(f"  '{prefix}reselect.columns.include.list' and '{prefix}reselect.columns.exclude.list' cannot both be set")
+        specs.append(PostProcessorSpec(alias, type_name, settings))
+    return tuple(specs), problems

@@ -225,8 +225,15 @@ class TableSchema:
             for f in fields
             if not f.converter.optional
         ]
+        #: fields whose null is written as their default (Kafka's JsonConverter, replace.null.with.default)
+        self._null_defaults = [(f.name, f.converter.schema["default"]) for f in fields if "default" in f.converter.schema] if config.replace_null_with_default else []
         # (field name, tuple index, converter, TOAST placeholder): the shape row() converts, as generated code
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
+        #: each field's value for a TOASTed column pgoutput left out (``unavailable.value.placeholder`` in its form)
+        self.toast_values = [(f.name, f.toast_value) for f in fields]
+        #: the key's columns, and each column's type as ``format_type`` writes it (post processors query by key)
+        self.key_columns = list(key_columns)
+        self.column_types = {c.name: c.type.name for c in columns}
         self._row = compile_row(self._plan)
         by_name = {f.name: f for f in (*fields, *key_only)}
         self.key_fields = [by_name[rules.field_name(k)] for k in key_names]
@@ -239,7 +246,7 @@ class TableSchema:
         #: a name repeats (two columns' field names adjusted to one, or a column named twice in message.key.columns):
         #: the dicts keep one entry under it, the JSON would hold both
         distinct = len({f.name for f in fields}) == len(fields) and len(set(self._key_names)) == len(self._key_names)
-        self.json_row = compile_json_row(self._plan, self._key_names) if distinct and not (masks or key_only) else None
+        self.json_row = compile_json_row(self._plan, self._key_names) if distinct and not (masks or key_only or self._null_defaults) else None
         # Key columns outside the replica identity are absent (NULL) from old tuples: under REPLICA IDENTITY USING
         # INDEX on an index without the primary key, or with message.key.columns. Debezium keys such a before image
         # as it is (NOT NULL columns hold their default or zero value, see before_row): an update of the index
@@ -360,6 +367,10 @@ class TableSchema:
             for name, mask in self._masks:
                 if row[name] is None:
                     row[name] = mask
+        if self._null_defaults:
+            for name, default in self._null_defaults:
+                if row[name] is None:
+                    row[name] = default
         return row
 
     def before_row(self, values: Sequence[Any]) -> dict[str, Any]:

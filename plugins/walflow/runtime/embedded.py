@@ -249,7 +249,7 @@ def pg_up(port: int, password: str) -> None:
                 "listen_addresses = '127.0.0.1'\n"
                 f"unix_socket_directories = '{sock}'\n"
                 "wal_level = logical\n"
-                # make test's differential suite runs groups of up to 18 connector pairs (36 slots) while the
+                # make test's differential suite runs groups of up to 19 connector pairs (38 slots) while the
                 # other lanes create slots of their own
                 "max_replication_slots = 64\n"
                 "max_wal_senders = 64\n"

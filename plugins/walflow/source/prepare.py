@@ -65,10 +65,11 @@ def ensure_publication(
                 f"(CREATE PUBLICATION {name} FOR TABLE ...) or set the mode to 'filtered' or 'all_tables'"
             )
         check_publication_privileges(conn, name, mode, wanted, creating=True)
+        options = sql.SQL(" WITH (publish_via_partition_root = true)" if config.publish_via_partition_root else "")
         try:
             with conn.cursor() as cur:
                 if mode == "all_tables":
-                    cur.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name)))
+                    cur.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES{}").format(sql.Identifier(name), options))
                 else:
                     if not wanted:
                         raise SourceError(
@@ -76,8 +77,8 @@ def ensure_publication(
                             f"lists, so publication {name!r} would be empty; check 'table.include.list'"
                         )
                     cur.execute(
-                        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                            sql.Identifier(name), sql.SQL(", ").join(quote_table(s, t) for s, t in sorted(wanted))
+                        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}{}").format(
+                            sql.Identifier(name), sql.SQL(", ").join(quote_table(s, t) for s, t in sorted(wanted)), options
                         )
                     )
         except psycopg.errors.InsufficientPrivilege as exc:
@@ -90,6 +91,14 @@ def ensure_publication(
         log.info("created publication %s (%s)", name, mode)
         return
     all_tables, all_ops, published = existing
+    via_root = conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    if via_root is not None and bool(via_root[0]) != config.publish_via_partition_root:
+        report.warnings.append(
+            f"publication {name!r} has publish_via_partition_root = {str(bool(via_root[0])).lower()}, and "
+            f"'publish.via.partition.root' is {str(config.publish_via_partition_root).lower()}: partitions' changes go to "
+            f"{'their root' if via_root[0] else 'their own'} table's topic. Run ALTER PUBLICATION {name} SET "
+            f"(publish_via_partition_root = {str(config.publish_via_partition_root).lower()}) as its owner, or change the setting"
+        )
     if not all_ops:
         report.warnings.append(f"publication {name!r} does not publish every operation (insert, update, delete)")
     if mode == "filtered" and not all_tables and published != wanted:

@@ -87,8 +87,6 @@ class ExtractNewRecordState(Transform):
         self.drop_from_key = bool(settings["drop.fields.from.key"])
         self.keep_compatible = bool(settings["drop.fields.keep.schema.compatible"])
         self._schemas: dict[tuple[int, int, str], tuple[Schema, Schema, Schema]] = {}
-        #: id(envelope schema) -> the fields of its rows that have defaults, with them
-        self._defaults: dict[int, list[tuple[str, Any]]] = {}
 
     def apply(self, record: Record) -> Record | None:
         tombstone = record.value is None
@@ -130,8 +128,9 @@ class ExtractNewRecordState(Transform):
         return self._drop_fields(new)
 
     def _extracted(self, record: Record) -> Record:
-        """``after`` as Kafka's ExtractField gives it (seen from Debezium 3.6.3): a required struct of the same name,
-        nulls read as their fields' defaults."""
+        """``after`` as Kafka's ExtractField gives it (seen from Debezium 3.6.3): a required struct of the same name.
+        (Its nulls were written as their fields' defaults already, where the converter does so:
+        :attr:`ConnectorConfig.replace_null_with_default`.)"""
         envelope_schema = record.value_schema
         assert envelope_schema is not None
         key = (id(envelope_schema), 0, "after")
@@ -140,12 +139,7 @@ class ExtractNewRecordState(Transform):
             after_schema = field_of(envelope_schema, "after")
             assert after_schema is not None
             cached = self._schemas[key] = (envelope_schema, after_schema, struct(after_schema["fields"], optional=False, basics=after_schema))
-            self._defaults[id(envelope_schema)] = [(f["field"], f["default"]) for f in after_schema["fields"] if f.get("default") is not None]
-        row = record.value["after"]
-        defaults = self._defaults[id(envelope_schema)]
-        if any(row.get(name) is None for name, _ in defaults):
-            row = {**row, **{name: default for name, default in defaults if row.get(name) is None}}
-        return record.replace(value_schema=cached[2], value=row)
+        return record.replace(value_schema=cached[2], value=record.value["after"])
 
     def _deleted(self, record: Record, state: str, deleted: str) -> Record:
         """``before``/``after`` with Kafka's InsertField of ``__deleted`` (its struct required, nulls read as defaults)."""

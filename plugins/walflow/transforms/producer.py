@@ -42,8 +42,8 @@ class TransformingProducer:
         self.dropped = 0
         #: the schemas of :meth:`send_event`'s records, by the text they serialise to
         self._schemas: dict[bytes, Schema] = {}
-        #: a chain of one plain ExtractNewRecordState: envelope schema text -> (unwrapped schema text, defaults)
-        self._unwrap: dict[bytes, tuple[bytes, list[tuple[str, Any]]]] = {}
+        #: a chain of one plain ExtractNewRecordState: envelope schema text -> unwrapped schema text
+        self._unwrap: dict[bytes, bytes] = {}
         #: under a chain of one plain ExtractNewRecordState, how a created, updated or read row is sent: its
         #: unwrapped record written without building the envelope (:meth:`_unwrapped`); ``None`` otherwise
         self.send_row: Callable[..., None] | None = self._unwrapped if _plain_unwrap(config) else None
@@ -89,9 +89,7 @@ class TransformingProducer:
         """A created, updated or read row under a chain of one plain ``ExtractNewRecordState`` (most deployments'
         chain): its unwrapped record written at once, without the envelope or a :class:`Record` (what
         :class:`~walflow.transforms.debezium.ExtractNewRecordState` makes of it; tests/compat's ``unwrap_plain``)."""
-        prefix, defaults = self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix)
-        if defaults and any(after.get(name) is None for name, _ in defaults):
-            after = {**after, **{name: default for name, default in defaults if after.get(name) is None}}
+        prefix = self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix)
         dumps = orjson.dumps
         value = prefix + dumps(after) + b"}" if self.codec.value_schemas else dumps(after)
         if key is None:
@@ -106,27 +104,22 @@ class TransformingProducer:
     def send_row_json(
         self, topic: str, key_prefix: bytes, key_json: bytes | None, value_prefix: bytes, row_json: bytes, headers: Headers | None
     ) -> None:
-        """:meth:`_unwrapped` for a row already serialised (``TableSchema.json_row``), of a table none of whose
-        fields has a default (:meth:`has_defaults`): the row's JSON is the record's payload as it is."""
-        prefix = (self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix))[0]
+        """:meth:`_unwrapped` for a row already serialised (``TableSchema.json_row``): the row's JSON is the record's
+        payload as it is."""
+        prefix = self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix)
         value = prefix + row_json + b"}" if self.codec.value_schemas else row_json
         if key_json is not None and self.codec.key_schemas:
             key_json = key_prefix + key_json + b"}"
         self.inner.send(topic, key_json, value, headers)
         self.sent += 1
 
-    def has_defaults(self, topic: str, value_prefix: bytes) -> bool:
-        """Whether a field of the table's unwrapped row has a default (which a null of it turns into)."""
-        return bool((self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix))[1])
-
-    def _unwrap_schema(self, topic: str, value_prefix: bytes) -> tuple[bytes, list[tuple[str, Any]]]:
-        """The unwrapped schema's text and its fields' defaults, for an envelope schema's text: what the chain's
-        ExtractNewRecordState makes of the schema, asked once."""
+    def _unwrap_schema(self, topic: str, value_prefix: bytes) -> bytes:
+        """The unwrapped schema's text, for an envelope schema's text: what the chain's ExtractNewRecordState makes
+        of the schema, asked once."""
         envelope = _schema_of(value_prefix)
         record = self.chain.apply(Record(topic, None, None, envelope, {"after": {}, "before": None, "op": "c"}, []))
         assert record is not None and record.value_schema is not None
-        defaults = [(f["field"], f["default"]) for f in record.value_schema["fields"] if f.get("default") is not None]
-        known = self._unwrap[value_prefix] = (b'{"schema":' + orjson.dumps(record.value_schema) + b',"payload":', defaults)
+        known = self._unwrap[value_prefix] = b'{"schema":' + orjson.dumps(record.value_schema) + b',"payload":'
         self.inner.ensure_topic(topic)
         return known
 
