@@ -213,11 +213,12 @@ def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[
             elif isinstance(statement, Signal):
                 data = orjson.dumps(statement.data).decode()
                 for run in runs:
+                    signal_id = uuid.uuid4().hex  # the same for both connectors: it names their notifications
                     for table in _signal_tables(run):
                         schema, name = table.split(".")
                         conn.execute(
                             sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(sql.Identifier(schema, name)),
-                            (uuid.uuid4().hex, statement.type, data),
+                            (signal_id, statement.type, data),
                         )
             else:
                 conn.execute(statement)  # type: ignore[arg-type]

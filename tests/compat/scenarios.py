@@ -275,7 +275,8 @@ INCREMENTAL = Scenario(
         "DELETE FROM t WHERE id = 2",
     ],
     variants=[
-        Variant("chunk2", {"signal.data.collection": "x", "incremental.snapshot.chunk.size": 2}, expect_snapshot_rows=17),
+        Variant("chunk2", {"signal.data.collection": "x", "incremental.snapshot.chunk.size": 2, "notification.enabled.channels": "sink",
+                           "notification.sink.topic.name": "{prefix}.notifications"}, expect_snapshot_rows=17),
         Variant("chunk1000", {"signal.data.collection": "x"}, expect_snapshot_rows=17),
     ],
 )
@@ -620,7 +621,9 @@ SNAPSHOT_MODES = Scenario(
         Variant("one_row_first", {"table.include.list": r"public\.m_one,public\.z_first"}),
         Variant("override", {"snapshot.select.statement.overrides": "public.z_first",
                              "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2"}),
-        Variant("include_collection", {"snapshot.include.collection.list": r"public\.z_first", "tombstones.on.delete": False}),
+        Variant("include_collection", {"snapshot.include.collection.list": r"public\.z_first", "tombstones.on.delete": False,
+                                       "notification.enabled.channels": "sink,log", "notification.sink.topic.name": "{prefix}.notifications"}),
+        Variant("notifications", {"notification.enabled.channels": "sink", "notification.sink.topic.name": "{prefix}.notifications"}),
     ],
 )
 

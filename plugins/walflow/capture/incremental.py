@@ -41,6 +41,7 @@ import psycopg
 
 from walflow.capture.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, rows_size
 from walflow.capture.emitter import SnapshotEmitter
+from walflow.capture.notifications import INCREMENTAL, Notifier
 from walflow.capture.snapshot_tables import SnapshotTable
 from walflow.config.connector import ConnectorConfig
 from walflow.config.expressions import check_condition
@@ -110,6 +111,10 @@ class IncrementalSnapshots:
         self._database = catalog_conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
         # the chunks' records are assembled as the initial snapshot's are (SnapshotEmitter.encoder)
         self._emitter = SnapshotEmitter(config, producer, self._database, None, None, marker_kind="incremental")
+        #: notification.enabled.channels: Debezium's notifications of the snapshots' progress
+        self.notifier = Notifier(config, producer)
+        #: rows read of the current table (Debezium's total_rows_scanned)
+        self._scanned = 0
         self._dirty = False
         #: LSN of the last signal whose effect a save recorded: signals at or below it are read again only after
         #: a batch died between its save and its slot advance, and must not act twice (a stop or pause read
@@ -191,6 +196,7 @@ class IncrementalSnapshots:
         )
         # planned tables carry the previous signal's condition and key
         self._tables.clear()
+        self._notify(following, "STARTED", {"data_collections": ",".join(following.tables)})
         log.info("incremental snapshot %s: starting %s (queued behind %s)", following.signal_id, following.tables, finished.signal_id)
         return following
 
@@ -355,6 +361,7 @@ class IncrementalSnapshots:
         else:
             self.progress = SnapshotProgress(signal_id, tables, conditions, surrogate, stopped_by=stopped_by)
             self._tables.clear()
+            self._notify(self.progress, "STARTED", {"data_collections": ",".join(tables)})
             status = "running"
             log.info("signal %s: incremental snapshot of %s%s", signal_id, printable(tables), printable(f" where {conditions}") if conditions else "")
         self.store.put(signal_key(signal_id), {"status": status, "tables_left": tables, "rows": 0, "chunks": 0, "at_ms": now_ms()})
@@ -460,6 +467,7 @@ class IncrementalSnapshots:
             # the cursor belonged to the table just dropped
             progress.last_key = progress.max_key = progress.last_ctid = None
             progress.null_phase = False
+        self._notify(progress, "ABORTED", {"data_collections": ",".join(sorted(hits))} if patterns else {})
         if not left and not self.chunks:
             progress.ended = True
             self._outcomes[progress.signal_id] = {"status": "stopped", "by": signal_id, "rows": progress.rows, "chunks": progress.chunks, "at_ms": now_ms()}
@@ -485,6 +493,7 @@ class IncrementalSnapshots:
     def _pause(self, paused: bool) -> None:
         if self.progress is None:
             return
+        self._notify(self.progress, "PAUSED" if paused else "RESUMED", {"data_collections": ",".join(self.progress.tables)})
         self.progress.paused = paused
         self._dirty = True
         log.info("incremental snapshot %s %s", self.progress.signal_id, "paused" if paused else "resumed")
@@ -543,6 +552,7 @@ class IncrementalSnapshots:
         return selected
 
     def _fail(self, progress: SnapshotProgress, name: str, exc: BaseException) -> None:
+        self._table_done(progress, name, "SQL_EXCEPTION")
         error = self.reader.describe(exc)
         log.warning(
             "incremental snapshot %s failed on %s: %s; its remaining tables %s are dropped and streaming continues",
@@ -575,6 +585,7 @@ class IncrementalSnapshots:
         if table is None or not table.key:
             reason = "it no longer exists" if table is None else "it has no primary key (send a 'surrogate-key')"
             log.warning("incremental snapshot %s: skipping %s: %s", progress.signal_id, name, reason)
+            self._table_done(progress, name, "UNKNOWN_SCHEMA" if table is None else "NO_PRIMARY_KEY")
             self._next_table()
             return 0, 0
         cursor = (name, progress.last_key, progress.max_key, progress.null_phase, progress.last_ctid)
@@ -583,6 +594,7 @@ class IncrementalSnapshots:
             if max_key is None:
                 if not progress.surrogate_key:
                     log.info("incremental snapshot %s: %s is empty", progress.signal_id, name)
+                    self._table_done(progress, name, "EMPTY")
                     self._next_table()
                     return 0, 0
                 progress.null_phase = True
@@ -607,9 +619,28 @@ class IncrementalSnapshots:
         self.window_tables.add(name)  # watched from now on (Chunk.unseen), not only once its window opens
         progress.chunks += 1
         self._dirty = True
+        self._scanned += len(rows)
+        if rows:
+            self._notify(progress, "IN_PROGRESS", {
+                "data_collections": ",".join(progress.tables), "current_collection_in_progress": name,
+                "maximum_key": ",".join(str(k) for k in progress.max_key) if progress.max_key else '"<null>"',
+                "last_processed_key": ",".join(str(k) for k in progress.last_key) if progress.last_key else "<null>",
+            })  # fmt: skip
         if table_done:
+            self._table_done(progress, name, "SUCCEEDED")
             self._next_table()
         return len(rows), rows_size(rows)
+
+    def _notify(self, progress: SnapshotProgress, kind: str, data: dict[str, str]) -> None:
+        self.notifier.notify(INCREMENTAL, kind, data, notification_id=progress.signal_id)
+
+    def _table_done(self, progress: SnapshotProgress, name: str, status: str) -> None:
+        """Debezium's TABLE_SCAN_COMPLETED of the current table; the rows read count again from the next table."""
+        self._notify(progress, "TABLE_SCAN_COMPLETED", {
+            "data_collections": ",".join(progress.tables), "scanned_collection": name, "total_rows_scanned": str(self._scanned),
+            "status": status,
+        })  # fmt: skip
+        self._scanned = 0
 
     def _next_table(self) -> None:
         progress = self.progress
@@ -618,6 +649,8 @@ class IncrementalSnapshots:
         progress.last_key = progress.max_key = progress.last_ctid = None
         progress.null_phase = False
         self._dirty = True
+        if not progress.tables:
+            self._notify(progress, "COMPLETED", {})
 
     # -- the stream side --------------------------------------------------------------------------
     def on_watermark(self, content: bytes, sequence: str, topics: dict[str, int]) -> None:

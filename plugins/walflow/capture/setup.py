@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 from walflow.capture.drift import KeyRegistry, check_claims, check_topics, record_claim, record_publication
+from walflow.capture.notifications import INITIAL, Notifier
 from walflow.capture.schema_facts import SchemaFacts, catalog_fact, start_record
 from walflow.capture.snapshot import InitialSnapshot, create_slot_with_snapshot
 from walflow.capture.snapshot_tables import SnapshotError, plan_tables
@@ -184,6 +185,7 @@ class ConnectorSetup:
                     report.slot_confirmed_lsn = slot.confirmed_flush_lsn
                 if config.snapshot_mode in ("never", "no_data") and not previous:
                     store.put(SNAPSHOT_KEY, {"status": "skipped", "mode": config.snapshot_mode, "at_ms": now_ms()})
+                    self._notify_skipped()
                 result = report.as_dict()
                 result["snapshot"] = {"ran": False, "reason": f"snapshot.mode={config.snapshot_mode}"}
                 return result
@@ -214,6 +216,19 @@ class ConnectorSetup:
         finally:
             release_slot_lock(conn)
             conn.close()
+
+    def _notify_skipped(self) -> None:
+        """Debezium's SKIPPED notification of a connector that starts without a snapshot of its data."""
+        if not self.config.notification_enabled_channels:
+            return
+        producer = with_transforms(self.producer_factory(), self.config) if "sink" in self.config.notification_enabled_channels else None
+        try:
+            Notifier(self.config, producer).notify(INITIAL, "SKIPPED")
+            if producer is not None:
+                producer.flush(self.config.walflow_kafka_flush_timeout_s)
+        finally:
+            if producer is not None:
+                producer.close()
 
     def _snapshot(self, conn: psycopg.Connection, report: SetupReport, *, slot_exists: bool, previous: dict[str, Any] | None) -> dict[str, Any]:
         config = self.config

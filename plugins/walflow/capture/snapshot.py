@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 
 from walflow.capture.emitter import SnapshotEmitter
+from walflow.capture.notifications import INITIAL, Notifier, collections
 from walflow.capture.snapshot_tables import (
     PROGRESS_EVERY_S,
     SnapshotError,
@@ -86,6 +87,11 @@ class InitialSnapshot:
         if config.snapshot_delay_ms:
             self._progress(f"snapshot.delay.ms: waiting {config.snapshot_delay_ms} ms before the snapshot")
             time.sleep(config.snapshot_delay_ms / 1000)
+        notifier = Notifier(config, self.producer)
+        notifier.notify(INITIAL, "STARTED")
+        # Debezium lists the tables in the order of a HashSet while it reads, sorted once a table is done
+        snapshotted = collections(t.name for t in tables)
+        captured_names = ",".join(sorted(t.name for t in tables))
         threads = max(1, config.snapshot_max_threads) if tables else 1
         leader = connect(self.conninfo, autocommit=True, application_name=f"walflow:{config.name}:snapshot")
         try:
@@ -117,12 +123,20 @@ class InitialSnapshot:
                 coordinator = SnapshotEmitter(config, self.producer, database, self.position_lsn, xid)
                 coordinator.started_us = emitter.started_us
                 readers = SnapshotReaders(spec, threads, self._progress)
+                for table in tables:
+                    notifier.notify(INITIAL, "IN_PROGRESS", {"current_collection_in_progress": table.name, "data_collections": snapshotted})
                 rows = readers.run(tables, coordinator)
+                for table in tables:
+                    notifier.notify(INITIAL, "TABLE_SCAN_COMPLETED", {
+                        "scanned_collection": table.name, "data_collections": captured_names,
+                        "total_rows_scanned": str(rows.get(table.name, 0)), "status": "SUCCEEDED",
+                    })  # fmt: skip
                 self.producer.add_sent(readers.records, readers.bytes)
                 summary.rows_per_table.update(rows)
                 summary.rows = sum(rows.values())
             else:
                 for table in tables:
+                    notifier.notify(INITIAL, "IN_PROGRESS", {"current_collection_in_progress": table.name, "data_collections": snapshotted})
                     try:
                         summary.rows_per_table[table.name] = self._read(leader, table, emitter)
                     except psycopg.errors.QueryCanceled:
@@ -132,10 +146,15 @@ class InitialSnapshot:
                             "chunk of snapshot.fetch.size rows): raise the setting (0 turns it off) or lower "
                             "snapshot.fetch.size, then run the setup again"
                         ) from None
+                    notifier.notify(INITIAL, "TABLE_SCAN_COMPLETED", {
+                        "scanned_collection": table.name, "data_collections": captured_names,
+                        "total_rows_scanned": str(summary.rows_per_table[table.name]), "status": "SUCCEEDED",
+                    })  # fmt: skip
                 emitter.finish()
                 summary.rows = emitter.rows
         finally:
             leader.close()
+        notifier.notify(INITIAL, "COMPLETED")
         summary.seconds = round(time.monotonic() - started, 3)
         rate = summary.rows / summary.seconds if summary.seconds else 0.0
         self._progress(f"snapshot produced {summary.rows} row(s) of {len(tables)} table(s) in {summary.seconds:.1f} s ({rate:.0f} rows/s)")

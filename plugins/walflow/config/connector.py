@@ -56,7 +56,6 @@ UNSUPPORTED_KEYS = {
     "snapshot.mode.configuration.based.snapshot.on.schema.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
     "snapshot.mode.configuration.based.snapshot.on.data.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
     "slot.failover": "failover slots (PostgreSQL 17) are not supported yet: walflow creates slots without the failover flag",
-    "notification.enabled.channels": "not supported yet: snapshot progress is in the task log and the snapshot sensor",
     "replica.identity.autoset.values": "walflow never alters source tables; set REPLICA IDENTITY with ALTER TABLE (docs/operations.md)",
 }
 
@@ -221,6 +220,9 @@ class ConnectorConfig(BaseModel):
     event_processing_failure_handling_mode: Literal["fail"] = Field("fail", alias="event.processing.failure.handling.mode")
     #: where signals come from: the signal table (``source``: signal.data.collection) and a Kafka topic (``kafka``)
     signal_enabled_channels: list[str] = Field(default_factory=lambda: ["source"], alias="signal.enabled.channels")
+    #: where snapshots' progress is told (walflow.capture.notifications): ``sink`` (a topic), ``log`` (the task log)
+    notification_enabled_channels: list[str] = Field(default_factory=list, alias="notification.enabled.channels")
+    notification_sink_topic_name: str | None = Field(None, alias="notification.sink.topic.name")
     #: the Kafka signal channel's topic (none: ``<topic.prefix>-signal``), its brokers (none: the Kafka Connection's)
     signal_kafka_topic: str | None = Field(None, alias="signal.kafka.topic")
     signal_kafka_bootstrap_servers: str | None = Field(None, alias="signal.kafka.bootstrap.servers")
@@ -351,10 +353,22 @@ class ConnectorConfig(BaseModel):
     #: the post processors (``post.processors`` and each alias's ``<alias>.*`` keys), in order
     post_processors: tuple[PostProcessorSpec, ...] = Field(default=(), alias="__post_processors")
 
-    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", "signal_enabled_channels", mode="before")
+    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", "signal_enabled_channels",
+                     "notification_enabled_channels", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> list[str]:
         return _split_list(value)
+
+    @field_validator("notification_enabled_channels")
+    @classmethod
+    def _notification_channels(cls, value: list[str]) -> list[str]:
+        other = [channel for channel in value if channel not in ("sink", "log")]
+        if other:
+            raise ValueError(
+                f"walflow sends notifications to a topic ('sink') and the task log ('log'); channel(s) {other} are not "
+                "supported (jmx: walflow runs no JVM)"
+            )
+        return value
 
     @field_validator("signal_enabled_channels")
     @classmethod
@@ -487,6 +501,8 @@ class ConnectorConfig(BaseModel):
                 raise ValueError(f"'{include}' and '{exclude}' cannot both be set; Debezium allows only one of them")
         if self.heartbeat_action_query and not self.heartbeat_interval_ms:
             raise ValueError("'heartbeat.action.query' needs 'heartbeat.interval.ms' > 0 to ever run")
+        if "sink" in self.notification_enabled_channels and not self.notification_sink_topic_name:
+            raise ValueError("'notification.enabled.channels' has 'sink': set 'notification.sink.topic.name', the notifications' topic")
         if self.value_converter_replace_null_with_default and self.walflow_lake_enabled:
             raise ValueError(
                 "'value.converter.replace.null.with.default: true' writes a column's default where the row holds NULL, "

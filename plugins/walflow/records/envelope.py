@@ -280,7 +280,18 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def java_hash_map_order(keys: list[str]) -> list[str]:
+def java_copy_capacity(size: int) -> int:
+    """The table size of ``new HashMap<>(m)`` for a map ``m`` of ``size`` entries (16 for an empty one)."""
+    if size == 0:
+        return 16
+    wanted = int(size / 0.75 + 1.0)
+    capacity = 1
+    while capacity < wanted:
+        capacity *= 2
+    return capacity
+
+
+def java_hash_map_order(keys: list[str], capacity: int = 16) -> list[str]:
     """The iteration order of a ``java.util.HashMap<String, …>`` filled with ``keys`` in this order.
 
     Debezium hands several maps to Jackson or the JSON converter as HashMaps (hstore values, a transaction's
@@ -288,8 +299,9 @@ def java_hash_map_order(keys: list[str]) -> list[str]:
     within a bucket. The table doubles (keeping that relative order) whenever it is more than 3/4 full or a bucket
     reaches 9 entries while the table is smaller than 64. Buckets of 9 or more entries in a larger table become
     trees in Java, whose order this does not reproduce; String keys that collide that much do not occur in practice.
+    ``capacity``: the table's first size (16, or what ``new HashMap<>(map)`` sizes for the map it copies:
+    :func:`java_copy_capacity`).
     """
-    capacity = 16
     buckets: dict[int, int] = {}
     hashes = []
     for count, key in enumerate(keys, start=1):
