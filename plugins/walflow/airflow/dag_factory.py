@@ -143,7 +143,7 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
     """
     with DAG(
         dag_id=f"{config.name}__snapshot",
-        description=f"walflow connector {config.name}: ad-hoc incremental snapshot of chosen tables",
+        description=f"walflow connector {config.name}: ad-hoc incremental or blocking snapshot of chosen tables",
         # Data intervals, not Airflow 3's default trigger timetable: a backfill's runs then each cover one
         # interval, which an additional condition can use through data_interval_start / data_interval_end.
         schedule=_backfill_schedule(config.walflow_snapshot_schedule),
@@ -160,6 +160,15 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
                 minItems=1,
                 title="Tables",
                 description="Tables to snapshot (at least one): schema.table names or regular expressions, one per line.",
+            ),
+            "snapshot_type": Param(
+                "incremental",
+                type="string",
+                enum=["incremental", "blocking"],
+                title="Snapshot type",
+                description="incremental: chunks read between watermarks while streaming goes on. blocking: the next "
+                "stream batch pauses streaming where it reads the signal, reads the tables whole, then resumes "
+                "(Debezium's blocking snapshot; no condition or surrogate key).",
             ),
             "additional_condition": Param(
                 None,
@@ -182,6 +191,7 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
             task_id="signal",
             connector=config.name,
             data_collections="{{ params.data_collections }}",
+            snapshot_type="{{ params.snapshot_type }}",
             additional_condition="{{ params.additional_condition }}",
             surrogate_key="{{ params.surrogate_key or None }}",
         )

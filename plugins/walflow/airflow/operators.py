@@ -222,6 +222,8 @@ class WalflowSignalOperator(_ConnectorOperator):
     the server's catalog and evaluates it as the reader role (:mod:`walflow.capture.conditions`).
 
     :param signal_type: ``execute-snapshot``, ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot`` or ``log``.
+    :param snapshot_type: ``incremental`` (chunks between watermarks, streaming goes on) or ``blocking``
+        (streaming pauses while the tables are read whole, as Debezium's blocking snapshots).
     :param data_collections: table names or regular expressions (``schema.table``).
     :param additional_condition: a SQL condition narrowing the snapshot's rows.
     :param surrogate_key: a column to chunk by instead of the primary key.
@@ -234,6 +236,7 @@ class WalflowSignalOperator(_ConnectorOperator):
         "postgres_conn_id",
         "kafka_config_id",
         "signal_type",
+        "snapshot_type",
         "data_collections",
         "additional_condition",
         "surrogate_key",
@@ -245,6 +248,7 @@ class WalflowSignalOperator(_ConnectorOperator):
         self,
         *,
         signal_type: str = "execute-snapshot",
+        snapshot_type: str = "incremental",
         data_collections: list[str] | str | None = None,
         additional_condition: str | None = None,
         surrogate_key: str | None = None,
@@ -253,6 +257,7 @@ class WalflowSignalOperator(_ConnectorOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.signal_type = signal_type
+        self.snapshot_type = snapshot_type
         self.data_collections = data_collections
         self.additional_condition = additional_condition
         self.surrogate_key = surrogate_key
@@ -273,7 +278,10 @@ class WalflowSignalOperator(_ConnectorOperator):
                 )
             if collections:
                 payload["data-collections"] = list(collections)
-            payload["type"] = "incremental"
+            snapshot_type = str(self.snapshot_type or "incremental").lower()
+            if snapshot_type not in ("incremental", "blocking"):
+                raise ConfigError(f"snapshot_type {self.snapshot_type!r}: choose 'incremental' or 'blocking'; nothing was written")
+            payload["type"] = snapshot_type
         condition = self.additional_condition
         if condition:
             condition = render_condition(str(condition), context).strip()

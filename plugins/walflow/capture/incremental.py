@@ -115,6 +115,8 @@ class IncrementalSnapshots:
         self.notifier = Notifier(config, producer)
         #: rows read of the current table (Debezium's total_rows_scanned)
         self._scanned = 0
+        #: blocking snapshots asked for and not run yet: (signal id, tables)
+        self.blocking: list[tuple[str, list[str]]] = []
         self._dirty = False
         #: LSN of the last signal whose effect a save recorded: signals at or below it are read again only after
         #: a batch died between its save and its slot advance, and must not act twice (a stop or pause read
@@ -300,9 +302,9 @@ class IncrementalSnapshots:
         if self.progress is not None and len(self.progress.queued) >= self.config.walflow_signal_queue_max:
             self._wait(signal_id, data, lsn)
             return
-        kind = data.get("type", "incremental")
-        if str(kind).lower() != "incremental":
-            raise SignalError(f"snapshot type {kind!r} is not supported; walflow runs 'incremental' snapshots")
+        kind = str(data.get("type", "incremental")).lower()
+        if kind not in ("incremental", "blocking"):
+            raise SignalError(f"snapshot type {kind!r} is not supported; walflow runs 'incremental' and 'blocking' snapshots")
         patterns = data.get("data-collections")
         if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
             raise SignalError("'data-collections' must be a non-empty list of table names or regular expressions")
@@ -316,6 +318,15 @@ class IncrementalSnapshots:
             raise SignalError(str(exc)) from None
         if not tables:
             raise SignalError(f"no captured table matches {patterns}")
+        if kind == "blocking":
+            for unsupported in ("additional-condition", "additional-conditions", "surrogate-key"):
+                if data.get(unsupported):
+                    raise SignalError(f"'{unsupported}' is not supported for blocking snapshots yet; send an incremental snapshot")
+            # run by the stream batch once the signal's transaction is read (walflow.capture.stream): its status is
+            # written when it completes, so a batch that dies before then reads the signal again and runs it again
+            self.blocking.append((signal_id, tables))
+            log.info("signal %s: blocking snapshot of %s; streaming pauses while it runs", signal_id, printable(tables))
+            return
         stopped_by = None
         for stop in stops or []:
             try:

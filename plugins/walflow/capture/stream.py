@@ -11,6 +11,7 @@ delivery, as with Debezium.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from walflow.capture.kafka_signals import read_kafka_signals
 from walflow.capture.prefetch import BlockPrefetch
 from walflow.capture.reselect import reselectors
 from walflow.capture.schema_facts import SchemaFacts, build_fact
+from walflow.capture.snapshot import InitialSnapshot
+from walflow.capture.snapshot_tables import plan_tables
 from walflow.config.connector import ConnectorConfig
 from walflow.config.filters import Filters
 from walflow.errors import (
@@ -45,7 +48,7 @@ from walflow.errors import (
     WalflowError,
 )
 from walflow.kafka import EventProducer
-from walflow.records.events import Serializer, TableSchema
+from walflow.records.events import Serializer, TableSchema, now_ms
 from walflow.records.transforms import ColumnRules
 from walflow.source.catalog import Catalog
 from walflow.source.connection import MESSAGES_SERVER_VERSION, connect, server_info
@@ -69,7 +72,7 @@ from walflow.source.pgoutput import (
     str_to_lsn,
 )
 from walflow.source.publication import list_tables, publication_tables
-from walflow.source.signals import SignalError, first_line
+from walflow.source.signals import SignalError, first_line, signal_key
 from walflow.source.slot import check_slot
 from walflow.source.state import StateStore
 from walflow.transforms.producer import with_transforms
@@ -474,6 +477,8 @@ class StreamBatch:
                                     continue
                                 assert tx is not None
                                 events.tx_end(tx, msg.end_lsn, summary)  # type: ignore[attr-defined]
+                                if events.inc is not None and events.inc.blocking:
+                                    self._blocking_snapshots(events.inc, summary)
                                 summary.transactions += 1
                                 last_commit_end = msg.end_lsn  # type: ignore[attr-defined]
                                 # Debezium's "last commit LSN": the position it reports for the commit, its end
@@ -638,6 +643,22 @@ class StreamBatch:
                       self.config.name, schema.data_collection, reason, exc)
             return
         self.rereads.append({"table": schema.data_collection, "signal": signal_id, "reason": reason})
+
+    def _blocking_snapshots(self, inc: IncrementalSnapshots, summary: BatchSummary) -> None:
+        """Debezium's blocking snapshots: streaming pauses after the signal's transaction, the tables are read
+        whole as an initial snapshot reads them (their current rows, ``r`` events with its markers), and streaming
+        resumes with the next transaction. The signal's status is written once the snapshot completed."""
+        while inc.blocking:
+            signal_id, names = inc.blocking.pop(0)
+            plans = plan_tables(self._catalog_conn, self.config, only=[re.escape(name) for name in names])
+            log.info("connector %s: blocking snapshot %s of %s: streaming paused", self.config.name, signal_id, ", ".join(names))
+            inc.store.put(signal_key(signal_id), {"status": "running", "type": "blocking", "tables_left": names, "rows": 0, "chunks": 0, "at_ms": now_ms()})
+            result = InitialSnapshot(self.config, self.conninfo, self.producer, snapshot_name=None, position_lsn=None).run(plans)
+            summary.snapshot_rows += result.rows
+            inc.store.put(signal_key(signal_id), {
+                "status": "completed", "type": "blocking", "rows": result.rows, "rows_per_table": result.rows_per_table, "at_ms": now_ms(),
+            })  # fmt: skip
+            log.info("connector %s: blocking snapshot %s: %d row(s); streaming resumes", self.config.name, signal_id, result.rows)
 
     def _incremental(self) -> IncrementalSnapshots:
         """The batch's incremental snapshots, started on first use (a signal, saved progress, or a re-read)."""
