@@ -100,6 +100,8 @@ class EventProducer:
         self._admin_settings = client_settings(settings)
         self._admin: AdminClient | None = None
         self._known_topics: set[str] | None = None
+        #: how the connector's topics are created (Kafka Connect's topic creation groups): :func:`use_topic_creation`
+        self.topic_creation: TopicCreation | None = None
         self._partitions = topic_partitions
         self._replication = topic_replication_factor
         self.sent = 0
@@ -122,14 +124,15 @@ class EventProducer:
             self._known_topics = set(self._admin_client().list_topics(timeout=30).topics)
         if topic in self._known_topics:
             return
+        partitions, replication, configs = self.topic_creation.settings(topic) if self.topic_creation else (self._partitions, self._replication, {})
         futures = self._admin_client().create_topics(
-            [NewTopic(topic, num_partitions=self._partitions, replication_factor=self._replication)],
+            [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=configs)],
             operation_timeout=30,
             request_timeout=30,
         )
         try:
             futures[topic].result()
-            log.info("created topic %s with %d partition(s)", topic, self._partitions)
+            log.info("created topic %s with %d partition(s)%s", topic, partitions, f" and {configs}" if configs else "")
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
@@ -375,6 +378,48 @@ _ADMIN_KEYS = {"bootstrap.servers", "security.protocol", "client.id", "socket.ti
 #: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
 #: (500 ms by default), so the end of a partition shows sooner with a short wait.
 SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
+
+
+class TopicCreation:
+    """Kafka Connect's topic creation: the first group whose ``include`` matches a topic (and whose ``exclude`` does
+    not) gives its partitions, replication factor and settings; what a group leaves out, and topics no group takes,
+    come from the ``default`` group (``topic.creation.default.*``). The patterns are Java's: whole names, case
+    sensitive."""
+
+    def __init__(self, config: Any) -> None:
+        import regex
+
+        creation = config.topic_creation or {}
+        self.partitions = config.topic_creation_default_partitions
+        self.replication = config.topic_creation_default_replication_factor
+        self.default = dict(creation.get("default") or {})
+        self.groups = [
+            (
+                [regex.compile(p, regex.VERSION0) for p in group["include"]],
+                [regex.compile(p, regex.VERSION0) for p in group["exclude"]],
+                group,
+            )
+            for group in creation.get("groups") or []
+        ]
+
+    def settings(self, topic: str) -> tuple[int, int, dict[str, str]]:
+        """(partitions, replication factor, topic settings) of a new topic."""
+        for include, exclude, group in self.groups:
+            if any(p.fullmatch(topic) for p in include) and not any(p.fullmatch(topic) for p in exclude):
+                return (
+                    group["partitions"] if group["partitions"] is not None else self.partitions,
+                    group["replication_factor"] if group["replication_factor"] is not None else self.replication,
+                    {**self.default, **group["configs"]},
+                )
+        return self.partitions, self.replication, dict(self.default)
+
+
+def use_topic_creation(producer: Any, config: Any) -> None:
+    """Have ``producer`` create the connector's topics as its topic creation keys say (a transforming producer's
+    inner one too)."""
+    target = getattr(producer, "inner", producer)
+    if isinstance(target, EventProducer):
+        target.topic_creation = TopicCreation(config)
 
 
 def client_settings(settings: dict[str, Any]) -> dict[str, Any]:

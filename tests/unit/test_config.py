@@ -206,3 +206,23 @@ def test_the_guardrail_warns_or_fails_past_its_maximum() -> None:
     failing = parse_config({"name": "c", "topic.prefix": "p", "guardrail.collections.max": 2, "guardrail.collections.limit.action": "fail"})
     with pytest.raises(ConfigError, match="narrow table.include.list"):
         failing.check_guardrail(3)
+
+
+def test_topic_creation_groups_choose_each_topics_settings() -> None:
+    from walflow.kafka import TopicCreation
+
+    config = parse_config({
+        "name": "inventory-connector", "topic.prefix": "p", "topic.creation.default.partitions": 3,
+        "topic.creation.default.cleanup.policy": "compact", "topic.creation.groups": "big,logs",
+        "topic.creation.big.include": r"p\.public\.orders.*", "topic.creation.big.exclude": r"p\.public\.orders_tmp",
+        "topic.creation.big.partitions": 12, "topic.creation.big.compression.type": "lz4",
+        "topic.creation.logs.include": r"__debezium-heartbeat.*", "topic.creation.logs.cleanup.policy": "delete",
+    })  # fmt: skip
+    creation = TopicCreation(config)
+    assert creation.settings("p.public.orders") == (12, -1, {"cleanup.policy": "compact", "compression.type": "lz4"})
+    assert creation.settings("p.public.orders_tmp") == (3, -1, {"cleanup.policy": "compact"})
+    assert creation.settings("__debezium-heartbeat.p") == (3, -1, {"cleanup.policy": "delete"})
+    with pytest.raises(ConfigError, match="'topic.creation.x.include' is required"):
+        parse_config({"name": "c", "topic.prefix": "p", "topic.creation.groups": "x", "topic.creation.x.partitions": 2})
+    with pytest.raises(ConfigError, match="which 'topic.creation.groups' does not list"):
+        parse_config({"name": "c", "topic.prefix": "p", "topic.creation.y.partitions": 2})

@@ -51,6 +51,14 @@ def _default_args(config: ConnectorConfig, **extra: Any) -> dict[str, Any]:
     return args
 
 
+def _stream_retries(config: ConnectorConfig) -> dict[str, Any]:
+    """The stream task's retries: Debezium's ``errors.max.retries`` and ``retriable.restart.connector.wait.ms``
+    where the connector sets them, else 2 retries 30 s apart."""
+    retries = 2 if config.errors_max_retries is None else (1000 if config.errors_max_retries < 0 else config.errors_max_retries)
+    wait = timedelta(seconds=30) if config.retriable_restart_connector_wait_ms is None else timedelta(milliseconds=config.retriable_restart_connector_wait_ms)
+    return {"retries": retries, "retry_delay": wait}
+
+
 def setup_dag(config: ConnectorConfig) -> DAG:
     """``<name>__setup``: server checks, publication and slot. Triggered by hand (or by ``make demo``)."""
     with DAG(
@@ -91,7 +99,7 @@ def stream_dag(config: ConnectorConfig) -> DAG:
         # One consumer per slot; the advisory lock in the task guards against manual runs as well.
         max_active_runs=1,
         # retries are for what passes by itself (a broker or server away); errors that need a fix fail at once
-        default_args=_default_args(config, retries=2, retry_delay=timedelta(seconds=30)),
+        default_args=_default_args(config, **_stream_retries(config)),
         tags=["walflow", config.name],
         doc_md=stream_doc(config),
     ) as dag:

@@ -37,7 +37,7 @@ from walflow.capture.snapshot_tables import SnapshotError, plan_tables
 from walflow.config.connector import ConnectorConfig
 from walflow.config.filters import Filters
 from walflow.errors import SlotError
-from walflow.kafka import EventProducer, topic_ends
+from walflow.kafka import EventProducer, topic_ends, use_topic_creation
 from walflow.records.events import now_ms
 from walflow.source.connection import connect, quote_table
 from walflow.source.locks import release_slot_lock, try_lock_slot
@@ -221,7 +221,11 @@ class ConnectorSetup:
         """Debezium's SKIPPED notification of a connector that starts without a snapshot of its data."""
         if not self.config.notification_enabled_channels:
             return
-        producer = with_transforms(self.producer_factory(), self.config) if "sink" in self.config.notification_enabled_channels else None
+        producer = None
+        if "sink" in self.config.notification_enabled_channels:
+            producer = self.producer_factory()
+            use_topic_creation(producer, self.config)
+            producer = with_transforms(producer, self.config)
         try:
             Notifier(self.config, producer).notify(INITIAL, "SKIPPED")
             if producer is not None:
@@ -237,7 +241,9 @@ class ConnectorSetup:
         self.snapshot_started = True
         if self._on_snapshot_start is not None:
             self._on_snapshot_start(len(tables))
-        producer = with_transforms(self.producer_factory(), self.config)
+        producer = self.producer_factory()
+        use_topic_creation(producer, self.config)
+        producer = with_transforms(producer, self.config)
         try:
             return self._snapshot_with(conn, report, producer, tables, slot_exists=slot_exists, previous=previous)
         finally:

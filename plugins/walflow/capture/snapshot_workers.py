@@ -52,7 +52,7 @@ from walflow.capture.snapshot_tables import (
     read_chunks,
 )
 from walflow.config.connector import ConnectorConfig
-from walflow.kafka import EventProducer
+from walflow.kafka import EventProducer, use_topic_creation
 from walflow.records.events import TableSchema
 from walflow.source.connection import connect, quote_table
 from walflow.transforms.producer import with_transforms
@@ -180,7 +180,9 @@ def reader_main(inbox: Any, outbox: Any) -> int:
         _begin_snapshot_transaction(conn, spec.snapshot_name, config.database_query_timeout_ms)
         only = [re.escape(name) for name in spec.tables]
         tables = {t.name: t for t in plan_tables(conn, config, only=only)}
-        producer = with_transforms(EventProducer(spec.producer_settings, spec.topic_partitions), config)
+        producer = EventProducer(spec.producer_settings, spec.topic_partitions)
+        use_topic_creation(producer, config)
+        producer = with_transforms(producer, config)
         producer.check_reachable()  # also has the producer fetch its id now rather than stall its first flush
         emitter = RangeEmitter(config, producer, spec.database, spec.position_lsn, spec.xid)
         emitter.started_us = spec.started_us
@@ -271,6 +273,10 @@ class SnapshotReaders:
     def plan(self, tables: list[SnapshotTable]) -> list[ReadUnit]:
         units = []
         for table in tables:
+            if self.spec.config.legacy_snapshot_max_threads:
+                # Debezium's legacy parallel snapshot: one reader per table, each table read whole
+                units.append(ReadUnit(table.name, 0, None, None))
+                continue
             ranges = key_ranges(self.spec.conninfo, table, self.readers * PARTS_PER_READER, self.spec.config.walflow_snapshot_range_rows)
             for part, (after, upto) in enumerate(ranges):
                 units.append(ReadUnit(table.name, part, after, upto))
@@ -342,7 +348,8 @@ class SnapshotReaders:
         """The rows the readers held back, with Debezium's markers: per table (in the snapshot's order) the first
         row of its first non-empty range and the last row of its last, and ``last`` for the snapshot's last row."""
         ordered: list[tuple[SnapshotTable, HeldRow, str]] = []
-        first_table = tables[0].name if tables else None
+        # Debezium's legacy parallel snapshot (a thread per table) marks no row "first"
+        first_table = tables[0].name if tables and not self.spec.config.legacy_snapshot_max_threads else None
         for table in tables:
             rows: list[HeldRow] = []
             for part in sorted(p for name, p in held if name == table.name):

@@ -47,7 +47,7 @@ from walflow.errors import (
     SourceUnavailableError,
     WalflowError,
 )
-from walflow.kafka import EventProducer
+from walflow.kafka import EventProducer, use_topic_creation
 from walflow.records.events import Serializer, TableSchema, now_ms
 from walflow.records.transforms import ColumnRules
 from walflow.source.catalog import Catalog
@@ -112,6 +112,7 @@ class StreamBatch:
         self.config = config
         self.conninfo = conninfo
         self.reader_conninfo = reader_conninfo
+        use_topic_creation(producer, config)
         self.producer = with_transforms(producer, config)
         self.filters = Filters(config)
         self.rules = ColumnRules(config)
@@ -169,7 +170,7 @@ class StreamBatch:
                     f"{config.name}__setup until it succeeds, then stream."
                 )
             info = server_info(conn)
-            slot = check_slot(conn, config, info.database, missing_ok=False)
+            slot = self._slot(conn, info.database)
             assert slot is not None
             self._check_drift(conn, catalog_conn, store, summary)
             self.producer.check_reachable()
@@ -643,6 +644,21 @@ class StreamBatch:
                       self.config.name, schema.data_collection, reason, exc)
             return
         self.rereads.append({"table": schema.data_collection, "signal": signal_id, "reason": reason})
+
+    def _slot(self, conn: psycopg.Connection, database: str) -> Any:
+        """The connector's slot, checked; one another process is using is tried again ``slot.max.retries`` times,
+        ``slot.retry.delay.ms`` apart, as Debezium tries it (without the setting: it fails at once)."""
+        config = self.config
+        tries = config.slot_max_retries or 0
+        while True:
+            try:
+                return check_slot(conn, config, database, missing_ok=False)
+            except SlotError as exc:
+                if tries <= 0 or "in use by another process" not in str(exc):
+                    raise
+                tries -= 1
+                log.warning("connector %s: %s; trying again in %d ms (%d more time(s))", config.name, exc, config.slot_retry_delay_ms, tries)
+                time.sleep(config.slot_retry_delay_ms / 1000)
 
     def _blocking_snapshots(self, inc: IncrementalSnapshots, summary: BatchSummary) -> None:
         """Debezium's blocking snapshots: streaming pauses after the signal's transaction, the tables are read

@@ -69,17 +69,12 @@ NO_EFFECT_KEYS = {
     "streaming.delay.ms": "streaming starts with the stream DAG's next run after the setup",
     "statistics.metrics.enabled": "no JMX: each batch's figures are in its task log and XCom",
     "custom.metric.tags": "no JMX: each batch's figures are in its task log and XCom",
-    "retriable.restart.connector.wait.ms": "a failed batch is retried by Airflow (the task's retries and retry_delay)",
-    "errors.max.retries": "a failed batch is retried by Airflow (the task's retries and retry_delay)",
-    "slot.max.retries": "a slot in use fails the batch at once; Airflow retries it (the task's retries)",
-    "slot.retry.delay.ms": "a slot in use fails the batch at once; Airflow retries it (the task's retry_delay)",
     "topic.cache.size": "walflow keeps each table's topic name with its schema",
     "xmin.fetch.interval.ms": "walflow does not track the slot's xmin: source.xmin is null, as with Debezium's default 0",
     "offset.mismatch.strategy": "the slot's confirmed position is walflow's only offset, so there is none to mismatch",
     "schema.refresh.mode": "walflow rebuilds a table's schema from each Relation message pgoutput sends",
     "read.only": "walflow's watermarks are logical decoding messages: it never writes to the signal table",
     "incremental.snapshot.watermarking.strategy": "walflow's watermarks are logical decoding messages, which leave no rows to delete",
-    "legacy.snapshot.max.threads": "walflow's reader processes always take key ranges of every table (the non-legacy way)",
     "custom.sanitize.pattern": "connector files hold no secrets (credentials come from Airflow Connections), so there is nothing to mask",
 }
 
@@ -95,7 +90,7 @@ TRUNCATE_HANDLING_MODE = "truncate.handling.mode"
 
 _TOPIC_PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _SLOT_NAME_RE = re.compile(r"^[a-z0-9_]{1,63}$")
-_CONNECTOR_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_CONNECTOR_NAME_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 _IMPORT_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _DYNAMIC_KEY_PATTERNS = (
     re.compile(r"^column\.truncate\.to\.(\d+)\.chars$"),
@@ -264,6 +259,17 @@ class ConnectorConfig(BaseModel):
     heartbeat_interval_ms: int = Field(0, ge=0, alias="heartbeat.interval.ms")
     heartbeat_action_query: str | None = Field(None, alias="heartbeat.action.query")
 
+    # -- retries -------------------------------------------------------------------------------
+    #: the stream task's retries after an error that may pass (Airflow's ``retries``; -1, Debezium's "no limit",
+    #: becomes 1000); none: walflow's 2
+    errors_max_retries: int | None = Field(None, ge=-1, alias="errors.max.retries")
+    #: the wait before such a retry (Airflow's ``retry_delay``); none: walflow's 30 s
+    retriable_restart_connector_wait_ms: int | None = Field(None, ge=0, alias="retriable.restart.connector.wait.ms")
+    #: how many more times a batch tries a slot another process is using, and how long it waits between tries;
+    #: none: it fails at once (the next scheduled run tries again)
+    slot_max_retries: int | None = Field(None, ge=0, alias="slot.max.retries")
+    slot_retry_delay_ms: int = Field(10_000, ge=0, alias="slot.retry.delay.ms")
+
     # -- snapshots -----------------------------------------------------------------------------
     snapshot_mode: Literal["initial", "always", "never", "initial_only", "when_needed", "no_data"] = Field(
         "initial", alias="snapshot.mode"
@@ -281,10 +287,20 @@ class ConnectorConfig(BaseModel):
     #: the snapshot reads the slot's exported snapshot under REPEATABLE READ in both modes: one consistent view
     snapshot_isolation_mode: Literal["serializable", "repeatable_read"] = Field("serializable", alias="snapshot.isolation.mode")
     snapshot_query_mode: Literal["select_all"] = Field("select_all", alias="snapshot.query.mode")
+    #: Debezium sorts the tables by their row counts, which its PostgreSQL connector does not read (every table
+    #: counts 0, the order stays): the same here
+    snapshot_tables_order_by_row_count: Literal["disabled", "ascending", "descending"] = Field(
+        "disabled", alias="snapshot.tables.order.by.row.count"
+    )
+    #: PostgreSQL's own tables (pg_catalog, information_schema, TOAST and temporary schemas) are never captured
+    table_ignore_builtin: Literal[True] = Field(True, alias="table.ignore.builtin")
     snapshot_delay_ms: int = Field(0, ge=0, alias="snapshot.delay.ms")
     snapshot_fetch_size: int = Field(10240, gt=0, alias="snapshot.fetch.size")
     snapshot_max_threads: int = Field(1, ge=1, le=64, alias="snapshot.max.threads")
     incremental_snapshot_chunk_size: int = Field(1024, gt=0, alias="incremental.snapshot.chunk.size")
+    #: false, Debezium's default: a table altered while its incremental snapshot runs is read with the definition
+    #: planned when the snapshot reached it (true, Debezium's re-check of the schema per chunk, is not supported yet)
+    incremental_snapshot_allow_schema_changes: Literal[False] = Field(False, alias="incremental.snapshot.allow.schema.changes")
     signal_data_collection: str | None = Field(None, alias="signal.data.collection")
 
     # -- topics created by walflow -------------------------------------------------------------
@@ -340,12 +356,17 @@ class ConnectorConfig(BaseModel):
     walflow_snapshot_poke_seconds: float = Field(10.0, gt=0, alias="walflow.snapshot.poke.seconds")
     # with snapshot.max.threads above 1, a table is cut into key ranges of about this many rows (estimated)
     walflow_snapshot_range_rows: int = Field(50_000, ge=1, alias="walflow.snapshot.range.rows")
+    #: with snapshot.max.threads above 1, Debezium's legacy parallel snapshot: each reader takes whole tables
+    legacy_snapshot_max_threads: bool = Field(False, alias="legacy.snapshot.max.threads")
 
     # -- patterned keys, collected by :func:`parse_config` ------------------------------------
     column_truncate: dict[int, list[str]] = Field(default_factory=dict, alias="__column_truncate")
     column_mask: dict[int, list[str]] = Field(default_factory=dict, alias="__column_mask")
     column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
     snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
+    #: Kafka Connect's topic creation groups and topic settings (``topic.creation.groups``, ``topic.creation.<group>.*``,
+    #: ``topic.creation.default.<topic setting>``), as :func:`_topic_creation` reads them
+    topic_creation: dict[str, Any] = Field(default_factory=dict, alias="__topic_creation")
     #: ``signal.consumer.<setting>``: librdkafka settings of the Kafka signal channel's consumer
     signal_consumer: dict[str, str] = Field(default_factory=dict, alias="__signal_consumer")
     #: the single message transforms (``transforms``, ``transforms.<alias>.*``, ``predicates``...), in chain order
@@ -486,7 +507,7 @@ class ConnectorConfig(BaseModel):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _CONNECTOR_NAME_RE.match(value):
-            raise ValueError("a connector name becomes part of DAG ids: use letters, digits and '_'")
+            raise ValueError("a connector name becomes part of DAG ids: use letters, digits, '_' and '-'")
         return value
 
     @model_validator(mode="after")
@@ -652,6 +673,7 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     spelled: dict[str, str] = {}  # canonical key -> the spelling the file used
     truncate_mode: str | None = None
     chain: dict[str, Any] = {}
+    topic_keys: dict[str, Any] = {}
     processors: dict[str, Any] = {}
     processor_aliases = post_processor_aliases(raw) if isinstance(raw.get("post.processors"), (str, list, tuple)) else []
     for key, value in raw.items():
@@ -660,6 +682,9 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
             continue
         if is_chain_key(key):
             chain[key] = value
+            continue
+        if key.startswith("topic.creation.") and key not in KNOWN_KEYS:
+            topic_keys[key] = value
             continue
         if key == "post.processors" or (isinstance(key, str) and key.split(".", 1)[0] in processor_aliases and "." in key):
             processors[key] = value
@@ -726,10 +751,12 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     problems.extend(chain_problems)
     post_processors, processor_problems = parse_post_processors(processors)
     problems.extend(processor_problems)
+    topic_creation = _topic_creation(topic_keys, problems)
     if problems:
         raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
     data["__transforms"] = transforms
     data["__post_processors"] = post_processors
+    data["__topic_creation"] = topic_creation
     data["__column_truncate"] = truncate
     data["__column_mask"] = mask
     data["__column_mask_hash"] = mask_hash
@@ -761,3 +788,51 @@ def _fold_truncate_mode(mode: str, data: dict[str, Any]) -> str | None:
             "set only 'skipped.operations' (add or leave out 't')"
         )
     return None
+
+
+def _topic_creation(keys: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """Kafka Connect's topic creation keys besides the default group's partitions and replication factor:
+    ``topic.creation.groups``, each group's ``include`` (required), ``exclude``, ``partitions``,
+    ``replication.factor`` and topic settings, and ``topic.creation.default.<setting>``. Returns
+    ``{"default": {settings}, "groups": [{"name", "include", "exclude", "partitions", "replication_factor", "configs"}]}``."""
+    import regex
+
+    try:
+        names = _split_list(keys.get("topic.creation.groups"))
+    except TypeError:
+        problems.append(f"  'topic.creation.groups' = {keys.get('topic.creation.groups')!r}: expected a comma-separated list")
+        names = []
+    by_group: dict[str, dict[str, Any]] = {"default": {}}
+    by_group.update({name: {} for name in names})
+    for key, value in keys.items():
+        if key == "topic.creation.groups":
+            continue
+        group, _, setting = key.removeprefix("topic.creation.").partition(".")
+        if group not in by_group or not setting:
+            problems.append(f"  '{key}' configures topic creation group {group!r}, which 'topic.creation.groups' does not list")
+            continue
+        by_group[group][setting] = value
+    groups = []
+    for name in names:
+        settings = dict(by_group[name])
+        group: dict[str, Any] = {"name": name, "configs": {}}
+        for part in ("include", "exclude"):
+            patterns = _split_list(settings.pop(part, None))
+            for pattern in patterns:
+                try:
+                    regex.compile(pattern, regex.VERSION0)
+                except regex.error as exc:
+                    problems.append(f"  'topic.creation.{name}.{part}' item {pattern!r}: not a valid regular expression ({exc})")
+            group[part] = patterns
+        if not group["include"]:
+            problems.append(f"  'topic.creation.{name}.include' is required: the regular expressions of the topics the group creates")
+        for setting, field in (("partitions", "partitions"), ("replication.factor", "replication_factor")):
+            raw = settings.pop(setting, None)
+            try:
+                group[field] = int(raw) if raw is not None else None
+            except (TypeError, ValueError):
+                problems.append(f"  'topic.creation.{name}.{setting}' = {raw!r}: expected a whole number")
+        group["configs"] = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.items()}
+        groups.append(group)
+    default = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in by_group["default"].items()}
+    return {"default": default, "groups": groups}
