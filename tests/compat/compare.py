@@ -46,8 +46,9 @@ DELIBERATE = {
     "multi-dimensional-arrays": "an array value with more than one dimension: Debezium emits a flat array of nulls "
     "(or of Java array names such as '[Ljava.lang.String;@1b6d3586'); walflow keeps the values, nested once per "
     "declared dimension (a value with more dimensions than its column declares is flattened)",
-    "debezium-signal-table-events": "Debezium captures its own signal table (signals and its watermark rows); "
-    "walflow reads its signal table without emitting it and keeps its watermarks out of the table",
+    "debezium-signal-table-events": "Debezium captures its own signal table (signals and its watermark rows, which "
+    "its END records count too); walflow reads its signal table without emitting it and keeps its watermarks out "
+    "of the table",
     "heartbeat-count": "Debezium emits a heartbeat every heartbeat.interval.ms; walflow one per stream batch",
     "message-id-hash": "the END record of a transaction with a logical decoding message names it by a Java "
     "identity hash code, which differs between runs of Debezium itself",
@@ -343,6 +344,17 @@ def compare(outcome: Outcome) -> Comparison:
         if outcome.multidim:
             for rec in parsed:
                 _set_aside_multidim(rec, side, outcome.multidim, problems, result.rules)
+        if side == "debezium":
+            for rec in parsed:
+                # debezium-signal-table-events: the signal table's events counted in a transaction's END record
+                p = _payload_dict(rec)
+                items = p.get("data_collections") if p and _is_tx(rec) else None
+                if items:
+                    own = [i for i in items if str(i.get("data_collection", "")).startswith("dbz_internal.dbz_signal_")]
+                    if own:
+                        p["data_collections"] = [i for i in items if i not in own]
+                        p["event_count"] -= sum(i["event_count"] for i in own)
+                        result.rules["debezium-signal-table-events"] += len(own)
         if side == "debezium" and outcome.walflow_bookkeeping:
             kept = [r for r in parsed if not (_is_tx(r) and _tx_xid(r) in outcome.walflow_bookkeeping)]
             result.rules["walflow-bookkeeping"] += len(parsed) - len(kept)

@@ -630,7 +630,7 @@ SNAPSHOT_MODES = Scenario(
     variants=[
         Variant("defaults"),
         Variant("include_order", {"table.include.list": r"public\.z_first,public\.m_one,public\.a_empty"}),
-        Variant("threads", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2, "legacy.snapshot.max.threads": True}),
+        Variant("threads", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}),
         # reader processes on key ranges of one or two rows (the last one empty): markers moved to the range ends
         Variant("key_ranges", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}, walflow={"walflow.snapshot.range.rows": 1}),
         # Debezium's PostgreSQL connector reads no row counts: sorting by them keeps the order
@@ -723,6 +723,8 @@ TRANSFORMS = Scenario(
         " ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c03', 'Customer', 'c-9', 'CustomerGone', NULL, 2)",
         "UPDATE outbox SET type = 'changed' WHERE aggregateid = 'c-9'",
         "DELETE FROM outbox WHERE aggregateid = 'c-9'",
+        # an incremental snapshot through the chains of the variants with a signal table (unwrap_rewrite)
+        Signal("execute-snapshot", {"data-collections": ["public.customers"], "type": "incremental"}),
     ],
     variants=[
         Variant(
@@ -743,7 +745,9 @@ TRANSFORMS = Scenario(
                 "predicates.changes.name": "__op",
                 "provide.transaction.metadata": True,
                 "skipped.operations": "none",
+                "signal.data.collection": "x",
             },
+            expect_snapshot_rows=2,
         ),
         # one plain ExtractNewRecordState: walflow writes created and updated rows without building the envelope's record
         Variant("unwrap_plain", {"transforms": "unwrap", "transforms.unwrap.type": _UNWRAP, "key.converter.schemas.enable": False}),

@@ -356,7 +356,9 @@ class ConnectorConfig(BaseModel):
     walflow_snapshot_poke_seconds: float = Field(10.0, gt=0, alias="walflow.snapshot.poke.seconds")
     # with snapshot.max.threads above 1, a table is cut into key ranges of about this many rows (estimated)
     walflow_snapshot_range_rows: int = Field(50_000, ge=1, alias="walflow.snapshot.range.rows")
-    #: with snapshot.max.threads above 1, Debezium's legacy parallel snapshot: each reader takes whole tables
+    #: with snapshot.max.threads above 1, Debezium's legacy parallel snapshot: each reader takes whole tables, and no
+    #: row is marked ``first`` (Debezium marks ``last`` the row its threads happen to send last; walflow the last
+    #: table's last row, as ever)
     legacy_snapshot_max_threads: bool = Field(False, alias="legacy.snapshot.max.threads")
 
     # -- patterned keys, collected by :func:`parse_config` ------------------------------------
