@@ -265,6 +265,10 @@ class EventProducer:
             limit=self.max_record_bytes,
         ) from None
 
+    def serve(self) -> None:
+        """Serve the delivery reports that have arrived (without waiting)."""
+        self._producer.poll(0)
+
     def add_sent(self, records: int, size: int) -> None:
         """Count records other processes produced, and saw acknowledged, for the work this producer reports on
         (the snapshot's reader processes), so that records and bytes in summaries cover them."""

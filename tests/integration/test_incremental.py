@@ -634,3 +634,32 @@ def test_a_chunk_failing_on_the_server_leaves_its_connection_idle_and_logs_only_
         del reader._timeout_sql  # the real one again: the same connection reads the chunk
         read = reader.read_chunk(table, progress, "walflow.test", "low", "high")
         assert [int(r[0]) for r in read.rows] == list(range(1, 101)) and progress.last_key == ["100"]
+
+
+def test_kafka_signals_are_taken_once_and_others_keys_passed_over(database: str) -> None:
+    """The Kafka signal channel: a signal keyed by the connector's prefix runs; one keyed for another connector is
+    passed over; the offsets saved with the progress keep a later batch from taking either again, and a blocking
+    snapshot sent the same way reads the table whole and records its rows."""
+    from confluent_kafka import Producer
+
+    from tests.support import bootstrap
+
+    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 30) g")
+    config = make(database, **{"signal.enabled.channels": "source,kafka"})
+    producer = Producer({"bootstrap.servers": bootstrap()})
+    for key, signal_id, kind in ((config.topic_prefix, "k1", "incremental"), ("someone-else", "k2", "incremental"), (config.topic_prefix, "k3", "blocking")):
+        value = {"id": signal_id, "type": "execute-snapshot", "data": {"data-collections": ["public.t"], "type": kind}}
+        producer.produce(config.signal_topic, json.dumps(value).encode(), key.encode())
+    assert producer.flush(30) == 0
+    drain(config, database)
+    assert signal_status(database, config, "k1")["status"] == "completed"
+    assert signal_status(database, config, "k2") is None
+    blocking = signal_status(database, config, "k3")
+    assert blocking["status"] == "completed" and blocking["type"] == "blocking" and blocking["rows"] == 30
+    with psycopg.connect(database) as conn:
+        saved = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'kafka_signals'", (config.name,)).fetchone()
+    assert saved is not None and sum(saved[0].values()) >= 1  # every partition that held one of the three, to its last
+    before = len(read_topic(f"{config.topic_prefix}.public.t"))
+    assert before == 60  # 30 rows by each snapshot
+    summary = stream(config, database)
+    assert summary.snapshot_rows == 0 and len(read_topic(f"{config.topic_prefix}.public.t")) == before

@@ -143,9 +143,13 @@ class IncrementalSnapshots:
         before the slot advances past the signals and watermarks it read (a crash in between reads them again,
         which :meth:`_known` and the empty chunk table make harmless). A finished signal makes the next queued
         one current."""
+        self._save_progress()
+        # after the progress: a batch that dies in between reads the Kafka signals again (recognised by _known)
         if self._kafka_read:
             self.store.put(KAFKA_SIGNALS_KEY, {str(p): o for p, o in self.kafka_offsets.items()})
             self._kafka_read = False
+
+    def _save_progress(self) -> None:
         if not self._dirty:
             return
         for signal_id, outcome in self._outcomes.items():
@@ -263,6 +267,18 @@ class IncrementalSnapshots:
         self.kafka_offsets[partition] = offset
         self._kafka_read = True
         self.on_signal(values)
+
+    def record_outcome(self, signal_id: str, outcome: dict[str, Any]) -> None:
+        """A signal's final status, written by :meth:`save` (after the batch's records were acknowledged)."""
+        self._outcomes[signal_id] = outcome
+        self._dirty = True
+
+    def kafka_read_up_to(self, read: dict[int, int]) -> None:
+        """The last offsets read from the Kafka signal topic (messages passed over included), saved with the progress."""
+        for partition, offset in read.items():
+            if offset > self.kafka_offsets.get(partition, -1):
+                self.kafka_offsets[partition] = offset
+                self._kafka_read = True
 
     def reread(self, signal_id: str, table: str, reason: str) -> None:
         """Start (or queue) an incremental snapshot of one table that walflow asks for itself, as an

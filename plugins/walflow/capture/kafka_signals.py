@@ -45,8 +45,12 @@ def _settings(config: ConnectorConfig, kafka: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def read_kafka_signals(config: ConnectorConfig, kafka: dict[str, Any], after: dict[int, int], timeout: float = 30.0) -> list[KafkaSignal]:
-    """The connector's signals on its signal topic after the offsets in ``after`` (per partition), in offset order.
+def read_kafka_signals(
+    config: ConnectorConfig, kafka: dict[str, Any], after: dict[int, int], timeout: float = 30.0
+) -> tuple[list[KafkaSignal], dict[int, int]]:
+    """The connector's signals on its signal topic after the offsets in ``after`` (per partition), in offset order,
+    and the offset of the last message read in each partition (other connectors' messages included: they are
+    passed over once).
 
     :param kafka: the Kafka Connection's client settings (the producer's).
     :raises DeliveryError: when the topic cannot be read.
@@ -55,9 +59,10 @@ def read_kafka_signals(config: ConnectorConfig, kafka: dict[str, Any], after: di
     topic = config.signal_topic
     partitions = list_topics(settings).get(topic)
     if not partitions:
-        return []
+        return [], {}
     client = consumer(settings)
     signals: list[KafkaSignal] = []
+    read: dict[int, int] = {}
     try:
         client.assign([TopicPartition(topic, p, after[p] + 1 if p in after else OFFSET_BEGINNING) for p in partitions])
         open_partitions = set(partitions)
@@ -71,12 +76,13 @@ def read_kafka_signals(config: ConnectorConfig, kafka: dict[str, Any], after: di
                     open_partitions.discard(msg.partition())
                     continue
                 raise DeliveryError(f"reading the signal topic {topic!r}: {msg.error().str()}")
+            read[msg.partition()] = msg.offset()
             signal = _signal(config, msg.partition(), msg.offset(), msg.key(), msg.value())
             if signal is not None:
                 signals.append(signal)
     finally:
         client.close()
-    return signals
+    return signals, read
 
 
 def _signal(config: ConnectorConfig, partition: int, offset: int, key: bytes | None, value: bytes | None) -> KafkaSignal | None:

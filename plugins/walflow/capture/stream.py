@@ -197,8 +197,13 @@ class StreamBatch:
                 self._incremental()
             if "kafka" in config.signal_enabled_channels:
                 inc_signals = self._incremental()
-                for signal in read_kafka_signals(config, self.producer.settings, inc_signals.kafka_offsets):
+                kafka_signals, read = read_kafka_signals(config, self.producer.settings, inc_signals.kafka_offsets)
+                for signal in kafka_signals:
                     inc_signals.on_kafka_signal(signal.partition, signal.offset, signal.values)
+                inc_signals.kafka_read_up_to(read)
+                if inc_signals.blocking:
+                    # a Kafka signal has no place in the WAL: its blocking snapshot runs before the batch streams
+                    self._blocking_snapshots(inc_signals, summary)
             if config.heartbeat_action_query:
                 self._run_heartbeat_query(conn)
             summary.start_lsn = slot.confirmed_flush_lsn
@@ -663,7 +668,8 @@ class StreamBatch:
     def _blocking_snapshots(self, inc: IncrementalSnapshots, summary: BatchSummary) -> None:
         """Debezium's blocking snapshots: streaming pauses after the signal's transaction, the tables are read
         whole as an initial snapshot reads them (their current rows, ``r`` events with its markers), and streaming
-        resumes with the next transaction. The signal's status is written once the snapshot completed."""
+        resumes with the next transaction. The signal's status is ``running`` meanwhile, and ``completed`` once the
+        batch's records are acknowledged."""
         while inc.blocking:
             signal_id, names = inc.blocking.pop(0)
             plans = plan_tables(self._catalog_conn, self.config, only=[re.escape(name) for name in names])
@@ -671,7 +677,8 @@ class StreamBatch:
             inc.store.put(signal_key(signal_id), {"status": "running", "type": "blocking", "tables_left": names, "rows": 0, "chunks": 0, "at_ms": now_ms()})
             result = InitialSnapshot(self.config, self.conninfo, self.producer, snapshot_name=None, position_lsn=None).run(plans)
             summary.snapshot_rows += result.rows
-            inc.store.put(signal_key(signal_id), {
+            # written with the progress once Kafka acknowledged the rows: a batch that dies first takes it again
+            inc.record_outcome(signal_id, {
                 "status": "completed", "type": "blocking", "rows": result.rows, "rows_per_table": result.rows_per_table, "at_ms": now_ms(),
             })  # fmt: skip
             log.info("connector %s: blocking snapshot %s: %d row(s); streaming resumes", self.config.name, signal_id, result.rows)

@@ -136,7 +136,7 @@ class TransformingProducer:
     def send_records(self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: Headers | None = None) -> None:
         for key, value in records:
             self.send(topic, key, value, headers)
-        self.inner._producer.poll(0)
+        self.inner.serve()
 
     def send_all(self, topic: str, items: Iterable[T], encode: Callable[[T], tuple[bytes | None, bytes]], headers: Headers | None = None) -> int:
         before = self.sent
