@@ -636,7 +636,10 @@ SNAPSHOT_MODES = Scenario(
         # Debezium's PostgreSQL connector reads no row counts: sorting by them keeps the order
         Variant("one_row_first", {"table.include.list": r"public\.m_one,public\.z_first", "snapshot.tables.order.by.row.count": "descending"}),
         Variant("override", {"snapshot.select.statement.overrides": "public.z_first",
-                             "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2"}),
+                             "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2",
+                             # Debezium's configuration_based mode, as walflow reads it: snapshot then stream ('always')
+                             "snapshot.mode": "configuration_based", "snapshot.mode.configuration.based.snapshot.data": True,
+                             "snapshot.mode.configuration.based.start.stream": True}),
         Variant("include_collection", {"snapshot.include.collection.list": r"public\.z_first", "tombstones.on.delete": False,
                                        "notification.enabled.channels": "sink,log", "notification.sink.topic.name": "{prefix}.notifications"}),
         Variant("notifications", {"notification.enabled.channels": "sink", "notification.sink.topic.name": "{prefix}.notifications"}),

@@ -226,3 +226,13 @@ def test_topic_creation_groups_choose_each_topics_settings() -> None:
         parse_config({"name": "c", "topic.prefix": "p", "topic.creation.groups": "x", "topic.creation.x.partitions": 2})
     with pytest.raises(ConfigError, match="which 'topic.creation.groups' does not list"):
         parse_config({"name": "c", "topic.prefix": "p", "topic.creation.y.partitions": 2})
+
+
+def test_configuration_based_snapshot_mode_reads_as_the_mode_that_does_the_same() -> None:
+    base = {"name": "c", "topic.prefix": "p", "snapshot.mode": "configuration_based"}
+    flags = "snapshot.mode.configuration.based."
+    assert parse_config({**base, flags + "snapshot.data": True, flags + "start.stream": "true"}).snapshot_mode == "always"
+    assert parse_config({**base, flags + "start.stream": True}).snapshot_mode == "no_data"
+    for refused in ({flags + "snapshot.data": True}, {flags + "start.stream": True, flags + "snapshot.on.data.error": True}, {}):
+        with pytest.raises(ConfigError, match="use 'initial_only'"):
+            parse_config({**base, **refused})

@@ -49,12 +49,6 @@ UNSUPPORTED_KEYS = {
     "snapshot.mode.custom.name": "custom snapshotters are Java classes",
     "snapshot.locking.mode.custom.name": "custom locking modes are Java classes",
     "snapshot.query.mode.custom.name": "custom snapshot queries are Java classes; walflow has snapshot.select.statement.overrides",
-    "snapshot.mode.configuration.based.snapshot.data": "snapshot.mode configuration_based is not supported: choose the mode that does "
-    "the same (initial, always, no_data, initial_only, when_needed, never)",
-    "snapshot.mode.configuration.based.snapshot.schema": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
-    "snapshot.mode.configuration.based.start.stream": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
-    "snapshot.mode.configuration.based.snapshot.on.schema.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
-    "snapshot.mode.configuration.based.snapshot.on.data.error": "snapshot.mode configuration_based is not supported (see its snapshot.data key)",
     "slot.failover": "failover slots (PostgreSQL 17) are not supported yet: walflow creates slots without the failover flag",
     "replica.identity.autoset.values": "walflow never alters source tables; set REPLICA IDENTITY with ALTER TABLE (docs/operations.md)",
 }
@@ -271,8 +265,18 @@ class ConnectorConfig(BaseModel):
     slot_retry_delay_ms: int = Field(10_000, ge=0, alias="slot.retry.delay.ms")
 
     # -- snapshots -----------------------------------------------------------------------------
-    snapshot_mode: Literal["initial", "always", "never", "initial_only", "when_needed", "no_data"] = Field(
+    snapshot_mode: Literal["initial", "always", "never", "initial_only", "when_needed", "no_data", "configuration_based"] = Field(
         "initial", alias="snapshot.mode"
+    )
+    #: ``snapshot.mode: configuration_based`` and its flags: read as the mode that does the same (:meth:`_configuration_based`)
+    snapshot_mode_configuration_based_snapshot_data: bool = Field(False, alias="snapshot.mode.configuration.based.snapshot.data")
+    snapshot_mode_configuration_based_snapshot_schema: bool = Field(False, alias="snapshot.mode.configuration.based.snapshot.schema")
+    snapshot_mode_configuration_based_start_stream: bool = Field(False, alias="snapshot.mode.configuration.based.start.stream")
+    snapshot_mode_configuration_based_snapshot_on_schema_error: bool = Field(
+        False, alias="snapshot.mode.configuration.based.snapshot.on.schema.error"
+    )
+    snapshot_mode_configuration_based_snapshot_on_data_error: bool = Field(
+        False, alias="snapshot.mode.configuration.based.snapshot.on.data.error"
     )
     snapshot_include_collection_list: list[str] = Field(
         default_factory=list, alias="snapshot.include.collection.list"
@@ -511,6 +515,32 @@ class ConnectorConfig(BaseModel):
         if not _CONNECTOR_NAME_RE.match(value):
             raise ValueError("a connector name becomes part of DAG ids: use letters, digits, '_' and '-'")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _configuration_based(cls, data: Any) -> Any:
+        """Debezium's ``configuration_based`` snapshot mode, read as the mode that does the same: a data snapshot at
+        every start and then streaming is ``always``; streaming alone is ``no_data``. Its schema flags have nothing
+        to act on (PostgreSQL keeps no schema history), and neither has ``snapshot.on.data.error`` with a snapshot at
+        every start. The other combinations are refused with the mode to use."""
+        if not isinstance(data, dict) or data.get("snapshot.mode") != "configuration_based":
+            return data
+
+        def flag(name: str) -> bool:
+            value = data.get(f"snapshot.mode.configuration.based.{name}", False)
+            return value if isinstance(value, bool) else str(value).strip().lower() == "true"
+
+        if flag("snapshot.data") and flag("start.stream"):
+            mode = "always"
+        elif flag("start.stream") and not flag("snapshot.on.data.error"):
+            mode = "no_data"
+        else:
+            raise ValueError(
+                "'snapshot.mode: configuration_based' is supported where it does what another mode does: snapshot.data "
+                "and start.stream (as 'always'), or start.stream alone (as 'no_data'); for a snapshot without streaming "
+                "use 'initial_only', for a snapshot only when the slot's position is lost use 'when_needed'"
+            )
+        return {**data, "snapshot.mode": mode}
 
     @model_validator(mode="after")
     def _pairs(self) -> ConnectorConfig:

@@ -64,7 +64,13 @@ _SAMPLES = {
 NOTES = {
     "plugin.name": "pgoutput only: the one plugin every PostgreSQL ships",
     "tasks.max": "1: one stream task reads the slot, as with Debezium's PostgreSQL connector",
-    "snapshot.mode": "all but configuration_based and custom (Java classes)",
+    "snapshot.mode": "all but custom (Java classes); configuration_based where another mode does the same (as always, or as "
+    "no_data)",
+    "snapshot.mode.configuration.based.snapshot.data": "with start.stream: a snapshot at every start (snapshot.mode always)",
+    "snapshot.mode.configuration.based.start.stream": "alone: streaming without a snapshot (snapshot.mode no_data)",
+    "snapshot.mode.configuration.based.snapshot.schema": "PostgreSQL keeps no schema history: nothing to snapshot",
+    "snapshot.mode.configuration.based.snapshot.on.schema.error": "PostgreSQL keeps no schema history: no schema error",
+    "snapshot.mode.configuration.based.snapshot.on.data.error": "false; true is refused unless snapshot.data is set (use when_needed)",
     "snapshot.isolation.mode": "serializable and repeatable_read read the slot's exported snapshot, one consistent view; "
     "read_committed and read_uncommitted are refused (a snapshot must read one view)",
     "snapshot.locking.mode": "none (the default) and shared; custom is a Java class",
