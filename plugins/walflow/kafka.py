@@ -391,6 +391,7 @@ class TopicCreation:
     sensitive."""
 
     def __init__(self, config: Any) -> None:
+        # imported here: this module also runs on the lake job's executors, which need nothing of topic creation
         import regex
 
         creation = config.topic_creation or {}

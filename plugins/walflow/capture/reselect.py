@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
+import regex
 from psycopg import sql
 
 from walflow.config.connector import ConnectorConfig
@@ -33,8 +34,6 @@ class Reselector:
     """One ``ReselectColumnsPostProcessor``, reading through ``connection()`` (an autocommit session)."""
 
     def __init__(self, config: ConnectorConfig, spec: PostProcessorSpec, connection: Callable[[], psycopg.Connection]) -> None:
-        import regex
-
         settings = spec.settings
         flags = regex.IGNORECASE | regex.VERSION0
         self.include = [regex.compile(p, flags) for p in settings["reselect.columns.include.list"]]

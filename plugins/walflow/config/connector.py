@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from walflow.config.patterns import Pattern
@@ -827,8 +828,6 @@ def _topic_creation(keys: dict[str, Any], problems: list[str]) -> dict[str, Any]
     ``topic.creation.groups``, each group's ``include`` (required), ``exclude``, ``partitions``,
     ``replication.factor`` and topic settings, and ``topic.creation.default.<setting>``. Returns
     ``{"default": {settings}, "groups": [{"name", "include", "exclude", "partitions", "replication_factor", "configs"}]}``."""
-    import regex
-
     try:
         names = _split_list(keys.get("topic.creation.groups"))
     except TypeError:
