@@ -45,6 +45,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: what a change too large for Kafka did to the batch, quoted in the error (walflow.kafka.too_large)
+_STOPPED = (
+    "The batch stopped before producing it; the slot moves only up to the end of the transaction before it, so this "
+    "change and every later one wait until the fix"
+)
+
+
 class Transaction:
     """The transaction being streamed: its identity and counters for the metadata records.
 
@@ -227,15 +234,11 @@ class ChangeEvents:
                 key_bytes = ser.key(table.key_schema_json, key) if key is not None else None
                 self.producer.send(table.topic, key_bytes, ser.value(table.value_schema_json, payload), headers)
         except RecordTooLargeError as exc:
-            raise too_large(
-                exc,
-                table=table.data_collection,
-                key=key,
-                lsn=lsn,
-                row=after if after is not None else before,
-                what="The batch stopped before producing it; the slot moves only up to the end of the transaction "
-                "before it, so this change and every later one wait until the fix",
-            ) from None
+            raise too_large(exc, table=table.data_collection, key=key, lsn=lsn, row=after if after is not None else before, what=_STOPPED) from None
+        self._counted(table, op, tx, lsn, summary, per_topic)
+
+    def _counted(self, table: TableSchema, op: str, tx: Transaction, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
+        """One change event produced: the batch's counts and its last event."""
         summary.events += 1
         summary.ops[op] = summary.ops.get(op, 0) + 1
         per_topic[table.topic] += 1
@@ -260,15 +263,9 @@ class ChangeEvents:
             )
         except RecordTooLargeError as exc:
             after = table.row(values)
-            raise too_large(
-                exc, table=table.data_collection, key=table.key(after, values) if table.has_key else None, lsn=lsn, row=after,
-                what="The batch stopped before producing it; the slot moves only up to the end of the transaction "
-                "before it, so this change and every later one wait until the fix",
-            ) from None
-        summary.events += 1
-        summary.ops[op] = summary.ops.get(op, 0) + 1
-        per_topic[table.topic] += 1
-        self.last_emit = (op, table, lsn, tx.commit_ms)
+            key = table.key(after, values) if table.has_key else None
+            raise too_large(exc, table=table.data_collection, key=key, lsn=lsn, row=after, what=_STOPPED) from None
+        self._counted(table, op, tx, lsn, summary, per_topic)
 
     def _tombstone(self, table: TableSchema, key: dict[str, Any] | None, headers: list[tuple[str, bytes]] | None = None) -> None:
         """The tombstone after a delete: the delete's key (null for a keyless table) and no value."""

@@ -43,7 +43,7 @@ class Reselector:
         self.fail = settings["reselect.error.handling.mode"] == "fail"
         self.connection = connection
         self.signal_table = config.signal_table
-        self._queries: dict[int, tuple[TableSchema, sql.Composed]] = {}
+        self._queries: dict[int, tuple[TableSchema, sql.Composed, list[int]]] = {}
         self._selected: dict[tuple[int, str], bool] = {}
         self.reselected = 0
 
@@ -70,9 +70,10 @@ class Reselector:
         ]  # fmt: skip
         if not needed:
             return after
-        key = [values[table.column_names.index(column)] for column in table.key_columns]
+        query, positions = self._query(table)
+        key = [values[i] for i in positions]
         try:
-            row = self.connection().execute(self._query(table), key).fetchone()
+            row = self.connection().execute(query, key).fetchone()
         except psycopg.Error as exc:
             return self._failed(table, key, f"the query failed: {str(exc).strip()}", after)
         if row is None:
@@ -88,7 +89,8 @@ class Reselector:
         log.warning("%s; the event keeps its values", message)
         return after
 
-    def _query(self, table: TableSchema) -> sql.Composed:
+    def _query(self, table: TableSchema) -> tuple[sql.Composed, list[int]]:
+        """The row's query by key, and where the key's values are in a tuple."""
         cached = self._queries.get(id(table))
         if cached is None:
             columns = sql.SQL(", ").join(
@@ -101,8 +103,9 @@ class Reselector:
                 else sql.SQL("{}::text = %s").format(sql.Identifier(column))
                 for column in table.key_columns
             )
-            cached = self._queries[id(table)] = (table, sql.SQL("SELECT {} FROM {} WHERE {}").format(columns, quote_table(table.schema, table.table), where))
-        return cached[1]
+            query = sql.SQL("SELECT {} FROM {} WHERE {}").format(columns, quote_table(table.schema, table.table), where)
+            cached = self._queries[id(table)] = (table, query, [table.column_names.index(c) for c in table.key_columns])
+        return cached[1], cached[2]
 
 
 def reselectors(config: ConnectorConfig, connection: Callable[[], psycopg.Connection]) -> Callable[[TableSchema, Sequence[Any], dict[str, Any]], dict[str, Any]] | None:

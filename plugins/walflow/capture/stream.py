@@ -193,7 +193,7 @@ class StreamBatch:
                     config.name, config.schema_topic,
                 )
             events.reselect = reselectors(config, lambda: catalog_conn)
-            if config.signal_table or store.get(INCREMENTAL_KEY) or "kafka" in config.signal_enabled_channels:
+            if config.signal_table or store.get(INCREMENTAL_KEY):
                 self._incremental()
             if "kafka" in config.signal_enabled_channels:
                 inc_signals = self._incremental()

@@ -15,7 +15,7 @@ import re
 from typing import Any, Literal
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from walflow.config.patterns import Pattern
 from walflow.config.transforms import (
@@ -140,6 +140,21 @@ _PATTERN_LISTS = (
 #: Spark settings that hold credentials (Spark's own redaction pattern, and Iceberg's catalog properties): refused in
 #: walflow.lake.spark.conf, which reaches the command line; the catalog's Connection carries them instead
 _SECRET_SETTING = re.compile(r"(?i)secret|password|token|credential|access[._-]?key|session[._-]?key|private[._-]?key")
+
+#: the channels walflow has, per ``*.enabled.channels`` field, and the message (``{other}``: the ones it lacks)
+_CHANNELS = {
+    "notification_enabled_channels": (
+        ("sink", "log"),
+        "walflow sends notifications to a topic ('sink') and the task log ('log'); channel(s) {other} are not supported "
+        "(jmx: walflow runs no JVM)",
+    ),
+    "signal_enabled_channels": (
+        ("source", "kafka"),
+        "walflow reads signals from the signal table ('source') and a Kafka topic ('kafka'); channel(s) {other} are not "
+        "supported yet",
+    ),
+}
+
 
 class ConnectorConfig(BaseModel):
     """A validated connector configuration.
@@ -387,26 +402,13 @@ class ConnectorConfig(BaseModel):
     def _lists(cls, value: Any) -> list[str]:
         return _split_list(value)
 
-    @field_validator("notification_enabled_channels")
+    @field_validator("notification_enabled_channels", "signal_enabled_channels")
     @classmethod
-    def _notification_channels(cls, value: list[str]) -> list[str]:
-        other = [channel for channel in value if channel not in ("sink", "log")]
+    def _channels(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        allowed, message = _CHANNELS[info.field_name]  # type: ignore[index]
+        other = [channel for channel in value if channel not in allowed]
         if other:
-            raise ValueError(
-                f"walflow sends notifications to a topic ('sink') and the task log ('log'); channel(s) {other} are not "
-                "supported (jmx: walflow runs no JVM)"
-            )
-        return value
-
-    @field_validator("signal_enabled_channels")
-    @classmethod
-    def _channels(cls, value: list[str]) -> list[str]:
-        other = [channel for channel in value if channel not in ("source", "kafka")]
-        if other:
-            raise ValueError(
-                f"walflow reads signals from the signal table ('source') and a Kafka topic ('kafka'); channel(s) {other} are "
-                "not supported yet"
-            )
+            raise ValueError(message.format(other=other))
         return value
 
     @field_validator("tasks_max", mode="before")

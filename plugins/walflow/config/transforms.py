@@ -278,6 +278,16 @@ def _aliases(raw: Mapping[str, Any], key: str, problems: list[str]) -> list[str]
     return list(dict.fromkeys(names))
 
 
+def _type_of(raw: Mapping[str, Any], prefix: str, types: Mapping[str, TypeSpec], runs: str, problems: list[str]) -> str | None:
+    """The class ``<prefix>type`` names, when walflow has it (``types``); else ``None``, with the problem listing the
+    classes it has (``runs``: what the message says walflow does with them)."""
+    type_name = raw.get(prefix + "type")
+    if type_name in types:
+        return type_name
+    problems.append(f"  '{prefix}type' = {type_name!r}: walflow {runs}: {', '.join(sorted(types))}")
+    return None
+
+
 def is_chain_key(key: str) -> bool:
     """Whether ``key`` belongs to the transform chain's model (``transforms``, ``transforms.*``, ``predicates``...)."""
     return key in ("transforms", "predicates") or key.startswith(("transforms.", "predicates."))
@@ -290,23 +300,20 @@ def parse_chain(raw: Mapping[str, Any]) -> tuple[tuple[TransformSpec, ...], list
     predicates: dict[str, PredicateSpec] = {}
     for alias in _aliases(raw, "predicates", problems):
         prefix = f"predicates.{alias}."
-        type_name = raw.get(prefix + "type")
-        if type_name not in PREDICATE_TYPES:
-            known = ", ".join(sorted(PREDICATE_TYPES))
-            problems.append(f"  '{prefix}type' = {type_name!r}: walflow evaluates these predicates: {known}")
+        type_name = _type_of(raw, prefix, PREDICATE_TYPES, "evaluates these predicates", problems)
+        if type_name is None:
             continue
         predicates[alias] = PredicateSpec(alias, type_name, _settings(prefix, type_name, PREDICATE_TYPES[type_name], raw, problems, {"type"}))
     chain: list[TransformSpec] = []
     aliases = _aliases(raw, "transforms", problems)
     for alias in aliases:
         prefix = f"transforms.{alias}."
-        type_name = raw.get(prefix + "type")
-        if type_name in REFUSED_TYPES:
-            problems.append(f"  '{prefix}type' = {type_name!r} is not supported by walflow: {REFUSED_TYPES[type_name]}")
+        refused = REFUSED_TYPES.get(raw.get(prefix + "type"))  # type: ignore[arg-type]
+        if refused is not None:
+            problems.append(f"  '{prefix}type' = {raw.get(prefix + 'type')!r} is not supported by walflow: {refused}")
             continue
-        if type_name not in TRANSFORM_TYPES:
-            known = ", ".join(sorted(TRANSFORM_TYPES))
-            problems.append(f"  '{prefix}type' = {type_name!r}: walflow runs these transforms: {known}")
+        type_name = _type_of(raw, prefix, TRANSFORM_TYPES, "runs these transforms", problems)
+        if type_name is None:
             continue
         spec = TRANSFORM_TYPES[type_name]
         settings = _settings(prefix, type_name, spec, raw, problems, COMMON_PROPS)
@@ -419,10 +426,8 @@ def parse_post_processors(raw: Mapping[str, Any]) -> tuple[tuple[PostProcessorSp
     specs = []
     for alias in _aliases(raw, "post.processors", problems):
         prefix = f"{alias}."
-        type_name = raw.get(prefix + "type")
-        if type_name not in POST_PROCESSOR_TYPES:
-            known = ", ".join(sorted(POST_PROCESSOR_TYPES))
-            problems.append(f"  '{prefix}type' = {type_name!r}: walflow runs these post processors: {known}")
+        type_name = _type_of(raw, prefix, POST_PROCESSOR_TYPES, "runs these post processors", problems)
+        if type_name is None:
             continue
         settings = _settings(prefix, type_name, POST_PROCESSOR_TYPES[type_name], raw, problems, {"type"})
         for key in ("reselect.columns.include.list", "reselect.columns.exclude.list"):

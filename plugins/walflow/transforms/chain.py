@@ -57,7 +57,7 @@ def _transform(spec: TransformSpec, codec: Codec) -> Transform:
 class TransformChain:
     """The transforms of one connector, built from its validated :class:`TransformSpec` s.
 
-    :raises ConfigError: for a setting only a built transform can check (a replacement, a date format).
+    :raises ConfigError: for a setting only a built transform can check (a ReplaceField rename without ``:``).
     """
 
     def __init__(self, specs: Sequence[TransformSpec], codec: Codec) -> None:

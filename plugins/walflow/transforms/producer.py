@@ -89,23 +89,14 @@ class TransformingProducer:
         """A created, updated or read row under a chain of one plain ``ExtractNewRecordState`` (most deployments'
         chain): its unwrapped record written at once, without the envelope or a :class:`Record` (what
         :class:`~walflow.transforms.debezium.ExtractNewRecordState` makes of it; tests/compat's ``unwrap_plain``)."""
-        prefix = self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix)
         dumps = orjson.dumps
-        value = prefix + dumps(after) + b"}" if self.codec.value_schemas else dumps(after)
-        if key is None:
-            key_bytes = None
-        elif self.codec.key_schemas:
-            key_bytes = key_prefix + dumps(key) + b"}"
-        else:
-            key_bytes = dumps(key)
-        self.inner.send(topic, key_bytes, value, headers)
-        self.sent += 1
+        self.send_row_json(topic, key_prefix, None if key is None else dumps(key), value_prefix, dumps(after), headers)
 
     def send_row_json(
         self, topic: str, key_prefix: bytes, key_json: bytes | None, value_prefix: bytes, row_json: bytes, headers: Headers | None
     ) -> None:
-        """:meth:`_unwrapped` for a row already serialised (``TableSchema.json_row``): the row's JSON is the record's
-        payload as it is."""
+        """:meth:`_unwrapped` for a row (and its key's payload) already serialised: the row's JSON is the record's
+        payload as it is (``TableSchema.json_row`` gives both)."""
         prefix = self._unwrap.get(value_prefix) or self._unwrap_schema(topic, value_prefix)
         value = prefix + row_json + b"}" if self.codec.value_schemas else row_json
         if key_json is not None and self.codec.key_schemas:
