@@ -10,7 +10,7 @@ import pytest
 from walflow.config.connector import parse_config
 from walflow.errors import ConfigError, TransformError
 from walflow.transforms.chain import TransformChain
-from walflow.transforms.connect import JavaPattern
+from walflow.transforms.javaregex import JavaPattern
 from walflow.transforms.record import Codec
 
 BASE = {"name": "c", "topic.prefix": "p", "walflow.lake.enabled": False}

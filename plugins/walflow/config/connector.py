@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from walflow.config.patterns import Pattern
+from walflow.config.topics import parse_topic_creation
 from walflow.config.transforms import (
     PostProcessorSpec,
     TransformSpec,
@@ -26,6 +26,7 @@ from walflow.config.transforms import (
     parse_post_processors,
     post_processor_aliases,
 )
+from walflow.config.values import split_list as _split_list
 from walflow.errors import ConfigError, PatternError
 
 #: Debezium keys that name credentials or the server address: in walflow these come from Connections.
@@ -100,17 +101,6 @@ _DYNAMIC_KEY_PATTERNS = (
 def is_patterned_key(key: str) -> bool:
     """Whether ``key`` is one of Debezium's keys with a part the user chooses (``column.truncate.to.<n>.chars``...)."""
     return any(pattern.match(key) for pattern in _DYNAMIC_KEY_PATTERNS)
-
-
-def _split_list(value: Any) -> list[str]:
-    """Debezium lists are comma-separated strings; YAML users also write real lists."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    if isinstance(value, (list, tuple)):
-        return [str(item).strip() for item in value if str(item).strip()]
-    raise TypeError(f"expected a comma-separated string or a list, got {type(value).__name__}")
 
 
 def _check_patterns(patterns: list[str]) -> None:
@@ -387,7 +377,7 @@ class ConnectorConfig(BaseModel):
     column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
     snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
     #: Kafka Connect's topic creation groups and topic settings (``topic.creation.groups``, ``topic.creation.<group>.*``,
-    #: ``topic.creation.default.<topic setting>``), as :func:`_topic_creation` reads them
+    #: ``topic.creation.default.<topic setting>``), as :func:`walflow.config.topics.parse_topic_creation` reads them
     topic_creation: dict[str, Any] = Field(default_factory=dict, alias="__topic_creation")
     #: ``signal.consumer.<setting>``: librdkafka settings of the Kafka signal channel's consumer
     signal_consumer: dict[str, str] = Field(default_factory=dict, alias="__signal_consumer")
@@ -786,7 +776,7 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     problems.extend(chain_problems)
     post_processors, processor_problems = parse_post_processors(processors)
     problems.extend(processor_problems)
-    topic_creation = _topic_creation(topic_keys, problems)
+    topic_creation = parse_topic_creation(topic_keys, problems)
     if problems:
         raise ConfigError(f"invalid connector configuration {source}:\n" + "\n".join(problems))
     data["__transforms"] = transforms
@@ -824,48 +814,3 @@ def _fold_truncate_mode(mode: str, data: dict[str, Any]) -> str | None:
         )
     return None
 
-
-def _topic_creation(keys: dict[str, Any], problems: list[str]) -> dict[str, Any]:
-    """Kafka Connect's topic creation keys besides the default group's partitions and replication factor:
-    ``topic.creation.groups``, each group's ``include`` (required), ``exclude``, ``partitions``,
-    ``replication.factor`` and topic settings, and ``topic.creation.default.<setting>``. Returns
-    ``{"default": {settings}, "groups": [{"name", "include", "exclude", "partitions", "replication_factor", "configs"}]}``."""
-    try:
-        names = _split_list(keys.get("topic.creation.groups"))
-    except TypeError:
-        problems.append(f"  'topic.creation.groups' = {keys.get('topic.creation.groups')!r}: expected a comma-separated list")
-        names = []
-    by_group: dict[str, dict[str, Any]] = {"default": {}}
-    by_group.update({name: {} for name in names})
-    for key, value in keys.items():
-        if key == "topic.creation.groups":
-            continue
-        group, _, setting = key.removeprefix("topic.creation.").partition(".")
-        if group not in by_group or not setting:
-            problems.append(f"  '{key}' configures topic creation group {group!r}, which 'topic.creation.groups' does not list")
-            continue
-        by_group[group][setting] = value
-    groups = []
-    for name in names:
-        settings = dict(by_group[name])
-        group: dict[str, Any] = {"name": name, "configs": {}}
-        for part in ("include", "exclude"):
-            patterns = _split_list(settings.pop(part, None))
-            for pattern in patterns:
-                try:
-                    regex.compile(pattern, regex.VERSION0)
-                except regex.error as exc:
-                    problems.append(f"  'topic.creation.{name}.{part}' item {pattern!r}: not a valid regular expression ({exc})")
-            group[part] = patterns
-        if not group["include"]:
-            problems.append(f"  'topic.creation.{name}.include' is required: the regular expressions of the topics the group creates")
-        for setting, field in (("partitions", "partitions"), ("replication.factor", "replication_factor")):
-            raw = settings.pop(setting, None)
-            try:
-                group[field] = int(raw) if raw is not None else None
-            except (TypeError, ValueError):
-                problems.append(f"  'topic.creation.{name}.{setting}' = {raw!r}: expected a whole number")
-        group["configs"] = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.items()}
-        groups.append(group)
-    default = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in by_group["default"].items()}
-    return {"default": default, "groups": groups}

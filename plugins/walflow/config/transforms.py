@@ -19,6 +19,8 @@ from typing import Any
 
 import regex
 
+from walflow.config.values import split_list
+
 #: a property's kinds: how its text is read
 STRING, BOOLEAN, INTEGER, LIST, REGEX = "string", "boolean", "integer", "list", "regex"
 
@@ -231,9 +233,7 @@ def _value(kind: str, key: str, value: Any, problems: list[str]) -> Any:
             problems.append(f"  '{key}' = {value!r}: expected a whole number")
             return None
     if kind == LIST:
-        if isinstance(value, (list, tuple)):
-            return [str(v).strip() for v in value if str(v).strip()]
-        return [item.strip() for item in str(value).split(",") if item.strip()]
+        return split_list(value if isinstance(value, (list, tuple)) else str(value))
     text = "" if value is None else str(value)
     if kind == REGEX and text:
         try:

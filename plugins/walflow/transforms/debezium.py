@@ -11,7 +11,8 @@ from typing import Any
 
 from walflow.errors import ConfigError
 from walflow.records.transforms import adjust_name
-from walflow.transforms.connect import JavaPattern, Transform
+from walflow.transforms.connect import Transform
+from walflow.transforms.javaregex import JavaPattern
 from walflow.transforms.record import Codec, Record, Schema, as_field, copy_basics, field_of, get, struct, top_level
 
 

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from walflow.errors import TransformError
-from walflow.transforms.connect import JavaPattern, Transform
+from walflow.transforms.connect import Transform
 from walflow.transforms.debezium import is_envelope
+from walflow.transforms.javaregex import JavaPattern
 from walflow.transforms.record import Codec, Record, Schema, as_field, field_of, get, struct, top_level
 
 log = logging.getLogger(__name__)
