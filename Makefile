@@ -52,7 +52,8 @@ bench-up: venv
 down:
 	@if [ -x $(VENV)/bin/python ]; then \
 		for state in $(TEST_STATE) $(ALONE_STATE) $(PG18_STATE) $(PG18_ALONE_STATE) $(BENCH_STATE); do \
-			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded down; fi; \
+			version=; case $$state in *-pg18*) version=18;; esac; \
+			if [ -d $$state ]; then WALFLOW_PG_VERSION=$$version WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded down; fi; \
 		done; \
 		$(VENV)/bin/python -m walflow.runtime.embedded down; \
 	fi
