@@ -97,6 +97,8 @@ class StreamBatch:
         between its SELECT and its high watermark, so a test can commit a change inside the window on purpose.
     :param reader_conninfo: libpq connection string of the role that evaluates the conditions of signals
         (``walflow.postgres.reader.conn.id``); without it, signals with a condition fail.
+    :param state_conninfo: libpq connection string of the database that holds the state table
+        (``walflow.state.conn.id``); without it, the state table is in the source database.
     """
 
     def __init__(
@@ -108,10 +110,14 @@ class StreamBatch:
         fault_hook: Callable[[str], None] | None = None,
         chunk_hook: Callable[[str, list[list[Any]]], None] | None = None,
         reader_conninfo: str | None = None,
+        state_conninfo: str | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
         self.reader_conninfo = reader_conninfo
+        self.state_conninfo = state_conninfo
+        #: the connection to the state database (walflow.state.conn.id), when the state is not in the source
+        self._state_conn: psycopg.Connection | None = None
         use_topic_creation(producer, config)
         self.producer = with_transforms(producer, config)
         self.filters = Filters(config)
@@ -156,8 +162,10 @@ class StreamBatch:
             conn.close()
             raise
         try:
+            if self.state_conninfo is not None:
+                self._state_conn = connect(self.state_conninfo, application_name=f"walflow:{config.name}:state")
             try_lock_slot(conn, config)
-            store = StateStore(conn, config.name, config.state_table)
+            store = self._store(conn)
             snapshot_state = store.get("snapshot")
             if config.snapshot_mode == "initial_only":
                 log.info("connector %s: snapshot.mode=initial_only, so it does not stream", config.name)
@@ -187,7 +195,7 @@ class StreamBatch:
                 )
             if config.walflow_lake_enabled:
                 # the catalog's autocommit connection: the stream connection holds the peek's transaction open
-                self._facts = SchemaFacts(StateStore(catalog_conn, config.name, config.state_table), self.producer, config.schema_topic)
+                self._facts = SchemaFacts(self._store(catalog_conn), self.producer, config.schema_topic)
                 log.info(
                     "connector %s: schema facts for the lake from the catalog, read when a table's definition changes (topic %s)",
                     config.name, config.schema_topic,
@@ -229,7 +237,7 @@ class StreamBatch:
             # the DDL facts recorded up to where this batch starts reading (or skipping: those transactions' facts
             # are not read again)
             read_from = max(str_to_lsn(slot.confirmed_flush_lsn), skip_before or 0)
-            self._ddl = DdlFacts(StateStore(catalog_conn, config.name, config.state_table) if store.exists() else None, read_from)
+            self._ddl = DdlFacts(self._store(catalog_conn) if store.exists() else None, read_from)
             inc = self._inc
             # One round = select incremental-snapshot chunks (if any), stream up to the current WAL position,
             # flush, advance the slot, save progress. Without a running incremental snapshot there is one round.
@@ -324,6 +332,8 @@ class StreamBatch:
             if self._inc is not None:
                 self._inc.close()
             catalog_conn.close()
+            if self._state_conn is not None:
+                self._state_conn.close()
             release_slot_lock(conn)
             conn.close()
         summary.seconds = round(time.monotonic() - started, 3)
@@ -343,6 +353,11 @@ class StreamBatch:
         return summary
 
     # -- internals --------------------------------------------------------------------------------
+    def _store(self, source_conn: psycopg.Connection) -> StateStore:
+        """The connector's state: in the state database when ``walflow.state.conn.id`` names one, otherwise in the
+        source, on ``source_conn`` (the stream's connection before and after the peek, the catalog's during it)."""
+        return StateStore(self._state_conn or source_conn, self.config.name, self.config.state_table)
+
     def _check_retained_wal(self, conn: psycopg.Connection, summary: BatchSummary, store: StateStore) -> None:
         """Judge the slot's health after this batch advanced it: warn, or fail above the hard limit.
 
@@ -386,7 +401,7 @@ class StreamBatch:
         if published is not None and not published[0]:
             captured &= published[2]
         self._topic_owners = check_topics(config, sorted(captured))
-        self._keys = KeyRegistry(StateStore(catalog_conn, config.name, config.state_table)) if store.exists() else None
+        self._keys = KeyRegistry(self._store(catalog_conn)) if store.exists() else None
 
     def _run_heartbeat_query(self, conn: psycopg.Connection) -> None:
         try:
@@ -636,7 +651,7 @@ class StreamBatch:
     def _reread(self, schema: TableSchema, columns: list[str], lsn: int) -> None:
         """Start (or queue) an incremental snapshot of ``schema``'s table, logged and in the batch's summary."""
         reason = f"column(s) {columns} added with values walflow cannot know in the existing rows"
-        if not StateStore(self._catalog_conn, self.config.name, self.config.state_table).exists():
+        if not self._store(self._catalog_conn).exists():
             log.warning("connector %s: table %s is not re-read (%s): the connector has no state table (its setup never ran)",
                         self.config.name, schema.data_collection, reason)
             return
@@ -688,7 +703,7 @@ class StreamBatch:
         if self._inc is None:
             config = self.config
             # its own autocommit connection: the stream connection holds the peek's transaction open
-            inc_store = StateStore(self._catalog_conn, config.name, config.state_table)
+            inc_store = self._store(self._catalog_conn)
             self._inc = IncrementalSnapshots(
                 config, inc_store, self._catalog_conn, self.producer, self.serializer, chunk_hook=self._chunk_hook, reader=self._reader_factory()
             )

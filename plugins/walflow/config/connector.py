@@ -51,7 +51,6 @@ UNSUPPORTED_KEYS = {
     "snapshot.mode.custom.name": "custom snapshotters are Java classes",
     "snapshot.locking.mode.custom.name": "custom locking modes are Java classes",
     "snapshot.query.mode.custom.name": "custom snapshot queries are Java classes; walflow has snapshot.select.statement.overrides",
-    "slot.failover": "failover slots (PostgreSQL 17) are not supported yet: walflow creates slots without the failover flag",
     "replica.identity.autoset.values": "walflow never alters source tables; set REPLICA IDENTITY with ALTER TABLE (docs/operations.md)",
 }
 
@@ -69,7 +68,6 @@ NO_EFFECT_KEYS = {
     "xmin.fetch.interval.ms": "walflow does not track the slot's xmin: source.xmin is null, as with Debezium's default 0",
     "offset.mismatch.strategy": "the slot's confirmed position is walflow's only offset, so there is none to mismatch",
     "schema.refresh.mode": "walflow rebuilds a table's schema from each Relation message pgoutput sends",
-    "read.only": "walflow's watermarks are logical decoding messages: it never writes to the signal table",
     "incremental.snapshot.watermarking.strategy": "walflow's watermarks are logical decoding messages, which leave no rows to delete",
     "custom.sanitize.pattern": "connector files hold no secrets (credentials come from Airflow Connections), so there is nothing to mask",
 }
@@ -334,6 +332,14 @@ class ConnectorConfig(BaseModel):
     walflow_stream_trigger_max_wait_seconds: float = Field(300.0, gt=0, alias="walflow.stream.trigger.max.wait.seconds")
     walflow_stream_trigger_poke_seconds: float = Field(5.0, gt=0, alias="walflow.stream.trigger.poke.seconds")
     walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
+    #: the Connection of the database that holds the state table (none: the source database, the simple start); a
+    #: connector that may not write to its source (read.only, a standby) keeps its state there
+    walflow_state_conn_id: str | None = Field(None, alias="walflow.state.conn.id")
+    #: Debezium's read.only: no write to the source by walflow (watermarks from snapshots' xids and WAL positions,
+    #: no publication or table created, state in walflow.state.conn.id); a hot standby can be the source
+    read_only: bool = Field(False, alias="read.only")
+    #: PostgreSQL 17's failover slots: the slot walflow creates is synchronized to standbys (sync_replication_slots)
+    slot_failover: bool = Field(False, alias="slot.failover")
     # a logical decoding message too large for a Kafka record: stop the batch before it (fail), or leave it out with
     # a warning (skip); messages are never table data
     walflow_message_oversized_handling_mode: Literal["fail", "skip"] = Field("fail", alias="walflow.message.oversized.handling.mode")
@@ -555,6 +561,15 @@ class ConnectorConfig(BaseModel):
                 "and the lake must hold what the source holds: leave the key out (walflow writes NULL while the lake is "
                 "on), or set 'walflow.lake.enabled: false'"
             )
+        if self.read_only:
+            if not self.walflow_state_conn_id:
+                raise ValueError(
+                    "'read.only: true' means walflow writes nothing to the source, and its progress (snapshot state, "
+                    "signals, the slot's last position) has to live somewhere: set 'walflow.state.conn.id' to the "
+                    "Airflow Connection of a database walflow may write to"
+                )
+            if self.heartbeat_action_query:
+                raise ValueError("'heartbeat.action.query' writes to the source, which 'read.only: true' forbids: leave one of them out")
         if self.transforms and self.walflow_lake_enabled:
             raise ValueError(
                 f"'transforms' ({', '.join(t.alias for t in self.transforms)}) rewrite the records before Kafka, and the lake "

@@ -83,6 +83,10 @@ NOTES = {
     "signal.enabled.channels": "source (the signal table) and kafka (signal.kafka.topic, by default <topic.prefix>-signal, read at "
     "each batch's start); the file and jmx channels are refused (not supported yet)",
     "unavailable.value.placeholder": "as toasted.value.placeholder",
+    "read.only": "no write to the source: incremental snapshots' windows from the chunk's snapshot and WAL position, signals "
+    "from the signal table or Kafka, state in walflow.state.conn.id; a hot standby (PostgreSQL 16+) can be the source",
+    "slot.failover": "PostgreSQL 17+: the slot is created with failover, and standbys with sync_replication_slots keep a "
+    "copy that a promoted standby streams from (docs/operations.md)",
 }
 
 HONOURED, NO_EFFECT, REFUSED, CONNECTION, UNKNOWN = "honoured", "accepted, no effect", "refused", "from the Connection", "unknown"

