@@ -191,8 +191,8 @@ def test_keys_without_effect_are_accepted(key: str) -> None:
 def test_values_walflow_cannot_honour_are_refused_with_the_reason() -> None:
     with pytest.raises(ConfigError, match="channel\\(s\\) \\['jmx'\\] are not supported yet"):
         parse_config({"name": "c", "topic.prefix": "p", "signal.enabled.channels": "source,jmx"})
-    with pytest.raises(ConfigError, match="slot.failover' is not supported by walflow"):
-        parse_config({"name": "c", "topic.prefix": "p", "slot.failover": True})
+    with pytest.raises(ConfigError, match="slot.drop.on.stop' is not supported by walflow"):
+        parse_config({"name": "c", "topic.prefix": "p", "slot.drop.on.stop": True})
     with pytest.raises(ConfigError, match="signal.consumer.sasl.password.*belong|credential in the connector file"):
         parse_config({"name": "c", "topic.prefix": "p", "signal.consumer.sasl.password": "x"})
     with pytest.raises(ConfigError, match="the lake must hold what the source holds"):
@@ -236,3 +236,14 @@ def test_configuration_based_snapshot_mode_reads_as_the_mode_that_does_the_same(
     for refused in ({flags + "snapshot.data": True}, {flags + "start.stream": True, flags + "snapshot.on.data.error": True}, {}):
         with pytest.raises(ConfigError, match="use 'initial_only'"):
             parse_config({**base, **refused})
+
+
+def test_read_only_needs_a_state_database_and_no_heartbeat_query() -> None:
+    """read.only: walflow writes nothing to the source, so its state must live elsewhere, and no action query runs."""
+    with pytest.raises(ConfigError, match="set 'walflow.state.conn.id'"):
+        parse_config({"name": "c", "topic.prefix": "p", "read.only": True})
+    with pytest.raises(ConfigError, match="'heartbeat.action.query' writes to the source"):
+        parse_config({"name": "c", "topic.prefix": "p", "read.only": True, "walflow.state.conn.id": "state",
+                      "heartbeat.interval.ms": 1000, "heartbeat.action.query": "UPDATE hb SET t = now()"})
+    config = parse_config({"name": "c", "topic.prefix": "p", "read.only": "true", "walflow.state.conn.id": "state", "slot.failover": True})
+    assert config.read_only and config.walflow_state_conn_id == "state" and config.slot_failover

@@ -14,6 +14,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from walflow.airflow.hooks import WalflowKafkaHook, WalflowPostgresHook
+from walflow.capture.kafka_signals import send_kafka_signal
 from walflow.capture.metrics import (
     failed_streaming_metrics,
     metrics_line,
@@ -81,6 +82,12 @@ class _ConnectorOperator(BaseOperator):
         hook = WalflowPostgresHook(postgres_conn_id=self.postgres_conn_id or config.walflow_postgres_conn_id)
         return hook.get_conninfo(**config.conninfo_options())
 
+    def _state_conninfo(self, config: ConnectorConfig) -> str | None:
+        """The state database's connection string (``walflow.state.conn.id``), or ``None``: the state is in the source."""
+        if not config.walflow_state_conn_id:
+            return None
+        return WalflowPostgresHook(postgres_conn_id=config.walflow_state_conn_id).get_conninfo()
+
     def _kafka_hook(self, config: ConnectorConfig) -> WalflowKafkaHook:
         return WalflowKafkaHook(
             kafka_config_id=self.kafka_config_id or config.walflow_kafka_conn_id,
@@ -112,6 +119,7 @@ class WalflowSetupOperator(_ConnectorOperator):
             lambda: kafka.get_conn,
             progress=self.log.info,
             on_snapshot_start=lambda count: _publish_safely(config.name, "snapshot", snapshot_started_metrics(count), self.log),
+            state_conninfo=self._state_conninfo(config),
         )
         report: dict[str, Any] | None = None
         error: BaseException | None = None
@@ -188,7 +196,7 @@ class WalflowStreamOperator(_ConnectorOperator):
         producer = self._kafka_hook(config).get_conn
         reader_id = self.postgres_reader_conn_id or config.walflow_postgres_reader_conn_id
         reader = WalflowPostgresHook(postgres_conn_id=reader_id).get_conninfo(**config.conninfo_options()) if reader_id else None
-        batch = StreamBatch(config, conninfo, producer, reader_conninfo=reader)
+        batch = StreamBatch(config, conninfo, producer, reader_conninfo=reader, state_conninfo=self._state_conninfo(config))
         try:
             summary = batch.run()
         except BaseException as exc:
@@ -290,6 +298,15 @@ class WalflowSignalOperator(_ConnectorOperator):
         if self.surrogate_key:
             payload["surrogate-key"] = self.surrogate_key
         payload.update(self.data or {})
+        if not config.signal_table and "kafka" in config.signal_enabled_channels:
+            # no signal table (a read-only connector, a team that may not write to the source): the Kafka channel
+            producer = self._kafka_hook(config).get_conn
+            try:
+                signal_id = send_kafka_signal(config, producer, self.signal_type, payload)
+            finally:
+                producer.close()
+            self.log.info("connector %s: sent signal %s %s %s to topic %s", config.name, signal_id, self.signal_type, payload, config.signal_topic)
+            return signal_id
         with connect(self._conninfo(config), application_name=f"walflow:{config.name}:signal", initial_statements=config.database_initial_statements) as conn:
             signal_id = send_signal(conn, config, self.signal_type, payload)
         self.log.info("connector %s: wrote signal %s %s %s", config.name, signal_id, self.signal_type, payload)

@@ -72,10 +72,17 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _status(self, config: ConnectorConfig) -> dict[str, Any] | None:
-        hook = WalflowPostgresHook(postgres_conn_id=self.postgres_conn_id or config.walflow_postgres_conn_id)
-        conninfo = hook.get_conninfo(**config.conninfo_options())
-        with connect(conninfo, application_name=f"walflow:{config.name}:sensor", initial_statements=config.database_initial_statements) as conn:
+        conn_id, options, statements = self._state_source(config)
+        conninfo = WalflowPostgresHook(postgres_conn_id=conn_id).get_conninfo(**options)
+        with connect(conninfo, application_name=f"walflow:{config.name}:sensor", initial_statements=statements) as conn:
             return signal_status(conn, config, self.signal_id)
+
+    def _state_source(self, config: ConnectorConfig) -> tuple[str, dict[str, str], str | None]:
+        """Where the signal's status is: the state database (``walflow.state.conn.id``) as its Connection says, or the
+        source database with the connector's TLS options and initial statements."""
+        if config.walflow_state_conn_id:
+            return config.walflow_state_conn_id, {}, None
+        return self.postgres_conn_id or config.walflow_postgres_conn_id, config.conninfo_options(), config.database_initial_statements
 
     def _check(self, status: dict[str, Any] | None, config: ConnectorConfig) -> bool:
         if not status:
@@ -107,15 +114,16 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         if self.poke(context):
             return None
         config = resolve(self.connector, self.overrides)
+        conn_id, options, statements = self._state_source(config)
         self.defer(
             trigger=WalflowSnapshotTrigger(
                 signal_id=self.signal_id,
                 connector=config.name,
                 state_table=config.state_table,
-                postgres_conn_id=self.postgres_conn_id or config.walflow_postgres_conn_id,
-                conninfo_options=config.conninfo_options(),
+                postgres_conn_id=conn_id,
+                conninfo_options=options,
                 poll_interval=float(self.poke_interval),
-                initial_statements=config.database_initial_statements,
+                initial_statements=statements,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,

@@ -58,6 +58,8 @@ class BatchSummary:
     #: no BEGIN/END records for them; their ids, the first :data:`BOOKKEEPING_IDS` of them
     bookkeeping_transactions: int = 0
     bookkeeping_xids: list[int] = field(default_factory=list)
+    #: the server's timeline (a promoted standby starts a new one), recorded so that the next batch knows a failover
+    timeline: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -92,5 +94,6 @@ def record_batch(
             # where the next batch's source.sequence starts (see StreamBatch.run)
             "last_commit_lsn": last_commit_lsn,
             "last_commit_us": last_commit_us,
+            "timeline": summary.timeline,
         },
     )

@@ -59,6 +59,9 @@ class Chunk:
     #: synchronous standby before it shows), so its changes make rows stale even though they are streamed before the
     #: window opens
     unseen: tuple[frozenset[int], int] | None = None
+    #: read-only windows (no watermark): the WAL position at which the rows are emitted, the first commit at or after
+    #: the end of the WAL when the SELECT's snapshot was taken (:attr:`ChunkRead.wal_end`)
+    close_at: int | None = None
     #: the identities of the chunk's rows, computed when a streamed change first concerns its table
     _identities: frozenset[bytes] | None = field(default=None, repr=False)
 
@@ -112,6 +115,13 @@ def rows_size(rows: Sequence[Sequence[Any]]) -> int:
     return len(rows) * sum(getsizeof(row) + sum(getsizeof(v) for v in row) for row in sample) // len(sample)
 
 
+#: the end of the WAL, read after the statement's snapshot: replayed WAL on a hot standby, inserted WAL on a primary
+#: (a transaction is visible only once its commit record is in the WAL), as an integer LSN
+_WAL_END_AFTER_SNAPSHOT = (
+    "((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END) - '0/0')::int8"
+)
+
+
 class ChunkRead(NamedTuple):
     """What :meth:`ChunkReader.read_chunk` read: the rows (text values), whether the table is done, the rows' ctids
     in the NULL-key phase (else ``None``), and the transactions the SELECT's snapshot did not see."""
@@ -120,6 +130,9 @@ class ChunkRead(NamedTuple):
     table_done: bool
     ctids: list[str] | None
     unseen: tuple[frozenset[int], int]
+    #: read-only windows: the end of the WAL when the SELECT's snapshot was taken (every transaction it sees
+    #: committed before it), where the chunk's rows take their place in the stream
+    wal_end: int | None = None
 
 
 @dataclass
@@ -358,6 +371,7 @@ class ChunkReader:
         low: str,
         high: str,
         inside: Callable[[list[Sequence[Any]]], None] | None = None,
+        read_only: bool = False,
     ) -> ChunkRead:
         """Select the next chunk of ``table`` inside its watermark window and advance the cursor.
 
@@ -388,6 +402,11 @@ class ChunkReader:
 
         :param inside: a test seam, called with the rows once the low watermark is written and before the high one
             (the window is open while it runs).
+        :param read_only: write no watermark (``read.only``, a standby): the same statement that returns the unseen
+            transactions returns the end of the WAL (:attr:`ChunkRead.wal_end`: replayed WAL on a standby, inserted WAL
+            on a primary), evaluated after the snapshot was taken. Every transaction the snapshot sees committed
+            before that position, and every one it does not see makes rows stale wherever it is streamed, so the rows
+            may take their place at the first commit after it.
         """
         query, params = self._chunk_query(table, progress)
         conn, reader = self.conn, self.reader
@@ -401,15 +420,16 @@ class ChunkReader:
                     if limit is not None:
                         reader.execute(limit)
                     opened = reader.execute(
-                        "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x) "
-                        "FROM pg_current_snapshot() AS s"
+                        "SELECT pg_snapshot_xmax(s)::text::bigint, ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(s) AS x), "
+                        + (_WAL_END_AFTER_SNAPSHOT if read_only else "NULL::int8")
+                        + " FROM pg_current_snapshot() AS s"
                     )
                     selected = self.query(reader, query, params)
                     reader.execute("COMMIT")
-                    if reader is conn:
+                    if reader is conn and not read_only:
                         self._watermarks(conn, prefix, low, closing)
                     pipeline.sync()
-                    xmax, xip = opened.fetchone()  # type: ignore[misc]
+                    xmax, xip, wal_end = opened.fetchone()  # type: ignore[misc]
                     rows = selected.fetchall()
                 except psycopg.Error:
                     # The server's first error is the one raised (it may show while later statements are queued).
@@ -418,20 +438,22 @@ class ChunkReader:
                     with suppress(psycopg.Error):
                         pipeline.sync()
                     raise
-            if reader is not conn:
+            if reader is not conn and not read_only:
                 with conn.pipeline():
                     self._watermarks(conn, prefix, low, closing)
             if inside is not None:
                 inside([r[:-1] for r in rows] if progress.null_phase else rows)  # without the ctid column
-                with conn.pipeline():
-                    self._watermarks(conn, prefix, None, high)
+                if not read_only:
+                    with conn.pipeline():
+                        self._watermarks(conn, prefix, None, high)
         except BaseException:
             for used in {id(c): c for c in (reader, conn)}.values():
                 if not (used.closed or used.broken) and used.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     used.execute("ROLLBACK")
             raise
         unseen = (frozenset(int(x) & 0xFFFFFFFF for x in xip), int(xmax) & 0xFFFFFFFF)
-        return self._advance(table, progress, rows, unseen)
+        read = self._advance(table, progress, rows, unseen)
+        return read._replace(wal_end=int(wal_end)) if wal_end is not None else read
 
     @staticmethod
     def _watermarks(conn: psycopg.Connection, prefix: str, low: str | None, high: str | None) -> None:

@@ -166,7 +166,7 @@ def check_publication(
     all_tables, _ops, published = existing
     if all_tables:
         return []
-    if config.publication_autocreate_mode == "filtered":
+    if config.publication_autocreate_mode == "filtered" and not config.read_only:
         wanted = captured | ({config.signal_table} if config.signal_table else set())
         missing = wanted - published
         if not missing:

@@ -566,7 +566,7 @@ class IncrementalSnapshots:
                         raise
                     self._fail(progress, name, exc)
         finally:
-            if self.chunks and not (self.conn.closed or self.conn.broken):
+            if self.chunks and not self.config.read_only and not (self.conn.closed or self.conn.broken):
                 # logical decoding reads only flushed WAL (and the batch streams up to the flushed end), and the
                 # chunks' watermarks are written without waiting for it: one transactional message whose commit
                 # waits for the local flush, whatever synchronous_commit the database sets, makes them readable (a
@@ -630,9 +630,9 @@ class IncrementalSnapshots:
         saved = (progress.last_key, progress.null_phase, progress.last_ctid)
         hook = self._chunk_hook
         try:
-            rows, table_done, ctids, unseen = self.reader.read_chunk(
+            rows, table_done, ctids, unseen, wal_end = self.reader.read_chunk(
                 table, progress, WATERMARK_PREFIX, self._watermark(chunk_id, "low"), self._watermark(chunk_id, "high"),
-                inside=None if hook is None else (lambda read: hook(name, read)),
+                inside=None if hook is None else (lambda read: hook(name, read)), read_only=self.config.read_only,
             )  # fmt: skip
         except BaseException:
             # the cursor must not skip rows that were never buffered
@@ -642,7 +642,7 @@ class IncrementalSnapshots:
         primary = {table.schema.column_names.index(k) for k in table.catalog.primary_key}
         unique = not progress.surrogate_key and bool(primary) and {f.index for f in fields} == primary
         # rows without a key value (ctids): only their physical position tells them apart
-        self.chunks[chunk_id] = Chunk(chunk_id, table, rows, fields, cursor, unique=unique, ctids=ctids, unseen=unseen)
+        self.chunks[chunk_id] = Chunk(chunk_id, table, rows, fields, cursor, unique=unique, ctids=ctids, unseen=unseen, close_at=wal_end)
         self.window_tables.add(name)  # watched from now on (Chunk.unseen), not only once its window opens
         progress.chunks += 1
         self._dirty = True
@@ -700,6 +700,29 @@ class IncrementalSnapshots:
             chunk.in_window = True
             self.window_tables.add(chunk.table.name)
             return
+        self._close(chunk, sequence, topics)
+
+    @property
+    def next_close(self) -> int | None:
+        """Read-only windows: the lowest WAL position at which a chunk's rows are due (:attr:`Chunk.close_at`)."""
+        due = [c.close_at for c in self.chunks.values() if c.close_at is not None]
+        return min(due) if due else None
+
+    @property
+    def wal_needed(self) -> int | None:
+        """Read-only windows: how far the WAL must reach for this round to emit every chunk it selected."""
+        due = [c.close_at for c in self.chunks.values() if c.close_at is not None]
+        return max(due) if due else None
+
+    def on_position(self, lsn: int, sequence: str, topics: dict[str, int]) -> None:
+        """Read-only windows: the stream reached ``lsn`` (a commit at or after it, or the end of what the batch
+        reads): the chunks due there close, in the order they were selected, at ``sequence``."""
+        for chunk in list(self.chunks.values()):
+            if chunk.close_at is not None and chunk.close_at <= lsn and chunk.id in self.chunks:
+                self._close(chunk, sequence, topics)
+
+    def _close(self, chunk: Chunk, sequence: str, topics: dict[str, int]) -> None:
+        """Emit a chunk's rows that no streamed change made stale, and stop watching it."""
         try:
             self._emit_chunk(chunk, sequence, topics)
         except RecordTooLargeError as exc:

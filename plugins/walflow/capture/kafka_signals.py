@@ -12,6 +12,7 @@ Messages with another key are other connectors' and are passed over, as Debezium
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,9 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from walflow.config.connector import ConnectorConfig
-from walflow.errors import DeliveryError
-from walflow.kafka import client_settings, consumer, list_topics
+from walflow.errors import DeliveryError, SourceError
+from walflow.kafka import EventProducer, client_settings, consumer, list_topics
+from walflow.source.signals import MAX_SIGNAL_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +112,26 @@ def _signal(config: ConnectorConfig, partition: int, offset: int, key: bytes | N
             "data": orjson.dumps(data if data is not None else {}).decode(),
         },
     )
+
+
+def send_kafka_signal(
+    config: ConnectorConfig, producer: EventProducer, kind: str, data: dict[str, Any], signal_id: str | None = None
+) -> str:
+    """Write a signal to the connector's signal topic, keyed by its ``topic.prefix`` as Debezium reads them, and wait
+    for Kafka's acknowledgement; the next stream batch acts on it. Returns its id.
+
+    :raises SourceError: when the connector does not read the Kafka channel, or the signal is too large.
+    """
+    if "kafka" not in config.signal_enabled_channels:
+        raise SourceError(
+            f"connector {config.name!r} does not read signals from Kafka: add 'kafka' to 'signal.enabled.channels' "
+            "(its topic is 'signal.kafka.topic', by default <topic.prefix>-signal)"
+        )
+    signal_id = signal_id or uuid.uuid4().hex
+    value = orjson.dumps({"id": signal_id, "type": kind, "data": data})
+    if len(value) > MAX_SIGNAL_BYTES:
+        raise SourceError(f"the signal is {len(value)} bytes; signals are limited to {MAX_SIGNAL_BYTES}")
+    producer.ensure_topic(config.signal_topic)
+    producer.send(config.signal_topic, config.topic_prefix.encode(), value)
+    producer.flush(config.walflow_kafka_flush_timeout_s)
+    return signal_id

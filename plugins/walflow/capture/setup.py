@@ -43,7 +43,7 @@ from walflow.source.connection import connect, quote_table
 from walflow.source.locks import release_slot_lock, try_lock_slot
 from walflow.source.prepare import SetupReport, setup_source
 from walflow.source.publication import list_tables
-from walflow.source.slot import check_slot, create_slot
+from walflow.source.slot import check_slot, create_slot, enable_failover
 from walflow.source.state import StateStore
 from walflow.transforms.producer import with_transforms
 
@@ -65,6 +65,13 @@ def ensure_signal_table(conn: psycopg.Connection, config: ConnectorConfig) -> bo
     ).fetchone()
     if exists and exists[0]:
         return False
+    if config.read_only:
+        raise SlotError(
+            f"signal table {schema}.{table} ('signal.data.collection') does not exist, and with 'read.only: true' walflow "
+            f"creates nothing in the source: create it on the primary (CREATE TABLE {schema}.{table} (id varchar(42) PRIMARY "
+            "KEY, type varchar(32) NOT NULL, data varchar(2048) NULL) and add it to the publication), or leave the key out "
+            "and signal through Kafka ('signal.enabled.channels: kafka')"
+        )
     conn.execute(
         sql.SQL("CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048) NULL)").format(
             quote_table(schema, table)
@@ -117,6 +124,8 @@ class ConnectorSetup:
     :param producer_factory: builds the Kafka producer, only when a snapshot has to run.
     :param on_snapshot_start: called with the number of tables when a snapshot starts (the operator sends the
         ``SnapshotRunning`` metric then; the report at the end says how it went).
+    :param state_conninfo: libpq connection string of the database that holds the state table
+        (``walflow.state.conn.id``); without it, the state table is created in the source database.
     """
 
     def __init__(
@@ -128,9 +137,11 @@ class ConnectorSetup:
         progress: Callable[[str], None] | None = None,
         fault_hook: Callable[[str], None] | None = None,
         on_snapshot_start: Callable[[int], None] | None = None,
+        state_conninfo: str | None = None,
     ) -> None:
         self.config = config
         self.conninfo = conninfo
+        self.state_conninfo = state_conninfo
         self.producer_factory = producer_factory
         self._progress = progress
         self._fault = fault_hook
@@ -143,9 +154,13 @@ class ConnectorSetup:
         conn = connect(
             self.conninfo, application_name=f"walflow:{config.name}:setup", initial_statements=config.database_initial_statements
         )
+        state_conn = None
         try:
             try_lock_slot(conn, config)  # the stream cannot run while the snapshot is taken
-            store = StateStore(conn, config.name, config.state_table)
+            if self.state_conninfo is not None:
+                state_conn = connect(self.state_conninfo, application_name=f"walflow:{config.name}:state")
+            store = StateStore(state_conn or conn, config.name, config.state_table)
+            self._store = store
             # refusals first, before any DDL: another connector's slot or prefix, tables sharing a topic
             check_claims(store, config)
             check_topics(config, [(s, t) for s, t, *_ in list_tables(conn, Filters(config))])
@@ -159,6 +174,9 @@ class ConnectorSetup:
             previous = store.get(SNAPSHOT_KEY)
             database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             slot = check_slot(conn, config, database, missing_ok=True)
+            if slot is not None and config.slot_failover and slot.failover is False:
+                enable_failover(self.conninfo, config.slot_name)
+                log.info("replication slot %s is now a failover slot (slot.failover: true)", config.slot_name)
             if slot is None:
                 error = lost_slot_error(config, previous)
                 if error is not None:
@@ -178,7 +196,7 @@ class ConnectorSetup:
                 return result
             if not snapshot_needed(config, previous, slot is None):
                 if slot is None:
-                    report.slot_confirmed_lsn = create_slot(conn, config.slot_name)
+                    report.slot_confirmed_lsn = create_slot(conn, config.slot_name, config.slot_failover)
                     report.slot_created = True
                     log.info("created replication slot %s at %s", config.slot_name, report.slot_confirmed_lsn)
                 else:
@@ -214,6 +232,8 @@ class ConnectorSetup:
             result["snapshot"] = {"ran": True, **summary}
             return result
         finally:
+            if state_conn is not None:
+                state_conn.close()
             release_slot_lock(conn)
             conn.close()
 
@@ -271,7 +291,7 @@ class ConnectorSetup:
             log.info("previous snapshot did not complete: recreating slot %s to snapshot again from the start", config.slot_name)
             slot_exists = False
         if not slot_exists:
-            repl, consistent_point, snapshot_name = create_slot_with_snapshot(self.conninfo, config.slot_name)
+            repl, consistent_point, snapshot_name = create_slot_with_snapshot(self.conninfo, config.slot_name, config.slot_failover)
             report.slot_created = True
             try:
                 runner = InitialSnapshot(config, self.conninfo, producer, snapshot_name=snapshot_name, position_lsn=consistent_point, progress=self._progress, fault_hook=self._fault)
@@ -285,7 +305,7 @@ class ConnectorSetup:
         if config.walflow_lake_enabled and runner.position_lsn is not None:
             # the definitions the snapshot read, for the lake (walflow.capture.schema_facts): what a later rename or re-added
             # column is told apart from
-            facts = SchemaFacts(StateStore(conn, config.name, config.state_table), producer, config.schema_topic)
+            facts = SchemaFacts(self._store, producer, config.schema_topic)
             for table in tables:
                 facts.observe(table.catalog.oid, catalog_fact(table.schema, table.catalog, runner.position_lsn))
             if starts is not None:

@@ -100,9 +100,13 @@ class InitialSnapshot:
             if snapshot_name is None:
                 # No slot export: this transaction's snapshot is the one every reader shares.
                 snapshot_name = leader.execute("SELECT pg_export_snapshot()").fetchone()[0]  # type: ignore[index]
-                self.position_lsn = _lsn(leader.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
-            # Debezium names the snapshot transaction in source.txId; reading it assigns the transaction an id
-            xid = leader.execute("SELECT txid_current()").fetchone()[0]  # type: ignore[index]
+                # on a hot standby, as Debezium: the WAL received so far
+                self.position_lsn = _lsn(leader.execute(
+                    "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END)::text"
+                ).fetchone()[0])  # type: ignore[index]
+            # Debezium names the snapshot transaction in source.txId; reading it assigns the transaction an id (a
+            # standby assigns none: 0, as Debezium reports it there)
+            xid = leader.execute("SELECT CASE WHEN pg_is_in_recovery() THEN 0 ELSE txid_current() END").fetchone()[0]  # type: ignore[index]
             database = leader.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             if config.snapshot_locking_mode == "shared":
                 _lock_tables(leader, tables, config.snapshot_lock_timeout_ms)
@@ -195,8 +199,9 @@ def _lsn_str(value: int | None) -> str | None:
     return lsn_to_str(value) if value is not None else None
 
 
-def create_slot_with_snapshot(conninfo: str, slot: str) -> tuple[psycopg.Connection, int, str]:
-    """Create the slot on a replication connection, exporting its snapshot.
+def create_slot_with_snapshot(conninfo: str, slot: str, failover: bool = False) -> tuple[psycopg.Connection, int, str]:
+    """Create the slot on a replication connection, exporting its snapshot (``failover``: PostgreSQL 17's failover
+    slot, which standbys with ``sync_replication_slots`` keep a copy of).
 
     Returns the connection (keep it open and idle while readers import the snapshot), the slot's
     consistent point and the snapshot's name.
@@ -207,7 +212,9 @@ def create_slot_with_snapshot(conninfo: str, slot: str) -> tuple[psycopg.Connect
         raise SnapshotError(f"cannot open a replication connection to create slot {slot!r}: {str(exc).strip()}") from None
     try:
         row = repl.execute(
-            sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')").format(sql.Identifier(slot)),
+            sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export'{})").format(
+                sql.Identifier(slot), sql.SQL(", FAILOVER true" if failover else "")
+            ),
             prepare=False,
         ).fetchone()
     except psycopg.Error as exc:

@@ -51,7 +51,7 @@ from walflow.kafka import EventProducer, use_topic_creation
 from walflow.records.events import Serializer, TableSchema, now_ms
 from walflow.records.transforms import ColumnRules
 from walflow.source.catalog import Catalog
-from walflow.source.connection import MESSAGES_SERVER_VERSION, connect, server_info
+from walflow.source.connection import MESSAGES_SERVER_VERSION, connect, server_info, server_timeline
 from walflow.source.ddl_facts import PREFIX as DDL_PREFIX
 from walflow.source.ddl_facts import TRIGGER as DDL_TRIGGER
 from walflow.source.ddl_facts import DdlFacts, trigger_enabled
@@ -83,6 +83,8 @@ log = logging.getLogger(__name__)
 FETCH_ROWS = 2000
 #: Seconds between two progress lines in the task log.
 PROGRESS_EVERY_S = 10.0
+#: Seconds a round waits for the WAL to be flushed up to where its read-only windows' rows are due.
+READ_ONLY_FLUSH_WAIT_S = 5.0
 
 
 class StreamBatch:
@@ -226,7 +228,20 @@ class StreamBatch:
             # what its offsets say it processed, rather than produce it again with a newer source.sequence.
             confirmed_to = previous_batch.get("confirmed_to")
             skip_before = str_to_lsn(confirmed_to) if confirmed_to else None
-            if skip_before is not None and skip_before > str_to_lsn(slot.confirmed_flush_lsn):
+            summary.timeline = server_timeline(conn)
+            failed_over = previous_batch.get("timeline") not in (None, summary.timeline)
+            if failed_over and skip_before is not None and skip_before > str_to_lsn(slot.confirmed_flush_lsn):
+                # A promoted standby's slot (slot.failover: synchronized from the old primary) lags what the previous
+                # batch confirmed there, and past the promotion the same positions hold other transactions: nothing
+                # is skipped, so what lies in between is produced again (duplicates, never a gap).
+                log.warning(
+                    "connector %s: the server is on timeline %s and the previous batch ran on timeline %s (a failover); "
+                    "slot %s is at %s, behind %s where the previous batch left it on the old primary: the transactions "
+                    "in between are streamed again (at-least-once duplicates, docs/operations.md)",
+                    config.name, summary.timeline, previous_batch.get("timeline"), config.slot_name, slot.confirmed_flush_lsn, confirmed_to,
+                )  # fmt: skip
+                skip_before = None
+            elif skip_before is not None and skip_before > str_to_lsn(slot.confirmed_flush_lsn):
                 log.warning(
                     "connector %s: slot %s is at %s, behind %s where the previous batch left it (the server "
                     "restarted without a checkpoint); the transactions in between are in Kafka already and are skipped",
@@ -250,13 +265,7 @@ class StreamBatch:
                         )
                     self._fault("incremental_chunk")
                     inc.prepare(max(config.incremental_snapshot_chunk_size, ROUND_ROWS), ROUND_BYTES)
-                with conn.cursor() as cur:
-                    # The flushed end of WAL, not pg_current_wal_lsn() (written, maybe not yet flushed): logical
-                    # decoding reads only flushed WAL, so a transaction committed asynchronously
-                    # (synchronous_commit=off) and written but not flushed when the peek starts would not be read,
-                    # and the slot, moved to the end point afterwards, would skip it.
-                    cur.execute("SELECT pg_current_wal_flush_lsn()::text")
-                    upto_text = cur.fetchone()[0]  # type: ignore[index]
+                upto_text = self._wal_end(conn, inc.wal_needed if inc is not None else None)
                 summary.upto_lsn = upto_text
                 log.info(
                     "connector %s: streaming slot %s from %s up to %s (at most %d events, %.0f s)",
@@ -357,6 +366,27 @@ class StreamBatch:
         """The connector's state: in the state database when ``walflow.state.conn.id`` names one, otherwise in the
         source, on ``source_conn`` (the stream's connection before and after the peek, the catalog's during it)."""
         return StateStore(self._state_conn or source_conn, self.config.name, self.config.state_table)
+
+    def _wal_end(self, conn: psycopg.Connection, needed: int | None) -> str:
+        """Where this round reads the slot up to: the flushed end of WAL on a primary, the replayed end on a hot
+        standby (what logical decoding can read there).
+
+        The flushed end, not pg_current_wal_lsn() (written, maybe not yet flushed): logical decoding reads only
+        flushed WAL, so a transaction committed asynchronously (synchronous_commit=off) and written but not flushed
+        when the peek starts would not be read, and the slot, moved to the end point afterwards, would skip it.
+        ``needed``: read-only windows whose rows are due at that position, which walflow may not flush by writing
+        a watermark; the server's WAL writer flushes it within moments, so the round waits for it (a few seconds
+        at most, after which the chunks wait for the next round).
+        """
+        deadline = time.monotonic() + READ_ONLY_FLUSH_WAIT_S
+        while True:
+            row = conn.execute(
+                "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() END)::text"
+            ).fetchone()
+            upto_text = str(row[0]) if row and row[0] else "0/0"
+            if needed is None or str_to_lsn(upto_text) >= needed or time.monotonic() >= deadline:
+                return upto_text
+            time.sleep(0.02)
 
     def _check_retained_wal(self, conn: psycopg.Connection, summary: BatchSummary, store: StateStore) -> None:
         """Judge the slot's health after this batch advanced it: warn, or fail above the hard limit.
@@ -488,6 +518,9 @@ class StreamBatch:
                                 if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
                                     skipping = True
                                     continue
+                                if inc is not None and (due := inc.next_close) is not None and msg.final_lsn >= due:  # type: ignore[attr-defined]
+                                    # read-only windows: every transaction the chunks' snapshots saw is streamed
+                                    inc.on_position(msg.final_lsn, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
                                 tx = Transaction(msg, lsn_value)  # type: ignore[arg-type]
                                 self._fault("before_produce")
                             elif cls is Commit:
@@ -582,6 +615,8 @@ class StreamBatch:
             # Everything committed before upto was read: the slot may move there even if nothing was captured,
             # which keeps an idle or filtered-out database from retaining WAL.
             upto = str_to_lsn(upto_text)
+            if inc is not None and inc.next_close is not None:
+                inc.on_position(upto, events.sequence(upto), per_topic)  # read-only windows due by the end
             return max(upto, last_commit_end or 0)
         return last_commit_end
 

@@ -160,6 +160,24 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
             f"role {info.user!r} has neither REPLICATION nor SUPERUSER; grant it with "
             f"ALTER ROLE {info.user} REPLICATION (see include/sql/roles.sql)"
         )
+    if config.slot_failover and info.version_num < 170000:
+        raise SourceError(
+            f"'slot.failover: true' needs PostgreSQL 17 or newer (failover slots); this server is {info.version}. "
+            "Leave the key out: after a failover the setup then re-reads the tables into a new slot ('when_needed')"
+        )
+    row = conn.execute("SELECT pg_is_in_recovery(), current_setting('hot_standby_feedback')").fetchone()
+    if row is not None and row[0]:
+        if info.version_num < 160000:
+            raise SourceError(
+                f"this server is a standby running PostgreSQL {info.version}; logical decoding on a standby needs "
+                "PostgreSQL 16 or newer. Point the connector's Connection at the primary, or upgrade"
+            )
+        if row[1] != "on":
+            raise SourceError(
+                "this server is a standby with hot_standby_feedback off: the primary's vacuum would remove catalog rows "
+                "the connector's slot still needs, and the server would invalidate the slot. Set hot_standby_feedback = "
+                "on (and primary_slot_name) on the standby and reload it"
+            )
     if creating_slot and info.used_replication_slots >= info.max_replication_slots:
         raise SourceError(
             f"all {info.max_replication_slots} replication slots are in use (max_replication_slots); raise "
@@ -168,3 +186,12 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
     return info
 
 
+def server_timeline(conn: psycopg.Connection) -> int:
+    """The server's WAL timeline: a standby promoted to primary starts a new one, so the same WAL position on either
+    side of a failover can hold different transactions. A primary's is the one it writes (from the name of its
+    current WAL file, known as soon as a promotion ends); a standby's that of its last restartpoint."""
+    row = conn.execute(
+        "SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint()) "
+        "ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END"
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -18,7 +18,7 @@ from walflow.errors import SlotError
 #: The WAL a slot has not confirmed yet: bytes between its ``confirmed_flush_lsn`` and the server's current
 #: position. Shared by :func:`pending_wal_bytes` and the asynchronous trigger, which runs it on its own connection.
 PENDING_WAL_SQL = (
-    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+    "SELECT pg_wal_lsn_diff((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END), confirmed_flush_lsn)::bigint "
     "FROM pg_replication_slots WHERE slot_name = %s"
 )
 
@@ -88,9 +88,9 @@ def slot_health(
     with conn.cursor() as cur:
         cur.execute(
             """
-            SELECT active_pid, wal_status, restart_lsn::text, confirmed_flush_lsn::text, pg_current_wal_lsn()::text,
-                   pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
-                   pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+            SELECT active_pid, wal_status, restart_lsn::text, confirmed_flush_lsn::text, (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,
+                   pg_wal_lsn_diff((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END), restart_lsn)::bigint,
+                   pg_wal_lsn_diff((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END), confirmed_flush_lsn)::bigint
             FROM pg_replication_slots WHERE slot_name = %s
             """,
             (slot,),

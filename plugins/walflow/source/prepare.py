@@ -58,6 +58,13 @@ def ensure_publication(
     wanted = set(tables)
     existing = publication_tables(conn, name)
     report.publication = name
+    if existing is None and config.read_only:
+        listed = ", ".join(f"{s}.{t}" for s, t in sorted(wanted)) or "..."
+        raise SourceError(
+            f"publication {name!r} does not exist, and with 'read.only: true' walflow creates nothing in the source: "
+            f"create it on the primary as the tables' owner (CREATE PUBLICATION {name} FOR TABLE {listed}), then run the "
+            "setup again (a standby receives it through replication)"
+        )
     if existing is None:
         if mode == "disabled":
             raise SourceError(
@@ -101,7 +108,7 @@ def ensure_publication(
         )
     if not all_ops:
         report.warnings.append(f"publication {name!r} does not publish every operation (insert, update, delete)")
-    if mode == "filtered" and not all_tables and published != wanted:
+    if mode == "filtered" and not all_tables and published != wanted and not config.read_only:
         check_publication_privileges(conn, name, mode, wanted, creating=False)
         with conn.cursor() as cur:
             cur.execute(
@@ -164,7 +171,7 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
     if slot is None and not create_slot_now:
         return report
     if slot is None:
-        report.slot_confirmed_lsn = create_slot(conn, config.slot_name)
+        report.slot_confirmed_lsn = create_slot(conn, config.slot_name, config.slot_failover)
         report.slot_created = True
         log.info("created replication slot %s at %s", config.slot_name, report.slot_confirmed_lsn)
     else:

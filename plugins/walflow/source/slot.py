@@ -23,6 +23,10 @@ class SlotInfo:
     restart_lsn: str | None
     confirmed_flush_lsn: str | None
     wal_status: str | None
+    #: PostgreSQL 17+: synchronized to standbys (None before 17)
+    failover: bool | None = None
+    #: PostgreSQL 17+: a standby's copy of a primary's failover slot, not usable until the standby is promoted
+    synced: bool | None = None
 
 
 def slot_info(conn: psycopg.Connection, slot: str) -> SlotInfo | None:
@@ -30,8 +34,8 @@ def slot_info(conn: psycopg.Connection, slot: str) -> SlotInfo | None:
         cur.execute(
             """
             SELECT slot_name, plugin, slot_type, database, active_pid, restart_lsn::text,
-                   confirmed_flush_lsn::text, wal_status
-            FROM pg_replication_slots WHERE slot_name = %s
+                   confirmed_flush_lsn::text, wal_status, (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
+            FROM pg_replication_slots s WHERE slot_name = %s
             """,
             (slot,),
         )
@@ -66,6 +70,12 @@ def check_slot(conn: psycopg.Connection, config: ConnectorConfig, database: str,
             f"replication slot {slot.name!r} has lost required WAL (wal_status=lost, max_slot_wal_keep_size exceeded): "
             f"changes were missed. Drop the slot and re-run {config.name}__setup with a snapshot mode that re-reads the data."
         )
+    if slot.synced and conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:  # type: ignore[index]
+        raise SlotError(
+            f"replication slot {slot.name!r} on this standby is a synchronized copy of the primary's failover slot: it "
+            "can be streamed from only once the standby is promoted. Point the connector's Connection at the primary, "
+            "or, to capture from this standby, give the connector a slot of its own ('slot.name') and run its setup here"
+        )
     if slot.active_pid is not None:
         raise SlotError(
             f"replication slot {slot.name!r} is in use by another process (PID {slot.active_pid}); a slot has one "
@@ -74,10 +84,27 @@ def check_slot(conn: psycopg.Connection, config: ConnectorConfig, database: str,
     return slot
 
 
-def create_slot(conn: psycopg.Connection, slot: str) -> str:
-    """Create the logical pgoutput slot; return its consistent point LSN."""
+def create_slot(conn: psycopg.Connection, slot: str, failover: bool = False) -> str:
+    """Create the logical pgoutput slot (``failover``: PostgreSQL 17's failover slot); return its consistent point LSN.
+
+    On a hot standby (PostgreSQL 16+) the creation waits for the primary to log its running transactions, which it
+    does at its next checkpoint or ``pg_log_standby_snapshot()``."""
     with conn.cursor() as cur:
-        cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        if failover:
+            cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)", (slot,))
+        else:
+            cur.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         row = cur.fetchone()
     assert row is not None
     return row[0]
+
+
+def enable_failover(conninfo: str, slot: str) -> None:
+    """Make an existing slot a failover slot (PostgreSQL 17's ``ALTER_REPLICATION_SLOT``, on a replication connection)."""
+    from psycopg import sql
+
+    try:
+        with psycopg.connect(conninfo, autocommit=True, replication="database") as repl:  # type: ignore[call-arg]
+            repl.execute(sql.SQL("ALTER_REPLICATION_SLOT {} (FAILOVER true)").format(sql.Identifier(slot)), prepare=False)
+    except psycopg.Error as exc:
+        raise SlotError(f"cannot make replication slot {slot!r} a failover slot ('slot.failover: true'): {str(exc).strip()}") from None
