@@ -8,7 +8,6 @@ state database is the test runtime's own server, and the broker is the test runt
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
