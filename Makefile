@@ -78,7 +78,11 @@ HOSTILE := tests/integration/test_hostile_input.py
 HOSTILE_LAKE := $(HOSTILE)::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
 LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py \
   tests/integration/test_lake_catalog.py
-LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py
+#: the tests on a PostgreSQL 18 primary and standby of their own (walflow.runtime.replicas): capture from the standby
+#: with read.only, and the failover scenario (3 iterations; make test-faults runs 20). They run in the unit lane,
+#: which has the time.
+REPLICAS := tests/integration/test_standby.py tests/faults/test_failover.py
+LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py --ignore=tests/faults/test_failover.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
 RUN_BETWEEN := $(TRUTH)::test_renames_and_defaults_reach_the_lake_as_the_source_has_them[run-between]
@@ -94,7 +98,7 @@ LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE) --ignore=$(CLUSTER)
 #: torture run overtakes runs at every hook point): make test-faults runs them
 FENCE := tests/integration/test_lake_fence.py::test_a_run_overtaken_by_a_newer_one_publishes_nothing
 LONG_FENCE := $(FENCE)[after_ddl] $(FENCE)[after_changelog]
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE))
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE) tests/integration/test_standby.py)
 LANES := a b c alone unit
 #: where the tests marked disruptive are (lane "alone", on their own runtime), and those marked alone: the lake's truth
 #: and fence tests and the torture run's short form, which share that lane's Spark session with the disruptive fault tests
@@ -121,7 +125,7 @@ test: test-up test-alone-up
 	  ( source $(ALONE_STATE)/env.sh && $(PYTEST) $(ALONE) -m "disruptive or alone" $(patsubst %,--deselect %,$(LONG_ALONE) $(LONG_TRUTH) $(LONG_FENCE)) \
 	    > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
 	    echo $$? > $(TEST_STATE)/lanes/lane-alone.rc ) & \
-	  ( $(PYTEST) tests/unit > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
+	  ( $(PYTEST) tests/unit $(REPLICAS) > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
 	  wait; \
 	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
 	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \

@@ -6,7 +6,8 @@ a physical slot (``primary_slot_name``) with ``hot_standby_feedback`` (the prima
 rows a logical slot on the standby reads) and ``sync_replication_slots`` (PostgreSQL 17's slot synchronization: the
 primary's failover slots are copied to the standby, which streams from them once promoted). The primary lists the
 standby's slot in ``synchronized_standby_slots``, so a failover slot is never read past WAL the standby has not
-received: after a promotion, nothing a batch confirmed is missing from the new primary.
+received: after a promotion, nothing a batch confirmed is missing from the new primary. Commits are synchronous
+(``synchronous_standby_names``): a failover loses no transaction whose commit returned.
 
 Both servers live in one private folder (as the embedded runtime's cluster, see :mod:`walflow.runtime.embedded`),
 listen on 127.0.0.1 only and ask for the superuser's password (``replicas.json`` beside ``env.sh`` holds the ports
@@ -130,6 +131,8 @@ def create(parent: Path | None = None) -> Replicas:
             "log_min_messages = warning\n"
             # a failover slot is never read past WAL the standby has not flushed
             f"synchronized_standby_slots = '{STANDBY_SLOT}'\n"
+            # a commit returns once the standby has it: a failover loses no committed transaction
+            "synchronous_standby_names = 'walflow_standby'\n"
         )
     _start(replicas, "primary")
     _sql(replicas, "primary", f"SELECT pg_create_physical_replication_slot('{STANDBY_SLOT}')")
@@ -148,6 +151,7 @@ def create(parent: Path | None = None) -> Replicas:
             "\n# walflow replicas: the standby\n"
             f"unix_socket_directories = '{standby}'\n"
             "synchronized_standby_slots = ''\n"
+            "synchronous_standby_names = ''\n"
             "hot_standby = on\n"
             "hot_standby_feedback = on\n"
             "sync_replication_slots = on\n"

@@ -54,6 +54,12 @@ def check_slot(conn: psycopg.Connection, config: ConnectorConfig, database: str,
             "after a failover: changes made since the last run may have been missed. walflow never recreates a slot "
             f"silently; re-run the setup DAG ({config.name}__setup) with a snapshot mode that re-reads the data "
             "('when_needed' or 'always')."
+            + (
+                ""
+                if config.slot_failover
+                else " To keep streaming across a failover instead, set 'slot.failover: true' (PostgreSQL 17+, standbys with "
+                "sync_replication_slots): a promoted standby then has the slot (docs/operations.md)."
+            )
         )
     if slot.slot_type != "logical" or slot.plugin != "pgoutput":
         raise SlotError(
