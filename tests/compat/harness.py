@@ -73,6 +73,8 @@ class Variant:
     walflow: dict[str, Any] = field(default_factory=dict)
     debezium: dict[str, Any] = field(default_factory=dict)
     expect_snapshot_rows: int | None = None
+    #: options of both connectors' publications (``WITH (...)``), which a DBA sets: Debezium has no key for them
+    publication_options: str = ""
 
 
 @dataclass
@@ -94,6 +96,9 @@ class Scenario:
     #: (its schema lookups then see the catalog of that moment: a primary key dropped later, say); walflow reads
     #: the whole workload afterwards in one batch
     live: bool = False
+    #: the oldest server (``server_version_num``) the scenario can run on: on an older one it is skipped, and the
+    #: version matrix (``make test-pg18``) runs it
+    min_version: int = 0
 
 
 @dataclass
@@ -246,6 +251,17 @@ def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[
                 conn.execute(adapt(statement))  # type: ignore[arg-type]
 
 
+#: the outcome of a scenario the server is too old for (not a missing dependency: the version matrix runs it)
+NEEDS_VERSION = "needs PostgreSQL {} or newer (this server is {}): make test-pg18 runs it"
+
+
+def _create_walflow_publication(run: _Run) -> None:
+    """walflow's publication with the variant's options, made as a DBA makes it (the setup then finds and checks it)."""
+    with psycopg.connect(run.database, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES WITH ({})").format(
+            sql.Identifier(run.wf_slot), sql.SQL(run.variant.publication_options)))
+
+
 def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
     kafka = [f"{run.prefix}-signal" for run in runs if "kafka" in str(run.variant.props.get("signal.enabled.channels", ""))]
     if kafka:
@@ -298,6 +314,8 @@ def _create_debezium_slot(run: _Run) -> None:
     with psycopg.connect(run.database, autocommit=True) as conn:
         via_root = str(run.variant.props.get("publish.via.partition.root", "")).lower() == "true"
         options = sql.SQL(" WITH (publish_via_partition_root = true)" if via_root else "")
+        if run.variant.publication_options:
+            options = sql.SQL(" WITH ({})").format(sql.SQL(run.variant.publication_options))
         conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES{}").format(sql.Identifier(run.dbz_slot), options))
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (run.dbz_slot,))
 
@@ -415,12 +433,18 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
     started = time.monotonic()
     _drop_leftovers()
     available = _available_extensions()
+    with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
+        version = int(conn.execute("SHOW server_version_num").fetchone()[0])  # type: ignore[index]
     results: dict[tuple[str, str], Outcome | str] = {}
     runs: list[_Run] = []
     databases: list[str] = []
     engines: list[Engine] = []
     try:
         for scenario in scenarios:
+            if scenario.min_version > version:
+                for variant in scenario.variants:
+                    results[(scenario.name, variant.name)] = NEEDS_VERSION.format(scenario.min_version // 10000, version // 10000)
+                continue
             missing = [e for e in scenario.extensions if e not in available]
             if missing:
                 for variant in scenario.variants:
@@ -452,6 +476,8 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                         # not with signals: an incremental snapshot then would run while the workload still writes
                         run.engine = _start(engines, run)
                 for run in scenario_runs:
+                    if run.variant.publication_options:
+                        _create_walflow_publication(run)
                     support.setup(run.config, dsn)  # type: ignore[arg-type]
             if scenario.live:
                 for run in scenario_runs:

@@ -836,8 +836,37 @@ TRANSFORMS = Scenario(
 
 #: The scenarios in groups whose Debezium connectors run at the same time (two replication slots per variant: a
 #: group stays within the embedded cluster's 40 slots).
+# -- stored generated columns: in the snapshot's rows; in the stream as pgoutput sends them (PostgreSQL 18 sends them
+# only for a publication with publish_generated_columns = stored, which neither connector's publication sets) ---------
+GENERATED = Scenario(
+    "generated",
+    setup=[
+        "CREATE TABLE g (id int PRIMARY KEY, price numeric(10,2) NOT NULL, qty int NOT NULL,"
+        " total numeric(12,2) GENERATED ALWAYS AS (price * qty) STORED, label text)",
+        "INSERT INTO g (id, price, qty, label) VALUES (1, 2.50, 4, 'a'), (2, 10, 1, 'b')",
+    ],
+    snapshot=True,
+    after_snapshot=["INSERT INTO g (id, price, qty) VALUES (3, 1.25, 8)", "UPDATE g SET qty = qty + 1 WHERE id = 1", "DELETE FROM g WHERE id = 2"],
+    variants=[Variant("default"), Variant("full_identity_unwrap", {"transforms": "unwrap",
+              "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"})],
+)
+
+# -- PostgreSQL 18's publish_generated_columns = stored: the stream carries the generated columns' values ----------------
+GENERATED_PUBLISHED = Scenario(
+    "generated_published",
+    setup=[
+        "CREATE TABLE g (id int PRIMARY KEY, price numeric(10,2) NOT NULL, qty int NOT NULL,"
+        " total numeric(12,2) GENERATED ALWAYS AS (price * qty) STORED, label text)",
+        "INSERT INTO g (id, price, qty, label) VALUES (1, 2.50, 4, 'a'), (2, 10, 1, 'b')",
+    ],
+    workload=["INSERT INTO g (id, price, qty) VALUES (3, 1.25, 8)", "UPDATE g SET qty = qty + 1 WHERE id = 1", "DELETE FROM g WHERE id = 2",
+              "ALTER TABLE g REPLICA IDENTITY FULL", "UPDATE g SET price = 3 WHERE id = 3", "DELETE FROM g WHERE id = 3"],
+    variants=[Variant("stored", publication_options="publish_generated_columns = stored")],
+    min_version=180000,
+)
+
 GROUPS = [
     [BASIC, SNAPSHOT, INCREMENTAL, INCREMENTAL_FILTERS, IDENTITIES, TOAST, TRANSACTIONS, DDL, POSTGIS_STREAM, POSTGIS_SNAPSHOT],
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
-    [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS, TRANSFORMS, KAFKA_SIGNALS, RESELECT, BLOCKING],
+    [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS, TRANSFORMS, KAFKA_SIGNALS, RESELECT, BLOCKING, GENERATED, GENERATED_PUBLISHED],
 ]

@@ -165,3 +165,49 @@ def test_connector_helpers_run_as_the_databases_role(database: str) -> None:
         conn.execute("INSERT INTO t VALUES (1)")
     assert dict(owners) == {"walflow_state": database_role(database), "walflow_signal": database_role(database)}
     assert stream(config, database).events == 1
+
+
+def test_setup_names_the_missing_grant_as_a_managed_service_gives_it(database: str) -> None:
+    """Where there is no superuser: a role without REPLICATION is refused with the grant to ask for (the attribute, or
+    Amazon RDS's rds_replication membership, which walflow also recognises); a role without EXECUTE on
+    pg_logical_emit_message is told its incremental snapshots' watermarks need it, or read.only."""
+    from walflow.config.connector import parse_config
+    from walflow.errors import SourceError
+    from walflow.source.connection import check_server, connect, server_info
+
+    role = unique("managed").lower()
+    base = [p for p in database.split() if not p.startswith(("user=", "password="))]
+    dsn = " ".join([*base, f"user={role}", f"password={PASSWORD}"])
+    config = parse_config({"name": "m", "topic.prefix": "m"})
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
+        conn.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rds_replication') THEN CREATE ROLE rds_replication NOLOGIN; END IF; END $$")
+    try:
+        with connect(dsn) as conn:
+            with pytest.raises(SourceError, match=rf"ALTER ROLE {role} REPLICATION.*GRANT rds_replication TO {role}"):
+                check_server(conn, config, creating_slot=True)
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(f"GRANT rds_replication TO {role}")
+        with connect(dsn) as conn:
+            assert server_info(conn).has_replication
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(f"REVOKE rds_replication FROM {role}")
+            conn.execute(f"ALTER ROLE {role} REPLICATION")
+            conn.execute("CREATE TABLE managed_t (id int PRIMARY KEY)")
+            conn.execute(f"GRANT SELECT ON managed_t TO {role}")
+            conn.execute("CREATE PUBLICATION managed_pub FOR TABLE managed_t")
+            for (overload,) in conn.execute("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message'").fetchall():
+                conn.execute(f"REVOKE EXECUTE ON FUNCTION {overload} FROM PUBLIC")  # 3 arguments, and 4 from PostgreSQL 17
+        config = connector(unique("managed"), **{"publication.name": "managed_pub", "publication.autocreate.mode": "disabled",
+                                                 "table.include.list": "public.managed_t"})  # fmt: skip
+        from walflow.source.prepare import setup_source
+
+        with connect(dsn) as conn:
+            report = setup_source(conn, config)
+        assert any(f"GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO {role}" in w for w in report.warnings), report.warnings
+    finally:
+        with psycopg.connect(database, autocommit=True) as conn:
+            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()").fetchall():
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            conn.execute("DROP OWNED BY " + role)
+            conn.execute("DROP ROLE " + role)

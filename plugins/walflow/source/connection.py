@@ -120,7 +120,10 @@ def server_info(conn: psycopg.Connection) -> ServerInfo:
             SELECT current_setting('server_version_num')::int, current_setting('server_version'),
                    current_setting('wal_level'), current_setting('max_replication_slots')::int,
                    (SELECT count(*) FROM pg_replication_slots), current_database(), current_user,
-                   r.rolsuper, r.rolreplication
+                   r.rolsuper,
+                   -- Amazon RDS and Aurora give replication through membership in rds_replication, not the attribute
+                   r.rolreplication OR EXISTS (SELECT FROM pg_roles g WHERE g.rolname = 'rds_replication'
+                                               AND pg_has_role(current_user, g.oid, 'MEMBER'))
             FROM pg_roles r WHERE r.rolname = current_user
             """
         )
@@ -157,8 +160,9 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
         )
     if not (info.is_superuser or info.has_replication):
         raise SourceError(
-            f"role {info.user!r} has neither REPLICATION nor SUPERUSER; grant it with "
-            f"ALTER ROLE {info.user} REPLICATION (see include/sql/roles.sql)"
+            f"role {info.user!r} has neither REPLICATION nor SUPERUSER; grant it with ALTER ROLE {info.user} REPLICATION "
+            f"as a superuser (see include/sql/roles.sql), on Amazon RDS and Aurora with GRANT rds_replication TO {info.user}, "
+            "on Cloud SQL and Azure with ALTER ROLE ... REPLICATION as the service's administrator role (docs/operations.md)"
         )
     if config.slot_failover and info.version_num < 170000:
         raise SourceError(

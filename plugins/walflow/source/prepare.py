@@ -164,6 +164,18 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
             "every batch: run include/sql/roles.sql, which revokes it from PUBLIC and grants it to the connector's role, "
             "or set walflow.message.oversized.handling.mode: skip"
         )
+    if not config.read_only:
+        # incremental snapshots' watermarks are logical decoding messages (read.only needs none)
+        writes_messages = conn.execute(
+            "SELECT bool_or(has_function_privilege(current_user, p.oid, 'EXECUTE')) FROM pg_proc p "
+            "WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace"
+        ).fetchone()
+        if not (writes_messages and writes_messages[0]):
+            report.warnings.append(
+                f"role {info.user!r} may not execute pg_logical_emit_message, which writes incremental snapshots' "
+                f"watermarks: they will fail. GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO "
+                f"{info.user} (include/sql/roles.sql does), or set 'read.only: true', whose watermarks need no write"
+            )
     for warning in report.warnings:
         log.warning("%s", warning)
     slot = check_slot(conn, config, info.database, missing_ok=True)
