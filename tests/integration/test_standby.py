@@ -21,6 +21,8 @@ from walflow.capture.setup import ConnectorSetup
 from walflow.capture.stream import StreamBatch
 from walflow.errors import SourceError
 from walflow.runtime import replicas as pair
+from walflow.runtime.cli import slot_status
+from walflow.runtime.reset import reset_connector
 from walflow.source.signals import signal_status
 
 ROLE, PASSWORD = "walflow_ro", f"pw-{uuid.uuid4().hex}"
@@ -173,6 +175,12 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
     with psycopg.connect(state_database, autocommit=True) as conn:
         keys = {r[0] for r in conn.execute("SELECT key FROM public.walflow_state WHERE connector = %s", (config.name,))}
     assert {"snapshot", "last_batch"} <= keys
+
+    # walflow status and reset find the state where it is
+    status_now = slot_status(standby, config.name, config.slot_name, config.state_table, state_conninfo=state_database)
+    assert status_now["exists"] and status_now["last_batch"]["advanced_to"] == status_now["confirmed_flush_lsn"]
+    report = reset_connector(config, standby, state_conninfo=state_database)
+    assert report.slot_dropped and "last_batch" in report.state_keys
 
 
 def test_read_only_refuses_to_create_what_is_missing(servers: pair.Replicas, state_database: str) -> None:

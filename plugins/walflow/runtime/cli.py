@@ -44,14 +44,20 @@ def slot_status(
     state_table: tuple[str, str],
     limits: HealthLimits | None = None,
     initial_statements: str | None = None,
+    state_conninfo: str | None = None,
 ) -> dict[str, Any]:
     """The slot's positions, retained WAL, confirmed lag and time since its last confirmation, judged against the
-    connector's limits, and the last batch and snapshot state the connector recorded."""
+    connector's limits, and the last batch and snapshot state the connector recorded (in the state database
+    ``state_conninfo`` when it is not the source)."""
     with connect(conninfo, application_name=f"walflow:{connector}:status", initial_statements=initial_statements) as conn:
-        store = StateStore(conn, connector, state_table)
-        last = store.get("last_batch")
+        if state_conninfo:
+            with connect(state_conninfo, application_name=f"walflow:{connector}:status") as state_conn:
+                store = StateStore(state_conn, connector, state_table)
+                last, snapshot = store.get("last_batch"), store.get("snapshot")
+        else:
+            store = StateStore(conn, connector, state_table)
+            last, snapshot = store.get("last_batch"), store.get("snapshot")
         state = {"last_batch": last}
-        snapshot = store.get("snapshot")
         health = slot_health(conn, slot, state)
         database = conn.execute("SELECT database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     out: dict[str, Any] = {"slot": slot, "exists": health.exists}
@@ -136,11 +142,16 @@ def source_conninfo(config: ConnectorConfig, dsn: str | None) -> str:
     return _conninfo(config.walflow_postgres_conn_id, options)
 
 
+def state_conninfo(config: ConnectorConfig) -> str | None:
+    """The state database's libpq string (``walflow.state.conn.id``), or ``None`` when the state is in the source."""
+    return _conninfo(config.walflow_state_conn_id, {}) if config.walflow_state_conn_id else None
+
+
 def status(connector: str, dsn: str | None = None, warehouse: str | None = None) -> dict[str, Any]:
     config = resolve(connector)
     conninfo = source_conninfo(config, dsn)
     limits = health_limits(config)
-    source = slot_status(conninfo, config.name, config.slot_name, config.state_table, limits, config.database_initial_statements)
+    source = slot_status(conninfo, config.name, config.slot_name, config.state_table, limits, config.database_initial_statements, state_conninfo(config))
     result: dict[str, Any] = {"connector": config.name, "source": source}
     if config.walflow_lake_enabled:
         lake = LakeSettings.from_config(config, **({"warehouse": warehouse} if warehouse else {}))
@@ -220,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             config = resolve(args.connector)
-            report = reset_connector(config, source_conninfo(config, args.dsn), lake=args.lake)
+            report = reset_connector(config, source_conninfo(config, args.dsn), lake=args.lake, state_conninfo=state_conninfo(config))
         except WalflowError as exc:
             print(f"walflow reset: {exc}", file=sys.stderr)
             return 2

@@ -104,8 +104,10 @@ def lake_folder(config: ConnectorConfig) -> Path:
     return folder
 
 
-def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = False) -> ResetReport:
+def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = False, state_conninfo: str | None = None) -> ResetReport:
     """Drop the connector's slot and state (and lake tables with ``lake``); refused while a task of it runs.
+
+    :param state_conninfo: the state database (``walflow.state.conn.id``), when the state is not in the source.
 
     :raises ConcurrentRunError: when a stream or setup task holds the slot.
     :raises SlotError: when another process consumes the slot.
@@ -120,14 +122,18 @@ def reset_connector(config: ConnectorConfig, conninfo: str, *, lake: bool = Fals
                 f"a lake apply or maintenance of connector {config.name!r} is running; wait for it to end (or stop it), "
                 "then reset again"
             )
-        _reset(config, conninfo, report, folder)
+        _reset(config, conninfo, report, folder, state_conninfo)
     for line in report.lines():
         log.info("%s", line)
     return report
 
 
-def _reset(config: ConnectorConfig, conninfo: str, report: ResetReport, folder: Path | None) -> None:
-    with connect(conninfo, application_name=f"walflow:{config.name}:reset", initial_statements=config.database_initial_statements) as conn:
+def _reset(config: ConnectorConfig, conninfo: str, report: ResetReport, folder: Path | None, state_conninfo: str | None = None) -> None:
+    with ExitStack() as opened:
+        conn = opened.enter_context(
+            connect(conninfo, application_name=f"walflow:{config.name}:reset", initial_statements=config.database_initial_statements)
+        )
+        state_conn = opened.enter_context(connect(state_conninfo, application_name=f"walflow:{config.name}:reset")) if state_conninfo else conn
         try_lock_slot(conn, config)
         slot = slot_info(conn, config.slot_name)
         if slot is not None and slot.active_pid is not None:
@@ -140,18 +146,23 @@ def _reset(config: ConnectorConfig, conninfo: str, report: ResetReport, folder: 
                 f"{slot.database!r}, not a pgoutput slot of {database!r}: it is not this connector's, and reset drops "
                 "nothing. Check 'slot.name'"
             )
-        store = StateStore(conn, config.name, config.state_table)
+        store = StateStore(state_conn, config.name, config.state_table)
         if store.exists():
             check_claims(store, config)  # another connector's slot or topic prefix: refused before anything goes
-        # one transaction: a slot that cannot be dropped keeps the state with it (the next setup then sees both)
-        with conn.transaction():
+        # one transaction: a slot that cannot be dropped keeps the state with it (the next setup then sees both);
+        # with the state in another database, the slot goes first, then the state (a failure in between leaves a
+        # state without slot, which the next reset clears)
+        with state_conn.transaction():
+            if state_conn is not conn and slot is not None:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
+                report.slot_dropped = True
             if store.exists():
-                rows = conn.execute(
+                rows = state_conn.execute(
                     sql.SQL("DELETE FROM {} WHERE connector = %s AND key <> %s RETURNING key").format(sql.Identifier(*store.table)),
                     (config.name, OWNER_KEY),
                 ).fetchall()
                 report.state_keys = sorted(row[0] for row in rows)
-            if slot is not None:
+            if state_conn is conn and slot is not None:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
                 report.slot_dropped = True
         conn.execute("SELECT pg_advisory_unlock_all()")
