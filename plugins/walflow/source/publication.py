@@ -48,31 +48,46 @@ def captured_tables(conn: psycopg.Connection, config: ConnectorConfig) -> list[s
     return [f"{s}.{t}" for s, t in sorted(tables)]
 
 
+#: the tables a publication holds, from the catalogs alone: the tables it names, those of the schemas it names, the
+#: partitions of its partitioned tables (unless it publishes through the partition root) and the ancestors of its
+#: partitions (whose changes count as published too). Not the pg_publication_tables view: from PostgreSQL 18 it
+#: opens every table (publish_generated_columns), so a table another session holds in ACCESS EXCLUSIVE mode (an
+#: ALTER TABLE, a VACUUM FULL) would stall the setup or the batch behind it, with no timeout.
+_PUBLISHED_SQL = """
+WITH RECURSIVE pub AS (SELECT oid, pubviaroot FROM pg_publication WHERE pubname = %s),
+named AS (
+    SELECT pr.prrelid AS relid FROM pg_publication_rel pr JOIN pub ON pr.prpubid = pub.oid
+    UNION
+    SELECT c.oid FROM pg_publication_namespace pn JOIN pub ON pn.pnpubid = pub.oid
+    JOIN pg_class c ON c.relnamespace = pn.pnnspid AND c.relkind IN ('r', 'p')
+),
+down AS (
+    SELECT relid FROM named
+    UNION
+    SELECT i.inhrelid FROM pg_inherits i JOIN down d ON i.inhparent = d.relid WHERE NOT (SELECT pubviaroot FROM pub)
+),
+up AS (
+    SELECT relid FROM named
+    UNION
+    SELECT i.inhparent FROM pg_inherits i JOIN up u ON i.inhrelid = u.relid JOIN pg_class c ON c.oid = u.relid AND c.relispartition
+)
+SELECT n.nspname, c.relname FROM (SELECT relid FROM down UNION SELECT relid FROM up) r
+JOIN pg_class c ON c.oid = r.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+"""
+
+
 def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, bool, set[tuple[str, str]]] | None:
-    """Return (puballtables, publishes-all-operations, {(schema, table)}) or ``None`` if it does not exist."""
+    """Return (puballtables, publishes-all-operations, {(schema, table)}) or ``None`` if it does not exist; the
+    tables of a ``FOR ALL TABLES`` publication are not listed (every table is published). Read from the catalogs
+    without opening any table (:data:`_PUBLISHED_SQL`)."""
     with conn.cursor() as cur:
         cur.execute("SELECT puballtables, pubinsert AND pubupdate AND pubdelete FROM pg_publication WHERE pubname = %s", (name,))
         row = cur.fetchone()
         if row is None:
             return None
-        # pg_publication_tables lists the partitions of a partitioned table the publication holds, not the table
-        # itself: a partition's ancestors count as published too (pg_partition_ancestors gives a partition and its
-        # ancestors, and nothing for a table that is no partition)
-        cur.execute(
-            """
-            SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s
-            UNION
-            SELECT an.nspname, ac.relname
-            FROM pg_publication_tables pt
-            JOIN pg_namespace ln ON ln.nspname = pt.schemaname
-            JOIN pg_class lc ON lc.relnamespace = ln.oid AND lc.relname = pt.tablename
-            CROSS JOIN LATERAL pg_partition_ancestors(lc.oid) AS a(relid)
-            JOIN pg_class ac ON ac.oid = a.relid
-            JOIN pg_namespace an ON an.oid = ac.relnamespace
-            WHERE pt.pubname = %s AND lc.relispartition
-            """,
-            (name, name),
-        )
+        if row[0]:
+            return True, bool(row[1]), set()
+        cur.execute(_PUBLISHED_SQL, (name,))
         tables = {(s, t) for s, t in cur.fetchall()}
     return bool(row[0]), bool(row[1]), tables
 
