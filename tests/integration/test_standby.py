@@ -28,24 +28,29 @@ from walflow.source.signals import signal_status
 ROLE, PASSWORD = "walflow_ro", f"pw-{uuid.uuid4().hex}"
 
 
+def prepare_primary(replicas: pair.Replicas) -> None:
+    """Table ``t`` (500 rows) on the primary, a publication a DBA created, and a connector role that may log in,
+    replicate and read ``t``: no write privilege anywhere; the standby has replayed it all."""
+    with psycopg.connect(replicas.dsn("primary"), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, note text)")
+        conn.execute("INSERT INTO t SELECT g, g, 'seed' FROM generate_series(1, 500) g")
+        conn.execute("CREATE PUBLICATION ro_pub FOR TABLE t")
+        conn.execute(f"CREATE ROLE {ROLE} LOGIN REPLICATION PASSWORD '{PASSWORD}'")
+        conn.execute(f"GRANT SELECT ON t TO {ROLE}")
+        # what a login may write by default, taken away: temporary tables, objects in public, WAL messages
+        conn.execute("REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC")
+        conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text, boolean) FROM PUBLIC")
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea, boolean) FROM PUBLIC")
+    pair.wait_replayed(replicas)
+
+
 @pytest.fixture(scope="module")
 def servers() -> Iterator[pair.Replicas]:
-    """A PostgreSQL 18 primary and its streaming standby, with table ``t`` (500 rows), a publication a DBA created, and
-    a connector role that may log in, replicate and read ``t``: no write privilege anywhere."""
+    """A PostgreSQL 18 primary and its streaming standby, prepared by :func:`prepare_primary`."""
     replicas = pair.create()
     try:
-        with psycopg.connect(replicas.dsn("primary"), autocommit=True) as conn:
-            conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, note text)")
-            conn.execute("INSERT INTO t SELECT g, g, 'seed' FROM generate_series(1, 500) g")
-            conn.execute("CREATE PUBLICATION ro_pub FOR TABLE t")
-            conn.execute(f"CREATE ROLE {ROLE} LOGIN REPLICATION PASSWORD '{PASSWORD}'")
-            conn.execute(f"GRANT SELECT ON t TO {ROLE}")
-            # what a login may write by default, taken away: temporary tables, objects in public, WAL messages
-            conn.execute("REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC")
-            conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-            conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text, boolean) FROM PUBLIC")
-            conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea, boolean) FROM PUBLIC")
-        pair.wait_replayed(replicas)
+        prepare_primary(replicas)
         yield replicas
     finally:
         pair.remove(replicas)

@@ -221,7 +221,8 @@ def build_connector_dags(directory: str | None = None) -> dict[str, Any]:
         built = [setup_dag(config), stream_dag(config)]
         if config.walflow_lake_enabled:
             built.append(maintain_dag(config))
-        if config.signal_table:
+        if config.signal_table or "kafka" in config.signal_enabled_channels:
+            # the snapshot DAG's signal goes to the signal table, or to Kafka (a read-only connector)
             built.append(snapshot_dag(config))
         for dag in built:
             dags[dag.dag_id] = dag

@@ -105,11 +105,13 @@ acknowledgement, and only then advance the slot (at-least-once; a failed run rep
 
 
 def snapshot_doc(config: ConnectorConfig) -> str:
+    # the signal table, or the Kafka signal topic when there is none (a read-only connector)
+    where = f"`{config.signal_data_collection}`" if config.signal_data_collection else f"the Kafka topic `{config.signal_topic}`"
     return f"""\
 ### Ad-hoc incremental snapshot for connector `{config.name}`
 
 Trigger it with the tables to re-read (at least one; schema.table or a regular expression), optionally narrowed by
-one SQL condition. The run writes an `execute-snapshot` signal to `{config.signal_data_collection}`; the next run of
+one SQL condition. The run writes an `execute-snapshot` signal to {where}; the next run of
 `{config.name}__stream` reads it and snapshots the tables in chunks between watermarks while it streams; this run's
 sensor waits until that is done. The snapshot's records (`op: r`, `source.snapshot: incremental`) go to the
 tables' topics {_topics(config)}.
