@@ -262,6 +262,11 @@ def _create_walflow_publication(run: _Run) -> None:
             sql.Identifier(run.wf_slot), sql.SQL(run.variant.publication_options)))
 
 
+def _state(run: _Run) -> dict[str, str]:
+    """Where a read-only variant keeps walflow's state: the test server's ``postgres`` database, not the source."""
+    return {"state_conninfo": support.pg_dsn()} if run.config and run.config.read_only else {}
+
+
 def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
     kafka = [f"{run.prefix}-signal" for run in runs if "kafka" in str(run.variant.props.get("signal.enabled.channels", ""))]
     if kafka:
@@ -417,7 +422,7 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
 
 def _stream(run: _Run) -> None:
     for _ in range(run.scenario.walflow_batches):
-        summary = support.stream(run.config, run.database)  # type: ignore[arg-type]
+        summary = support.stream(run.config, run.database, **_state(run))  # type: ignore[arg-type]
         assert summary.bookkeeping_transactions == len(summary.bookkeeping_xids), "more bookkeeping transactions than listed"
         run.bookkeeping.update(summary.bookkeeping_xids)
 
@@ -478,7 +483,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 for run in scenario_runs:
                     if run.variant.publication_options:
                         _create_walflow_publication(run)
-                    support.setup(run.config, dsn)  # type: ignore[arg-type]
+                    support.setup(run.config, dsn, **_state(run))  # type: ignore[arg-type]
             if scenario.live:
                 for run in scenario_runs:
                     run.engine = run.engine or _start(engines, run)
@@ -499,7 +504,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 for run in scenario_runs:
                     _wait_for_slot(dsn, run.dbz_slot)
                 for run in scenario_runs:
-                    support.setup(run.config, dsn)  # type: ignore[arg-type]
+                    support.setup(run.config, dsn, **_state(run))  # type: ignore[arg-type]
                 _execute(dsn, scenario.after_snapshot, scenario_runs)
             _sentinel(dsn, scenario.name)
             runs.extend(scenario_runs)

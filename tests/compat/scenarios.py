@@ -293,6 +293,11 @@ KAFKA_SIGNALS = Scenario(
         Variant("kafka", {"signal.data.collection": "x", "signal.enabled.channels": "source,kafka",
                           "signal.kafka.bootstrap.servers": "{bootstrap}", "incremental.snapshot.chunk.size": 3},
                 expect_snapshot_rows=5, debezium={"signal.poll.interval.ms": 100}),
+        # read.only: no watermark written (Debezium's windows from pg_current_snapshot(), walflow's from the chunk's
+        # snapshot and the end of the WAL), no signal table
+        Variant("read_only", {"read.only": True, "signal.enabled.channels": "kafka", "signal.kafka.bootstrap.servers": "{bootstrap}",
+                              "incremental.snapshot.chunk.size": 3},
+                walflow={"walflow.state.conn.id": "compat_state", "walflow.state.table": "public.walflow_compat_state"}, expect_snapshot_rows=5, debezium={"signal.poll.interval.ms": 100}),
     ],
     walflow_batches=2,
 )

@@ -36,6 +36,11 @@ class StateStore:
                         "updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (connector, key))"
                     ).format(self._ident)
                 )
+        except psycopg.errors.InvalidSchemaName as exc:
+            raise SourceError(
+                f"cannot create walflow's state table {'.'.join(self.table)}: {exc.diag.message_primary} in the state "
+                "database. Create the schema, or point 'walflow.state.table' at one that exists"
+            ) from None
         except psycopg.errors.InsufficientPrivilege as exc:
             raise SourceError(
                 f"cannot create walflow's state table {'.'.join(self.table)}: {exc.diag.message_primary}. Create it "
