@@ -25,7 +25,7 @@ from tests.support import producer, unique
 from walflow.capture.setup import ConnectorSetup
 from walflow.capture.stream import StreamBatch
 from walflow.config.connector import ConnectorConfig, parse_config
-from walflow.errors import SlotError, WalflowError
+from walflow.errors import SlotError, SourceUnavailableError, WalflowError
 from walflow.runtime import replicas as pair
 
 pytestmark = pytest.mark.timeout(1800)
@@ -181,3 +181,33 @@ def test_failover_without_a_failover_slot_stops_and_the_way_back_rereads() -> No
     with scenario("failover without a failover slot", 1):
         written, found, duplicates, stage = _iteration(random.Random(33), failover=False)
         record(f"failover, no failover slot: stops, then when_needed re-reads ({stage})", 1, written, found, duplicates)
+
+
+def test_a_failover_slot_whose_standby_is_away_fails_the_batch_instead_of_waiting() -> None:
+    """PostgreSQL decodes a failover slot only up to what the standbys in synchronized_standby_slots confirmed, and
+    waits for them without end: with the standby down, the batch stops at once with a retried error naming its slot
+    and the fix, and streams again once the standby is back."""
+    replicas = pair.create()
+    try:
+        config = _prepare(replicas, failover=True)
+        dsn = replicas.dsn("primary", user=ROLE, password=PASSWORD)
+        # committed while the standby is up (the pair commits synchronously: with it away, a commit would wait too)
+        with psycopg.connect(replicas.dsn("primary"), autocommit=True) as conn:
+            conn.execute("INSERT INTO t VALUES (2000000, 1, 'before the standby went away')")
+        pair.stop(replicas, "standby")
+        started = time.monotonic()
+        with pytest.raises(SourceUnavailableError, match=r"'walflow_standby' in synchronized_standby_slots.*not streaming now"):
+            _batch(config, dsn)
+        assert time.monotonic() - started < 10
+        pair.start(replicas, "standby")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                summary = _batch(config, dsn)
+                break
+            except SourceUnavailableError:
+                assert time.monotonic() < deadline, "the standby did not stream again"
+                time.sleep(0.2)
+        assert summary.events == 1
+    finally:
+        pair.remove(replicas)

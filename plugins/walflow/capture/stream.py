@@ -73,7 +73,7 @@ from walflow.source.pgoutput import (
 )
 from walflow.source.publication import list_tables, publication_tables
 from walflow.source.signals import SignalError, first_line, signal_key
-from walflow.source.slot import check_slot
+from walflow.source.slot import check_slot, check_synchronized_standbys
 from walflow.source.state import StateStore
 from walflow.transforms.producer import with_transforms
 
@@ -182,6 +182,7 @@ class StreamBatch:
             info = server_info(conn)
             slot = self._slot(conn, info.database)
             assert slot is not None
+            check_synchronized_standbys(conn, slot)
             self._check_drift(conn, catalog_conn, store, summary)
             self.producer.check_reachable()
             self.events.database = info.database

@@ -190,6 +190,11 @@ def stop(replicas: Replicas, server: str, mode: str = "fast") -> None:
         _ctl(replicas, server, "-m", mode, "-w", "stop", check=False)
 
 
+def start(replicas: Replicas, server: str) -> None:
+    """Start one server again (after :func:`stop`)."""
+    _start(replicas, server)
+
+
 def promote(replicas: Replicas) -> None:
     """Promote the standby to primary (after :func:`stop` of the primary, as a failover does)."""
     _ctl(replicas, "standby", "-w", "-t", "60", "promote")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import psycopg
 
 from walflow.config.connector import ConnectorConfig
-from walflow.errors import SlotError
+from walflow.errors import SlotError, SourceUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +114,39 @@ def enable_failover(conninfo: str, slot: str) -> None:
             repl.execute(sql.SQL("ALTER_REPLICATION_SLOT {} (FAILOVER true)").format(sql.Identifier(slot)), prepare=False)
     except psycopg.Error as exc:
         raise SlotError(f"cannot make replication slot {slot!r} a failover slot ('slot.failover: true'): {str(exc).strip()}") from None
+
+
+def check_synchronized_standbys(conn: psycopg.Connection, slot: SlotInfo) -> None:
+    """Before reading a failover slot: each standby slot the primary's ``synchronized_standby_slots`` lists must be
+    there and streaming, for PostgreSQL decodes a failover slot only up to the WAL they confirmed, and otherwise
+    waits, with no timeout, until they do.
+
+    :raises SourceUnavailableError: (retried) naming the standby slots that hold the batch back and the fix.
+    """
+    if not slot.failover:
+        return
+    row = conn.execute(
+        "SELECT current_setting('synchronized_standby_slots', true), pg_is_in_recovery()"
+    ).fetchone()
+    setting = (row[0] or "").strip() if row else ""
+    if not setting or (row and row[1]):
+        return
+    names = [name.strip().strip('"') for name in setting.split(",") if name.strip()]
+    if "*" in names:
+        return  # every physical slot: none in particular to check
+    found = dict(
+        conn.execute(
+            "SELECT slot_name, active_pid IS NOT NULL AND coalesce(wal_status, '') <> 'lost' FROM pg_replication_slots "
+            "WHERE slot_type = 'physical' AND slot_name = ANY(%s)",
+            (names,),
+        ).fetchall()
+    )
+    waiting = [name for name in names if not found.get(name)]
+    if waiting:
+        raise SourceUnavailableError(
+            f"replication slot {slot.name!r} is a failover slot, and the server decodes it only up to the WAL that the "
+            f"standby slot(s) {', '.join(map(repr, waiting))} in synchronized_standby_slots confirmed; "
+            f"{'they are' if len(waiting) > 1 else 'it is'} not streaming now (the standby is down or gone), so the batch "
+            "would wait without end. Bring the standby back, or take its slot out of synchronized_standby_slots "
+            "(ALTER SYSTEM SET synchronized_standby_slots = ...; SELECT pg_reload_conf()); the next run streams"
+        )
