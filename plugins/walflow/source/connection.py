@@ -190,6 +190,11 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
     return info
 
 
+#: the end of the server's WAL as ``pg_current_wal_lsn()`` gives it on a primary; on a hot standby (where that
+#: function fails) the WAL replayed so far
+CURRENT_WAL_LSN_SQL = "(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)"
+
+
 def server_timeline(conn: psycopg.Connection) -> int:
     """The server's WAL timeline: a standby promoted to primary starts a new one, so the same WAL position on either
     side of a failover can hold different transactions. A primary's is the one it writes (from the name of its

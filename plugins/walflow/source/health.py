@@ -14,12 +14,12 @@ import psycopg
 
 from walflow.config.connector import ConnectorConfig
 from walflow.errors import SlotError
+from walflow.source.connection import CURRENT_WAL_LSN_SQL
 
 #: The WAL a slot has not confirmed yet: bytes between its ``confirmed_flush_lsn`` and the server's current
 #: position. Shared by :func:`pending_wal_bytes` and the asynchronous trigger, which runs it on its own connection.
 PENDING_WAL_SQL = (
-    "SELECT pg_wal_lsn_diff((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END), confirmed_flush_lsn)::bigint "
-    "FROM pg_replication_slots WHERE slot_name = %s"
+    f"SELECT pg_wal_lsn_diff({CURRENT_WAL_LSN_SQL}, confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s"
 )
 
 
@@ -87,10 +87,10 @@ def slot_health(
     """
     with conn.cursor() as cur:
         cur.execute(
-            """
-            SELECT active_pid, wal_status, restart_lsn::text, confirmed_flush_lsn::text, (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text,
-                   pg_wal_lsn_diff((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END), restart_lsn)::bigint,
-                   pg_wal_lsn_diff((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END), confirmed_flush_lsn)::bigint
+            f"""
+            SELECT active_pid, wal_status, restart_lsn::text, confirmed_flush_lsn::text, {CURRENT_WAL_LSN_SQL}::text,
+                   pg_wal_lsn_diff({CURRENT_WAL_LSN_SQL}, restart_lsn)::bigint,
+                   pg_wal_lsn_diff({CURRENT_WAL_LSN_SQL}, confirmed_flush_lsn)::bigint
             FROM pg_replication_slots WHERE slot_name = %s
             """,
             (slot,),

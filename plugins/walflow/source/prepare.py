@@ -166,15 +166,17 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
         )
     if not config.read_only:
         # incremental snapshots' watermarks are logical decoding messages (read.only needs none)
+        # the overload with text content, as the server declares it (PostgreSQL 17 added a fourth argument, flush)
         writes_messages = conn.execute(
-            "SELECT bool_or(has_function_privilege(current_user, p.oid, 'EXECUTE')) FROM pg_proc p "
+            "SELECT bool_or(has_function_privilege(current_user, p.oid, 'EXECUTE')), "
+            "min(p.oid::regprocedure::text) FILTER (WHERE p.proargtypes[2] = 'text'::regtype) FROM pg_proc p "
             "WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace"
         ).fetchone()
-        if not (writes_messages and writes_messages[0]):
+        if writes_messages and not writes_messages[0]:
             report.warnings.append(
                 f"role {info.user!r} may not execute pg_logical_emit_message, which writes incremental snapshots' "
-                f"watermarks: they will fail. GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO "
-                f"{info.user} (include/sql/roles.sql does), or set 'read.only: true', whose watermarks need no write"
+                f"watermarks: they will fail. GRANT EXECUTE ON FUNCTION {writes_messages[1]} TO {info.user} "
+                "(include/sql/roles.sql does), or set 'read.only: true', whose watermarks need no write"
             )
     for warning in report.warnings:
         log.warning("%s", warning)
