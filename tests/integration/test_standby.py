@@ -40,8 +40,8 @@ def prepare_primary(replicas: pair.Replicas) -> None:
         # what a login may write by default, taken away: temporary tables, objects in public, WAL messages
         conn.execute("REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC")
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-        conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text, boolean) FROM PUBLIC")
-        conn.execute("REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea, boolean) FROM PUBLIC")
+        for (overload,) in conn.execute("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message'").fetchall():
+            conn.execute(f"REVOKE EXECUTE ON FUNCTION {overload} FROM PUBLIC")
     pair.wait_replayed(replicas)
 
 

@@ -475,6 +475,9 @@ class StreamBatch:
             options += ["messages", "true"]
         per_topic = self._per_topic
         inc = self._inc
+        # read-only windows close at a WAL position (IncrementalSnapshots.on_position), checked at each BEGIN; the
+        # other windows close at their high watermark, and their BEGINs need no check
+        closes_at_positions = inc if config.read_only else None
         events = self.events
         tx: Transaction | None = None
         last_commit_end: int | None = None
@@ -519,9 +522,9 @@ class StreamBatch:
                                 if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
                                     skipping = True
                                     continue
-                                if inc is not None and (due := inc.next_close) is not None and msg.final_lsn >= due:  # type: ignore[attr-defined]
-                                    # read-only windows: every transaction the chunks' snapshots saw is streamed
-                                    inc.on_position(msg.final_lsn, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
+                                if closes_at_positions is not None and (due := closes_at_positions.next_close) is not None and msg.final_lsn >= due:  # type: ignore[attr-defined]
+                                    # every transaction the chunks' snapshots saw is streamed
+                                    closes_at_positions.on_position(msg.final_lsn, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
                                 tx = Transaction(msg, lsn_value)  # type: ignore[arg-type]
                                 self._fault("before_produce")
                             elif cls is Commit:
@@ -616,8 +619,8 @@ class StreamBatch:
             # Everything committed before upto was read: the slot may move there even if nothing was captured,
             # which keeps an idle or filtered-out database from retaining WAL.
             upto = str_to_lsn(upto_text)
-            if inc is not None and inc.next_close is not None:
-                inc.on_position(upto, events.sequence(upto), per_topic)  # read-only windows due by the end
+            if closes_at_positions is not None and closes_at_positions.next_close is not None:
+                closes_at_positions.on_position(upto, events.sequence(upto), per_topic)  # read-only windows due by the end
             return max(upto, last_commit_end or 0)
         return last_commit_end
 

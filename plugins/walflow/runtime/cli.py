@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 import sys
 import time
+from contextlib import ExitStack
 from typing import Any
 
 import orjson
@@ -49,14 +50,11 @@ def slot_status(
     """The slot's positions, retained WAL, confirmed lag and time since its last confirmation, judged against the
     connector's limits, and the last batch and snapshot state the connector recorded (in the state database
     ``state_conninfo`` when it is not the source)."""
-    with connect(conninfo, application_name=f"walflow:{connector}:status", initial_statements=initial_statements) as conn:
-        if state_conninfo:
-            with connect(state_conninfo, application_name=f"walflow:{connector}:status") as state_conn:
-                store = StateStore(state_conn, connector, state_table)
-                last, snapshot = store.get("last_batch"), store.get("snapshot")
-        else:
-            store = StateStore(conn, connector, state_table)
-            last, snapshot = store.get("last_batch"), store.get("snapshot")
+    with ExitStack() as opened:
+        conn = opened.enter_context(connect(conninfo, application_name=f"walflow:{connector}:status", initial_statements=initial_statements))
+        state_conn = opened.enter_context(connect(state_conninfo, application_name=f"walflow:{connector}:status")) if state_conninfo else conn
+        store = StateStore(state_conn, connector, state_table)
+        last, snapshot = store.get("last_batch"), store.get("snapshot")
         state = {"last_batch": last}
         health = slot_health(conn, slot, state)
         database = conn.execute("SELECT database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()

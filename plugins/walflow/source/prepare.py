@@ -152,32 +152,28 @@ def setup_source(conn: psycopg.Connection, config: ConnectorConfig, *, create_sl
     if config.signal_table:
         published.add(config.signal_table)
     ensure_publication(conn, config, published, report)
-    # every overload: PostgreSQL 17 added a fourth argument (flush)
-    open_messages = conn.execute(
-        "SELECT bool_or(has_function_privilege('public', p.oid, 'EXECUTE')) FROM pg_proc p "
+    # who may write logical decoding messages, over every overload (PostgreSQL 17 added a fourth argument, flush),
+    # and the overload with text content as the server declares it, for the grant to name
+    open_messages, writes_messages, text_overload = conn.execute(
+        "SELECT bool_or(has_function_privilege('public', p.oid, 'EXECUTE')), "
+        "bool_or(has_function_privilege(current_user, p.oid, 'EXECUTE')), "
+        "min(p.oid::regprocedure::text) FILTER (WHERE p.proargtypes[2] = 'text'::regtype) FROM pg_proc p "
         "WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace"
-    ).fetchone()
-    if open_messages and open_messages[0]:
+    ).fetchone()  # type: ignore[misc]
+    if open_messages:
         report.warnings.append(
             "any login of this database may write logical decoding messages into the WAL the connector reads "
             "(EXECUTE on pg_logical_emit_message is granted to PUBLIC), and one too large for a Kafka record stops "
             "every batch: run include/sql/roles.sql, which revokes it from PUBLIC and grants it to the connector's role, "
             "or set walflow.message.oversized.handling.mode: skip"
         )
-    if not config.read_only:
+    if not config.read_only and not writes_messages:
         # incremental snapshots' watermarks are logical decoding messages (read.only needs none)
-        # the overload with text content, as the server declares it (PostgreSQL 17 added a fourth argument, flush)
-        writes_messages = conn.execute(
-            "SELECT bool_or(has_function_privilege(current_user, p.oid, 'EXECUTE')), "
-            "min(p.oid::regprocedure::text) FILTER (WHERE p.proargtypes[2] = 'text'::regtype) FROM pg_proc p "
-            "WHERE p.proname = 'pg_logical_emit_message' AND p.pronamespace = 'pg_catalog'::regnamespace"
-        ).fetchone()
-        if writes_messages and not writes_messages[0]:
-            report.warnings.append(
-                f"role {info.user!r} may not execute pg_logical_emit_message, which writes incremental snapshots' "
-                f"watermarks: they will fail. GRANT EXECUTE ON FUNCTION {writes_messages[1]} TO {info.user} "
-                "(include/sql/roles.sql does), or set 'read.only: true', whose watermarks need no write"
-            )
+        report.warnings.append(
+            f"role {info.user!r} may not execute pg_logical_emit_message, which writes incremental snapshots' "
+            f"watermarks: they will fail. GRANT EXECUTE ON FUNCTION {text_overload} TO {info.user} "
+            "(include/sql/roles.sql does), or set 'read.only: true', whose watermarks need no write"
+        )
     for warning in report.warnings:
         log.warning("%s", warning)
     slot = check_slot(conn, config, info.database, missing_ok=True)
