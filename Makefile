@@ -82,6 +82,9 @@ LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintai
 #: with read.only, and the failover scenario (3 iterations; make test-faults runs 20). They run in the unit lane,
 #: which has the time.
 REPLICAS := tests/integration/test_standby.py tests/faults/test_failover.py
+#: the lake after changes no event carries (rewrites, tables dropped and created again, renamed enum values) and
+#: unchanged TOASTed values under any cut: in the unit lane too, which had the time (they start a Spark session there)
+REREADS := tests/integration/test_lake_rewrites.py tests/integration/test_lake_toast.py
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py --ignore=tests/faults/test_failover.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
@@ -98,7 +101,7 @@ LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE) --ignore=$(CLUSTER)
 #: torture run overtakes runs at every hook point): make test-faults runs them
 FENCE := tests/integration/test_lake_fence.py::test_a_run_overtaken_by_a_newer_one_publishes_nothing
 LONG_FENCE := $(FENCE)[after_ddl] $(FENCE)[after_changelog]
-LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE) tests/integration/test_standby.py)
+LANE_A := tests/compat tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE) tests/integration/test_standby.py $(REREADS))
 LANES := a b c alone unit
 #: where the tests marked disruptive are (lane "alone", on their own runtime), and those marked alone: the lake's truth
 #: and fence tests and the torture run's short form, which share that lane's Spark session with the disruptive fault tests
@@ -125,7 +128,7 @@ test: test-up test-alone-up
 	  ( source $(ALONE_STATE)/env.sh && $(PYTEST) $(ALONE) -m "disruptive or alone" $(patsubst %,--deselect %,$(LONG_ALONE) $(LONG_TRUTH) $(LONG_FENCE)) \
 	    > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
 	    echo $$? > $(TEST_STATE)/lanes/lane-alone.rc ) & \
-	  ( $(PYTEST) tests/unit $(REPLICAS) > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
+	  ( $(PYTEST) tests/unit $(REPLICAS) $(REREADS) > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
 	  wait; \
 	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
 	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \

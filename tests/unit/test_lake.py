@@ -696,6 +696,58 @@ def test_an_unforeseen_failure_is_named_in_one_line() -> None:
     assert describe_failure(RuntimeError()) == "RuntimeError"
 
 
+def test_only_failures_a_rerun_may_pass_are_left_to_the_retries() -> None:
+    """Issue 45: a Java exception that says a statement does not fit the catalog (a missing namespace or table, an
+    analysis error) is met again by every run, so the task is not retried and its message does not say retries may
+    help; a commit conflict, a lost executor or a storage error may pass."""
+    from walflow.lake.job import failure_is_transient
+
+    def java(text: str) -> Exception:
+        class Failure(Exception):
+            class java_exception:  # noqa: N801 - py4j's attribute
+                @staticmethod
+                def toString() -> str:  # noqa: N802 - the Java method's name
+                    return text
+
+        return Failure("An error occurred while calling o54.sql.")
+
+    assert not failure_is_transient(java("org.apache.iceberg.exceptions.NoSuchNamespaceException: Namespace does not exist: x"))
+    assert not failure_is_transient(java("org.apache.spark.sql.AnalysisException: [TABLE_OR_VIEW_NOT_FOUND] ..."))
+    assert failure_is_transient(java("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata"))
+    assert failure_is_transient(java("org.apache.spark.SparkException: Job aborted due to stage failure: executor lost"))
+    assert failure_is_transient(OSError("disk full"))
+
+
+def test_every_form_of_the_toast_placeholder_is_recognised_and_values_are_not() -> None:
+    """Issue 45: Debezium gives an unchanged TOASTed value a placeholder of its type's form: the text, its bytes in
+    base64, one text or UUID element, the bytes as numbers (int4[], int8[], date[]), a one-entry map or JSON object
+    (hstore). Each is recognised in its column, and values that only resemble one are kept."""
+    forms = placeholder_values(PLACEHOLDER)
+    numbers = [b for b in PLACEHOLDER.encode()]
+    uuid_text = forms[2]
+    schema = {"fields": [{"field": "before"}, {"field": "after", "fields": [
+        {"type": "array", "items": {"type": "int32"}, "field": "ints"},
+        {"type": "array", "items": {"type": "int64"}, "field": "longs"},
+        {"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}, "field": "days"},
+        {"type": "array", "items": {"type": "string", "name": "io.debezium.data.Uuid"}, "field": "ids"},
+        {"type": "map", "keys": {"type": "string"}, "values": {"type": "string"}, "field": "attrs"},
+        {"type": "string", "name": "io.debezium.data.Json", "field": "attrs_json"},
+        {"type": "bytes", "field": "blob"},
+        {"type": "array", "items": {"type": "double"}, "field": "floats"},
+    ]}]}
+    shape = RowShape(schema)
+    placeholders = {"ints": numbers, "longs": numbers, "days": numbers, "ids": [uuid_text], "attrs": {PLACEHOLDER: PLACEHOLDER},
+                    "attrs_json": forms[3], "blob": forms[1], "floats": None}
+    values, toasted = shape.convert(placeholders, forms)
+    assert toasted == ["ints", "longs", "days", "ids", "attrs", "attrs_json", "blob"] and values == [None] * 8
+    assert shape.compiled()(placeholders, forms) == (values, toasted)
+    real = {"ints": numbers[:-1], "longs": [*numbers, 1], "days": [1, 2], "ids": [uuid_text, uuid_text], "attrs": {PLACEHOLDER: "x"},
+            "attrs_json": '{"a": "b"}', "blob": "AAEC", "floats": [1.5]}
+    values, toasted = shape.convert(real, forms)
+    assert toasted == [] and values[0] == numbers[:-1] and values[3] == [uuid_text, uuid_text]
+    assert shape.compiled()(real, forms) == (values, toasted)
+
+
 def test_a_run_fenced_on_every_topic_fails_with_the_fence_error_and_a_mixed_one_does_not() -> None:
     from walflow.errors import LakeError, LakeFenceError, LakeSchemaError
     from walflow.lake.apply import LakeJob

@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from walflow.capture.batches import BOOKKEEPING_IDS
 from walflow.capture.incremental import IncrementalSnapshots
 from walflow.config.connector import ConnectorConfig
@@ -24,6 +26,7 @@ from walflow.names import topic_name
 from walflow.records.convert import BYTEA, ConverterSettings, build_converter
 from walflow.records.envelope import EventFormat, java_hash_map_order
 from walflow.records.events import Serializer, TableSchema, now_ms
+from walflow.records.facts import UNAVAILABLE_HEADER
 from walflow.source.catalog import ColumnType
 from walflow.source.pgoutput import (
     PG_EPOCH_MICROS_FROM_UNIX,
@@ -122,6 +125,8 @@ class ChangeEvents:
         skipped = set(config.skipped_operations)
         self._skip_c, self._skip_u, self._skip_d, self._skip_t = ("c" in skipped, "u" in skipped, "d" in skipped, "t" in skipped)
         self._skip_unchanged = config.skip_messages_without_change
+        #: name unchanged TOASTed values written as null in a header, for the lake (records.facts.UNAVAILABLE_HEADER)
+        self._unavailable = config.walflow_lake_enabled
         self._state_table = config.state_table
         #: a producer behind a transform chain takes the events unserialised (walflow.transforms.producer)
         self._send_event: Callable[..., None] | None = getattr(producer, "send_event", None)
@@ -384,10 +389,17 @@ class ChangeEvents:
                 return
             new_key = table.key(after, new) if table.has_key else None
             old_key = table.key(before, msg.old) if (table.has_key and before is not None) else None
+            unavailable = None
+            if self._unavailable and table.null_toast:
+                # values the update left unchanged and pgoutput did not send, which Debezium writes as null: named for
+                # the lake, which would otherwise take them for real nulls (none a post processor read again)
+                gone = [name for i, name in table.null_toast if new[i] is UNCHANGED_TOAST and after.get(name) is None]
+                if gone:
+                    unavailable = [(UNAVAILABLE_HEADER, orjson.dumps(gone))]
             if old_key is not None and new_key is not None and old_key != new_key:
-                self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic)
+                self._key_change(table, before, after, old_key, new_key, tx, lsn, summary, per_topic, unavailable)
             else:
-                self._emit(table, "u", before, after, new_key, tx, lsn, summary, per_topic)
+                self._emit(table, "u", before, after, new_key, tx, lsn, summary, per_topic, unavailable)
         else:
             if self._skip_d:
                 summary.filtered += 1
@@ -418,8 +430,10 @@ class ChangeEvents:
         lsn: int,
         summary: BatchSummary,
         per_topic: Counter[str],
+        unavailable: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        """A primary key update is a delete of the old key (plus tombstone) and a create of the new one."""
+        """A primary key update is a delete of the old key (plus tombstone) and a create of the new one (which carries
+        ``unavailable``, the header naming its unsent TOASTed values written as null)."""
         ser = self.serializer
         new_key_header = [("__debezium.newkey", ser.key(table.key_schema_json, new_key))]
         old_key_header = [("__debezium.oldkey", ser.key(table.key_schema_json, old_key))]
@@ -431,7 +445,7 @@ class ChangeEvents:
             # filters/key_columns_create_skipped changes a message.key.columns key)
             summary.filtered += 1
             return
-        self._emit(table, "c", None, after, new_key, tx, lsn, summary, per_topic, old_key_header)
+        self._emit(table, "c", None, after, new_key, tx, lsn, summary, per_topic, old_key_header + (unavailable or []))
 
     def truncate(self, msg: Truncate, tx: Transaction, lsn: int, summary: BatchSummary, per_topic: Counter[str]) -> None:
         tx.other_changes = True

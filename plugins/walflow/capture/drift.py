@@ -149,8 +149,9 @@ def record_publication(store: StateStore, conn: psycopg.Connection, config: Conn
 
 def check_publication(
     conn: psycopg.Connection, config: ConnectorConfig, store: StateStore | None, captured: set[tuple[str, str]]
-) -> list[str]:
-    """Check the publication still holds the tables it should; repair a managed one. Returns warnings.
+) -> tuple[list[str], set[tuple[str, str]]]:
+    """Check the publication still holds the tables it should; repair a managed one. Returns warnings, and the
+    tables put into the publication (whose changes before were never decoded).
 
     :param captured: the tables the filters capture now (:func:`walflow.source.list_tables`).
 
@@ -165,12 +166,12 @@ def check_publication(
         raise SlotError(f"publication {name!r} does not exist; run the setup DAG ({config.name}__setup) or create it")
     all_tables, _ops, published = existing
     if all_tables:
-        return []
+        return [], set()
     if config.publication_autocreate_mode == "filtered" and not config.read_only:
         wanted = captured | ({config.signal_table} if config.signal_table else set())
         missing = wanted - published
         if not missing:
-            return []
+            return [], set()
         check_publication_privileges(conn, name, "filtered", missing, creating=False)
         conn.execute(
             sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
@@ -181,11 +182,12 @@ def check_publication(
         warning = (
             f"publication {name!r} lacked table(s) {names}, which the filters capture (removed with ALTER PUBLICATION "
             "... DROP TABLE, or created since setup): added them back. Their changes made while they were not in the "
-            "publication were never decoded and are missing from their topics: re-read them with an incremental "
-            f"snapshot (an execute-snapshot signal, or the {config.name}__snapshot DAG)"
+            "publication were never decoded and are missing from their topics: "
+            + ("walflow re-reads them for the lake (an incremental snapshot)" if config.walflow_lake_enabled else
+               f"re-read them with an incremental snapshot (an execute-snapshot signal, or the {config.name}__snapshot DAG)")
         )
         log.warning("connector %s: %s", config.name, warning)
-        return [warning]
+        return [warning], missing & captured
     recorded = (store.get(PUBLICATION_KEY) if store is not None else None) or {}
     if recorded.get("all_tables"):
         raise DriftError(
@@ -203,7 +205,7 @@ def check_publication(
             f"not change the publication itself. Add them back (ALTER PUBLICATION {name} ADD TABLE ...) and re-read "
             "them with an incremental snapshot, or, if they left on purpose, run the setup DAG again to accept it"
         )
-    return []
+    return [], set()
 
 
 # -- keys ---------------------------------------------------------------------------------------------------------

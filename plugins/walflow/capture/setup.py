@@ -31,6 +31,7 @@ from psycopg import sql
 
 from walflow.capture.drift import KeyRegistry, check_claims, check_topics, record_claim, record_publication
 from walflow.capture.notifications import INITIAL, Notifier
+from walflow.capture.rereads import remember
 from walflow.capture.schema_facts import SchemaFacts, catalog_fact, start_record
 from walflow.capture.snapshot import InitialSnapshot, create_slot_with_snapshot
 from walflow.capture.snapshot_tables import SnapshotError, plan_tables
@@ -171,6 +172,9 @@ class ConnectorSetup:
             record_publication(store, conn, config)
             # setup accepts the tables' current keys: a stream batch refuses a key that changed shape until then
             KeyRegistry(store).accept_all(t.schema for t in plan_tables(conn, config))
+            if config.walflow_lake_enabled:
+                # what the first batch compares the catalog with, to find rows changed without events (walflow.capture.rereads)
+                remember(store, conn, [oid for _s, _t, oid, *_ in list_tables(conn, Filters(config))], replace=False)
             previous = store.get(SNAPSHOT_KEY)
             database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             slot = check_slot(conn, config, database, missing_ok=True)
@@ -308,6 +312,7 @@ class ConnectorSetup:
             facts = SchemaFacts(self._store, producer, config.schema_topic)
             for table in tables:
                 facts.observe(table.catalog.oid, catalog_fact(table.schema, table.catalog, runner.position_lsn))
+            remember(self._store, conn, [table.catalog.oid for table in tables], replace=True)
             if starts is not None:
                 producer.send(config.schema_topic, *start_record(config.name, starts, runner.position_lsn))
         producer.flush(config.walflow_kafka_flush_timeout_s)

@@ -33,6 +33,7 @@ from walflow.capture.incremental import STATE_KEY as INCREMENTAL_KEY
 from walflow.capture.incremental import WATERMARK_PREFIX, IncrementalSnapshots
 from walflow.capture.kafka_signals import read_kafka_signals
 from walflow.capture.prefetch import BlockPrefetch
+from walflow.capture.rereads import Rereads
 from walflow.capture.reselect import reselectors
 from walflow.capture.schema_facts import SchemaFacts, build_fact
 from walflow.capture.snapshot import InitialSnapshot
@@ -45,7 +46,6 @@ from walflow.errors import (
     RecordTooLargeError,
     SlotError,
     SourceUnavailableError,
-    WalflowError,
 )
 from walflow.kafka import EventProducer, use_topic_creation
 from walflow.records.events import Serializer, TableSchema, now_ms
@@ -72,7 +72,7 @@ from walflow.source.pgoutput import (
     str_to_lsn,
 )
 from walflow.source.publication import list_tables, publication_tables
-from walflow.source.signals import SignalError, first_line, signal_key
+from walflow.source.signals import first_line, signal_key
 from walflow.source.slot import check_slot, check_synchronized_standbys
 from walflow.source.state import StateStore
 from walflow.transforms.producer import with_transforms
@@ -140,8 +140,12 @@ class StreamBatch:
         self._stop_error: RecordTooLargeError | DriftError | None = None
         self._topic_owners: dict[str, str] = {}
         self._keys: KeyRegistry | None = None
-        #: tables re-read by this batch (incremental snapshots walflow started itself), for its summary
-        self.rereads: list[dict[str, str]] = []
+        #: the re-reads walflow starts itself for the lake (walflow.capture.rereads), when the connector has a lake
+        self._rereads: Rereads | None = None
+        #: the captured tables by (schema, table), with their relation OIDs (read before the batch streams)
+        self._captured: dict[tuple[str, str], int] = {}
+        #: tables the publication lacked and this batch put back (their changes before were never decoded)
+        self._added: set[tuple[str, str]] = set()
         #: schema facts for the lake (walflow.capture.schema_facts), when the connector has a lake
         self._facts: SchemaFacts | None = None
         #: relation OID -> LSN of its latest Relation message (where a new definition starts)
@@ -203,6 +207,11 @@ class StreamBatch:
                     "connector %s: schema facts for the lake from the catalog, read when a table's definition changes (topic %s)",
                     config.name, config.schema_topic,
                 )
+            if self._facts is not None and store.exists():
+                self._rereads = Rereads(self._store(catalog_conn), catalog_conn, self.producer, config.schema_topic, config.name, self._incremental)
+                self._rereads.check(self._captured)
+                for schema, table in sorted(self._added):
+                    self._rereads.start(schema, table, "it was not in the publication, so its changes were never decoded", since=self._rereads.checked_at)
             events.reselect = reselectors(config, lambda: catalog_conn)
             if config.signal_table or store.get(INCREMENTAL_KEY):
                 self._incremental()
@@ -291,7 +300,6 @@ class StreamBatch:
                 if self._facts is not None:
                     self._facts.save()  # acknowledged: the definitions they describe are now the ones to compare with
                     summary.schema_facts = [f"{f.schema}.{f.table}@{lsn_to_str(f.lsn)}" for f in self._facts.produced]
-                summary.rereads = list(self.rereads)
                 inc = self._inc  # a re-read this round may have started the incremental snapshots
                 if inc is not None:
                     # Saved before the slot moves past the signals and watermarks this round read: a crash
@@ -302,6 +310,12 @@ class StreamBatch:
                     summary.snapshot_rows_dropped = inc.rows_dropped
                     summary.signals = inc.signals_seen
                     self._fault("incremental_saved")
+                if self._rereads is not None:
+                    summary.rereads = list(self._rereads.started)
+                    # after the incremental snapshots' save: a sweep is written once its re-read is recorded complete
+                    if self._rereads.finish():
+                        self.producer.flush(config.walflow_kafka_flush_timeout_s)
+                    self._rereads.save()
                 if advance_to is not None:
                     summary.advanced_to = lsn_to_str(self._advance(conn, advance_to))
                 if self._stop_error is not None:
@@ -423,14 +437,17 @@ class StreamBatch:
         if store.exists():
             check_claims(store, config)
             record_claim(store, config)  # connectors set up before claims were recorded claim on their next batch
-        captured = {(s, t) for s, t, *_ in list_tables(conn, self.filters)}
+        listed = {(s, t): oid for s, t, oid, *_ in list_tables(conn, self.filters)}
+        captured = set(listed)
         guardrail = config.check_guardrail(len(captured))
         if guardrail:
             summary.warnings.append(guardrail)
-        summary.warnings.extend(check_publication(conn, config, store if store.exists() else None, captured))
+        warnings, self._added = check_publication(conn, config, store if store.exists() else None, captured)
+        summary.warnings.extend(warnings)
         published = publication_tables(conn, config.publication_name)
         if published is not None and not published[0]:
             captured &= published[2]
+        self._captured = {name: listed[name] for name in captured}
         self._topic_owners = check_topics(config, sorted(captured))
         self._keys = KeyRegistry(self._store(catalog_conn)) if store.exists() else None
 
@@ -479,6 +496,10 @@ class StreamBatch:
         # other windows close at their high watermark, and their BEGINs need no check
         closes_at_positions = inc if config.read_only else None
         events = self.events
+        rereads = self._rereads
+        # where the slot was when the batch began: the end of the last commit read before it, in a connector's first
+        # batch (whose events carry no previous commit)
+        start_lsn = str_to_lsn(summary.start_lsn) if summary.start_lsn else 0
         tx: Transaction | None = None
         last_commit_end: int | None = None
         complete = True
@@ -522,6 +543,8 @@ class StreamBatch:
                                 if skip_before is not None and msg.final_lsn < skip_before:  # type: ignore[attr-defined]
                                     skipping = True
                                     continue
+                                if rereads is not None and (due := rereads.next_due) is not None and msg.final_lsn >= due:  # type: ignore[attr-defined]
+                                    rereads.reached(msg.final_lsn, events.previous_commit_lsn or start_lsn)  # type: ignore[attr-defined]
                                 if closes_at_positions is not None and (due := closes_at_positions.next_close) is not None and msg.final_lsn >= due:  # type: ignore[attr-defined]
                                     # every transaction the chunks' snapshots saw is streamed
                                     closes_at_positions.on_position(msg.final_lsn, events.sequence(lsn_value), per_topic)  # type: ignore[attr-defined]
@@ -621,6 +644,9 @@ class StreamBatch:
             upto = str_to_lsn(upto_text)
             if closes_at_positions is not None and closes_at_positions.next_close is not None:
                 closes_at_positions.on_position(upto, events.sequence(upto), per_topic)  # read-only windows due by the end
+            if rereads is not None and (due := rereads.next_due) is not None and upto >= due:
+                # every transaction that commits before upto was read: the next one commits after the decisions
+                rereads.reached(upto, events.previous_commit_lsn or start_lsn)
             return max(upto, last_commit_end or 0)
         return last_commit_end
 
@@ -646,6 +672,8 @@ class StreamBatch:
         if not self.filters.table_included(relation.namespace, relation.name):
             schema = None
             self._warn_uncaptured(relation)
+            if self._rereads is not None:
+                self._rereads.uncaptured(relation, self._relation_lsn.get(rid, 0))
         else:
             schema = TableSchema.from_relation(
                 self.config, self.filters, self.serializer, relation, self._ddl.apply(self._catalog.table(rid)), self.rules,
@@ -674,6 +702,8 @@ class StreamBatch:
         if produced is None or before is None:
             return
         older = {attnum for _n, attnum, _f, _k in before.fields}
+        # a whole read of the table (its snapshot, or a re-read) since the column was added gives its rows' values
+        older |= self._rereads.covered(schema.schema, schema.table) if self._rereads is not None else set()
         unknown = [name for name, attnum, _f, known in produced.fields if not known and attnum not in older]
         if not unknown:
             return
@@ -685,24 +715,11 @@ class StreamBatch:
                 self.config.name, schema.data_collection, unknown,
             )
             return
-        self._reread(schema, unknown, produced.lsn)
-
-    def _reread(self, schema: TableSchema, columns: list[str], lsn: int) -> None:
-        """Start (or queue) an incremental snapshot of ``schema``'s table, logged and in the batch's summary."""
-        reason = f"column(s) {columns} added with values walflow cannot know in the existing rows"
-        if not self._store(self._catalog_conn).exists():
-            log.warning("connector %s: table %s is not re-read (%s): the connector has no state table (its setup never ran)",
-                        self.config.name, schema.data_collection, reason)
+        if self._rereads is None:
+            log.warning("connector %s: table %s is not re-read (column(s) %s added with values walflow cannot know in the "
+                        "existing rows): the connector has no state table (its setup never ran)", self.config.name, schema.data_collection, unknown)
             return
-        inc = self._incremental()
-        signal_id = f"walflow-reread:{schema.data_collection}:{lsn:X}"
-        try:
-            inc.reread(signal_id, schema.data_collection, reason)
-        except (WalflowError, SignalError) as exc:
-            log.error("connector %s: cannot re-read table %s (%s): %s; its lake table may differ from the source until it is snapshotted again",
-                      self.config.name, schema.data_collection, reason, exc)
-            return
-        self.rereads.append({"table": schema.data_collection, "signal": signal_id, "reason": reason})
+        self._rereads.start(schema.schema, schema.table, f"column(s) {unknown} added with values walflow cannot know in the existing rows", True, produced.lsn)
 
     def _slot(self, conn: psycopg.Connection, database: str) -> Any:
         """The connector's slot, checked; one another process is using is tried again ``slot.max.retries`` times,

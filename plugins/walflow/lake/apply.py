@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -54,6 +53,7 @@ from walflow.lake.positions import (
     check_last_applied,
     check_offsets,
     format_offsets,
+    format_position,
     offset_slices,
     parse_offsets,
     share,
@@ -61,7 +61,7 @@ from walflow.lake.positions import (
 )
 from walflow.lake.settings import LakeSettings
 from walflow.lake.types import RowShape, field_defaults
-from walflow.records.facts import START_KIND, field_type
+from walflow.records.facts import STALE_KIND, START_KIND, SWEEP_KIND, field_type
 
 log = logging.getLogger("walflow.apply")
 #: lake types whose values may have been fitted (docs/lake.md): key columns of these types also match on their
@@ -112,6 +112,15 @@ class Evolution:
         return list(self.identity_fields)
 
 
+class _Widen(Exception):
+    """Raised before anything is written when a run's records end inside a key change whatever the cut: the slices
+    to read instead, longer in the partitions whose read stopped before their end."""
+
+    def __init__(self, slices: list[tuple[int, int, int]]) -> None:
+        super().__init__("a key change lies across the end of the records read")
+        self.slices = slices
+
+
 class _KeyCut(Exception):
     """Raised before anything is written when a run's records hold two keys: the slices ending where the newer starts."""
 
@@ -155,7 +164,7 @@ def check_column_names(topic: str, ident: str, names: list[str]) -> None:
 
 def _toastable(names: list[str], types: dict[str, str]) -> list[str]:
     """The columns whose values PostgreSQL can store out of line (TOAST), so that an update may carry a placeholder."""
-    return [n for n in names if types[n] in ("string", "binary") or types[n].startswith("array")]
+    return [n for n in names if types[n] in ("string", "binary") or types[n].startswith(("array", "map"))]
 
 
 class LakeJob:
@@ -178,6 +187,10 @@ class LakeJob:
         self._starts: dict[str, dict[int, int]] = {}
         #: the newest start fact's consistent point (None: no start fact)
         self._start_lsn: int | None = None
+        #: by source table: the sweeps of the re-reads walflow made (rows older than their positions are gone), and the
+        #: stale facts of tables without key whose rows changed without events (:mod:`walflow.capture.rereads`)
+        self._sweeps: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._stale: dict[tuple[str, str], list[dict[str, Any]]] = {}
         # The decoded events are cached between the statistics pass and the MERGE; compressing the cache cost
         # about a fifth of the read phase (a million changes: 1.5 s of 8) for memory a run frees at its end.
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
@@ -196,6 +209,7 @@ class LakeJob:
         applied: the run then raises (one failure as it is, several as one :class:`LakeError` naming each).
         """
         topics = self.table_topics(only)
+        self._ensure_namespace()
         self._load_facts()
         plans: dict[str, TopicPlan] = {}
         failures: dict[str, WalflowError] = {}
@@ -232,14 +246,22 @@ class LakeJob:
     def apply_topic(self, topic: str, partitions: list[int]) -> dict[str, Any]:
         """Plan and apply one topic alone (all of ``walflow.lake.max.records`` is its own): what :meth:`run` does for
         each topic, for callers that drive topics one by one (the apply benchmark)."""
+        self._ensure_namespace()
         self._load_facts()
         plan = self.plan_topic(topic, partitions)
         self.share_budget({topic: plan})
         return self.apply_plan(plan)
 
+    def _ensure_namespace(self) -> None:
+        """Create the lake's namespace before anything reads it: a connector whose first run finds only empty topics
+        (tables empty at setup) asks the catalog which tables claim them, and a Hadoop catalog answers a missing
+        namespace with a Java exception rather than an empty list."""
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.settings.namespace_ident()}")
+
     def _load_facts(self) -> None:
         """Read the connector's schema facts, once per run, by source table."""
         self._facts = {}
+        self._sweeps, self._stale = {}, {}
         latest: tuple[int, int] | None = None
         for fact in reader.read_facts(self.kafka, self.settings.schema_topic):
             if fact.get("kind") == START_KIND:
@@ -249,6 +271,10 @@ class LakeJob:
                     latest = order
                     self._start_lsn = order[0] or None
                     self._starts = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (fact.get("offsets") or {}).items()}
+                continue
+            if fact.get("kind") in (SWEEP_KIND, STALE_KIND):
+                kept = self._sweeps if fact["kind"] == SWEEP_KIND else self._stale
+                kept.setdefault((str(fact.get("schema")), str(fact.get("table"))), []).append(fact)
                 continue
             self._facts.setdefault((str(fact.get("schema")), str(fact.get("table"))), TableFacts([])).facts.append(fact)
         for facts in self._facts.values():
@@ -294,10 +320,7 @@ class LakeJob:
         if self._claims is None:
             self._claims = {}
             s = self.settings
-            try:
-                rows = self.spark.sql(f"SHOW TABLES IN {s.namespace_ident()}").collect()
-            except AnalysisException:
-                rows = []  # no namespace yet: no table claims anything
+            rows = self.spark.sql(f"SHOW TABLES IN {s.namespace_ident()}").collect()
             for row in rows:
                 props = table_properties(self.spark, s.ident(row["tableName"]))
                 if props.get(C.CONNECTOR_PROPERTY) == s.connector and props.get(C.KIND_PROPERTY, claims.TABLE) == claims.TABLE and C.TOPIC_PROPERTY in props:
@@ -312,6 +335,7 @@ class LakeJob:
         ident = s.ident(name)
         properties = table_properties(self.spark, ident)  # empty only for a table that does not exist
         claims.check_claim(ident, properties, s.connector, topic, claims.TABLE)
+        self._check_stale(topic, ident)
         # the snapshot the offsets come from (read first: a commit in between makes the fence refuse this run's)
         head = self.fence.head(ident, bool(properties))
         stored, stored_prints = stored_position(self.spark, ident, topic, (s.catalog, s.namespace, name))
@@ -374,27 +398,34 @@ class LakeJob:
         """Read, decode and commit one topic's planned slices."""
         ident = self.settings.ident(plan.name)
         if not plan.slices:
-            return {"topic": plan.topic, "table": ident, "records": 0, "committed": False, "backlog": plan.waiting()}
+            swept = self._sweep_alone(plan, ident) if not plan.waiting() else False
+            return {"topic": plan.topic, "table": ident, "records": 0, "committed": swept, "backlog": plan.waiting()}
         tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
         cached: list[DataFrame] = []
         written = (ident, self.settings.ident(plan.name + CHANGELOG_SUFFIX))
         try:
-            try:
-                return self._apply(plan, tasks, cached)
-            except _KeyCut as cut:
-                # the key was redefined within the run: this run applies what came before the new key
-                before, after = cut.change
-                log.info(
-                    "%s: the key changed from %s to %s within the records read; this run applies the records before the "
-                    "new key (up to offsets %s), the next run the rest, merged by the new key",
-                    plan.topic, before, after, {p: e for p, _s, e in cut.slices},
-                )
-                for frame in cached:
-                    frame.unpersist()
-                cached.clear()
-                plan.slices = [(p, start, end) for p, start, end in cut.slices if end > start]
-                tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
-                return self._apply(plan, tasks, cached, cut_allowed=False)
+            key_cut_allowed = True
+            while True:
+                try:
+                    return self._apply(plan, tasks, cached, cut_allowed=key_cut_allowed)
+                except (_KeyCut, _Widen) as cut:
+                    if isinstance(cut, _KeyCut):
+                        # the key was redefined within the run: this run applies what came before the new key
+                        before, after = cut.change
+                        log.info(
+                            "%s: the key changed from %s to %s within the records read; this run applies the records before "
+                            "the new key (up to offsets %s), the next run the rest, merged by the new key",
+                            plan.topic, before, after, {p: e for p, _s, e in cut.slices},
+                        )
+                        key_cut_allowed = False
+                    else:
+                        log.info("%s: a key change lies across the end of the records read; reading up to offsets %s", plan.topic,
+                                 {p: e for p, _s, e in cut.slices})
+                    for frame in cached:
+                        frame.unpersist()
+                    cached.clear()
+                    plan.slices = [(p, start, end) for p, start, end in cut.slices if end > start]
+                    tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
         except Exception as exc:
             # a write that failed because a newer run removed this run's branch is the fence's refusal
             if not isinstance(exc, LakeFenceError):
@@ -413,6 +444,15 @@ class LakeJob:
         s = self.settings
         topic, name, stored, slices, log_stored = plan.topic, plan.name, plan.stored, plan.slices, plan.log_stored
         ident = s.ident(name)
+        phase = time.monotonic()
+        decoded, stats, value_schema, passes, evolution = self._decode(topic, ident, tasks, slices)
+        cached.append(decoded)
+        if cut_allowed and stats["key_names"] and not stats["key_cut"] and not stats["problems"]:
+            ends = self._partner_cut(plan, decoded, value_schema)
+            if ends:
+                decoded = decoded.filter(frames.before_offsets(ends))
+                stats = frames.run_stats(decoded)
+                slices = plan.slices = [(p, start, min(end, ends.get(p, end))) for p, start, end in slices]
         # Each table commits its own offsets, never below what it applied before: with the changelog behind the
         # table, the read starts at the changelog's offsets and may end (walflow.lake.max.records) below the
         # table's, which must then keep its own.
@@ -421,9 +461,6 @@ class LakeJob:
         for p, _start, end in slices:
             offsets[p] = max(end, stored.get(p, 0))
             log_offsets[p] = max(end, log_offsets.get(p, 0))
-        phase = time.monotonic()
-        decoded, stats, value_schema, passes, evolution = self._decode(topic, ident, tasks, slices)
-        cached.append(decoded)
         counts, key_names = stats["counts"], stats["key_names"]
         if stats["problems"]:
             raise self._unappliable(topic, ident, stats)
@@ -482,6 +519,9 @@ class LakeJob:
             ).collect()[0]["m"]
             if cut is not None and truncated_at and cut[C.POSITION] < truncated_at:
                 cut = None  # only truncates older than one the table applied: redelivered, obsolete
+        sweep = self._sweep_due(plan, properties, offsets)
+        if sweep is not None and (cut is None or sweep[C.POSITION] > cut[C.POSITION]):
+            cut = sweep  # the re-read's rows are all in: what is older than it is gone from the source
         if truncated_at and not (s.soft_deletes and keyed and cut is not None):
             # Events older than a truncate the table already applied are obsolete even when redelivered later. The
             # truncate itself stays: a crash between recording it and its DELETE must still see it applied. With
@@ -497,6 +537,10 @@ class LakeJob:
                 self.spark.sql(sql.set_property(ident, C.TRUNCATED_AT, cut[C.POSITION]))
             commit(self.spark, sql.truncate(target, cut[C.POSITION], cut[C.LSN], cut[C.SOURCE_TS], s.soft_deletes), {}, "truncate")
             self.hooks.reached("after_truncate", ident)
+        if sweep is not None:
+            log.info("%s: the re-read of %s.%s is applied: rows older than %s removed%s", topic, *self._sources[topic], sweep[C.POSITION],
+                     "" if cut is sweep else " (a truncate after it removed them already)")
+        if cut is not None:
             if s.soft_deletes and keyed:
                 # soft deletes keep every row the source had: the rows the truncate removed are written too,
                 # flagged (below, once the latest event per key is known)
@@ -535,6 +579,8 @@ class LakeJob:
             frame = self._with_nulls(frame, history)
             self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(target, view, written, s.soft_deletes), properties_out, "insert"))
         self.fence.publish(ident)
+        if sweep is not None:
+            self.spark.sql(sql.set_property(ident, C.SWEPT_AT, sweep[C.POSITION]))
         clear_pending(self.spark, ident, pending)
         self.hooks.reached("after_commit", ident)
         timings["merge_s"] = round(time.monotonic() - phase, 2)
@@ -562,6 +608,62 @@ class LakeJob:
             properties[C.SKIPPED_PROPERTY] = orjson.dumps(skipped).decode()
         return properties, backlog
 
+    # -- re-reads: sweeps and stale tables (walflow.capture.rereads) ---------------------------------------------
+    def _sweep_due(self, plan: TopicPlan, properties: dict[str, str], offsets: dict[int, int]) -> dict[str, Any] | None:
+        """The newest sweep of the topic's table that this run applies, as a truncate position, or None.
+
+        A sweep fact is written once its re-read's rows were acknowledged, and this run read the facts before it found
+        where the topic ends: when its offsets reach that end, every row of the re-read is applied by this run or was
+        before it, so the rows older than the sweep's position are the source's no more. A run that stops short of the
+        end leaves the sweep to a later one."""
+        facts = self._sweeps.get(self._sources.get(plan.topic, ("", "")))
+        if not facts or any(offsets.get(p, start) < end for p, (start, end) in plan.bounds.items()):
+            return None
+        position = max(int(f["position"]) for f in facts)
+        # (commit, 1): below every change of a later transaction, above an initial snapshot's rows at that commit
+        place = (position, 1, 0)
+        text = format_position(place)
+        if text <= (properties.get(C.SWEPT_AT) or ""):
+            return None
+        return {C.POS_A: place[0], C.POS_B: place[1], C.POS_C: place[2], C.POSITION: text, C.LSN: None, C.SOURCE_TS: None}
+
+    def _sweep_alone(self, plan: TopicPlan, ident: str, properties_out: dict[str, str] | None = None) -> bool:
+        """Apply a due sweep in a run that has no event of the table to apply (its re-read's rows were applied by
+        earlier runs); with ``properties_out`` (the offsets) in the same commit. Returns whether it committed."""
+        if not table_exists(self.spark, ident):
+            return False
+        properties = table_properties(self.spark, ident)
+        sweep = self._sweep_due(plan, properties, {p: end for p, (_start, end) in plan.bounds.items()})
+        if sweep is None:
+            return False
+        target = self.fence.open(ident, plan.head)
+        if sweep[C.POSITION] > (properties.get(C.TRUNCATED_AT) or ""):
+            self.spark.sql(sql.set_property(ident, C.TRUNCATED_AT, sweep[C.POSITION]))
+        commit(self.spark, sql.truncate(target, sweep[C.POSITION], None, None, self.settings.soft_deletes), properties_out or {}, "sweep")
+        self.fence.publish(ident)
+        self.spark.sql(sql.set_property(ident, C.SWEPT_AT, sweep[C.POSITION]))
+        log.info("%s: the re-read of %s.%s is applied: rows older than %s removed", plan.topic, *self._sources[plan.topic], sweep[C.POSITION])
+        return True
+
+    def _check_stale(self, topic: str, ident: str) -> None:
+        """Refuse a topic whose table has no key and changed its rows without events (a stale fact newer than the newest
+        initial snapshot and than the table's last re-read): the lake cannot make it equal its source."""
+        source = self._sources.get(topic)
+        facts = self._stale.get(source) if source else None
+        if not facts or source is None:
+            return
+        newest = max(facts, key=lambda f: int(f.get("lsn") or 0))
+        if self._start_lsn is not None and int(newest.get("lsn") or 0) <= self._start_lsn:
+            return  # a new snapshot (walflow reset, then setup) rebuilt the lake after it
+        if any(int(f.get("due") or 0) > int(newest.get("lsn") or 0) for f in self._sweeps.get(source, [])):
+            return  # re-read since (the table gained a key)
+        raise LakeSchemaError(
+            f"topic {topic}: source table {source[0]}.{source[1]} has no primary key, and its rows changed without change "
+            f"events ({newest.get('reason')}), so lake table {ident} cannot equal it: without a key walflow cannot re-read "
+            "it. Nothing of this topic was written. Give the table a primary key (walflow then re-reads it and the lake "
+            "follows), or rebuild the lake: `walflow reset <connector> --lake`, then the setup DAG."
+        )
+
     def _commit_offsets_only(
         self, plan: TopicPlan, ident: str, offsets: dict[int, int], log_offsets: dict[int, int], stats: dict[str, Any]
     ) -> dict[str, Any]:
@@ -578,9 +680,12 @@ class LakeJob:
             target = self.fence.open(log_ident, plan.log_head)
             commit(self.spark, f"INSERT INTO {target} SELECT * FROM {log_ident} WHERE false", {C.OFFSETS_PROPERTY: format_offsets({topic: log_offsets})}, "offsets")
             self.fence.publish(log_ident)
-        target = self.fence.open(ident, plan.head)
-        commit(self.spark, f"INSERT INTO {target} SELECT * FROM {ident} WHERE false", properties, "offsets")
-        self.fence.publish(ident)
+        if self._sweep_due(plan, table_properties(self.spark, ident), offsets) is not None:
+            self._sweep_alone(plan, ident, properties)
+        else:
+            target = self.fence.open(ident, plan.head)
+            commit(self.spark, f"INSERT INTO {target} SELECT * FROM {ident} WHERE false", properties, "offsets")
+            self.fence.publish(ident)
         log.info("%s: no event in the records read (skipped records, tombstones without a key or after their delete): offsets moved to %s", topic, offsets)
         return {"topic": topic, "table": ident, "records": 0, "committed": True, "offsets": offsets, "backlog": sum(backlog.values())}
 
@@ -650,6 +755,39 @@ class LakeJob:
             target, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe, carried=frames.CARRIED in frame.columns
         )
         self._with_view(frame, lambda view: commit(self.spark, statement(view), properties, "merge"))
+
+    def _partner_cut(self, plan: TopicPlan, decoded: DataFrame, value_schema: dict[str, Any]) -> dict[int, int]:
+        """Where this run ends so that no key change of a table with TOASTable columns is applied by halves, when the
+        read of some partition stopped before its end (:func:`walflow.lake.frames.partner_cut`); empty: no cut.
+
+        :raises _Widen: a cut would leave nothing to apply: the run reads further instead (``walflow.lake.max.records``
+            is then exceeded by what it takes to complete the key change)."""
+        read = {p: end for p, _start, end in plan.slices}
+        partial = {p for p, (start, end) in plan.bounds.items() if read.get(p, start) < end}
+        if not partial:
+            return {}
+        shape = RowShape(value_schema)
+        if not _toastable(shape.names, shape.types):
+            return {}
+        unread = sorted(p for p in partial if p not in read)
+        if unread:
+            # partitions with records waiting that the budget gave none of: what they hold is unknown, so each is
+            # read a little (a key change may have a half there)
+            raise _Widen([*plan.slices, *((p, plan.bounds[p][0], min(plan.bounds[p][1], plan.bounds[p][0] + 2)) for p in unread)])
+        ends = frames.partner_cut(decoded, partial)
+        if not ends:
+            return {}
+        shortened = [(p, start, min(end, ends.get(p, end))) for p, start, end in plan.slices]
+        if not any(end > start for _p, start, end in shortened):
+            # every event the run read is at or after the frontier (slices of a few records each): read further in the
+            # partitions that stopped early, until a key change no longer spans the end (at worst to the topic's end)
+            raise _Widen([(p, start, min(plan.bounds[p][1], end + max(end - start, 2))) if p in partial else (p, start, end)
+                          for p, start, end in plan.slices])
+        log.info(
+            "%s: the records read stop inside a partition; this run applies those before the first key change that could "
+            "be cut in halves (up to offsets %s), the next run the rest", plan.topic, ends,
+        )
+        return ends
 
     def _resolve_moved_toast(self, frame: DataFrame, key_names: list[str], toastable: list[str], target: str) -> DataFrame:
         """A primary key changed and left TOASTed values unchanged: they are the old key's
@@ -744,7 +882,10 @@ class LakeJob:
             defaults = field_defaults(evolution.defaults_schema if evolution else guess.schema)
             mapping = evolution.mapping if evolution else None
             first_commit = (self._start_lsn, self._starts.get(topic, {})) if self._start_lsn else None
-            plan = DecodePlan(topic, self.kafka, guess.schema, defaults, self.placeholders, guess.watch, accept, mapping, first_commit)
+            plan = DecodePlan(
+                topic, self.kafka, guess.schema, defaults, self.placeholders, guess.watch, accept, mapping, first_commit,
+                binary_placeholder_null=self.settings.binary_placeholder_null,
+            )
             decoded = frames.decode(tasks, plan).persist()
             stats = frames.run_stats(decoded)
             better = self._better_guess(ident, guess, stats)

@@ -78,6 +78,9 @@ COMMIT_PROPERTY = "walflow.commit"
 SKIPPED_PROPERTY = "walflow.skipped"
 #: table property: the position of the last truncate applied (events older than it are obsolete)
 TRUNCATED_AT = "walflow.truncated-at"
+#: table property: the position of the last sweep applied (a re-read's end: rows older than it were removed;
+#: :mod:`walflow.capture.rereads`)
+SWEPT_AT = "walflow.swept-at"
 #: table property prefix: a column added with a default whose existing rows still need it (crash-safe DDL)
 PENDING_DEFAULT = "walflow.pending-default."
 #: table properties: the connector and the topic that own a lake table, and whether it is the table itself or its

@@ -37,9 +37,10 @@ from walflow.lake.evolution import Mapping
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
 from walflow.lake.positions import initial_snapshot_row, position
-from walflow.lake.reader import NO_KEY, Record, key_payload, read_slice
+from walflow.lake.reader import NO_KEY, Record, key_payload, read_messages
 from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
+from walflow.records.facts import UNAVAILABLE_HEADER
 
 SCHEMA_PREFIX = b'{"schema":'
 PAYLOAD_SEPARATOR = b',"payload":'
@@ -87,6 +88,8 @@ class DecodePlan:
     #: L]) and may have written its changes before the consistent point (it committed after it), so its commit
     #: position is taken as at least that point: it is newer than every row of the snapshot. None: no start fact.
     first_commit: tuple[int, dict[int, int]] | None = None
+    #: ``binary.handling.mode`` is base64: a bytea's unchanged TOASTed value may be null (LakeSettings)
+    binary_placeholder_null: bool = False
     batch_rows: int = 20_000
     #: a batch is cut at this many bytes of records too, so that huge rows (arrays, documents) keep memory
     #: bounded and Arrow's 32-bit offsets of one batch never overflow
@@ -309,15 +312,33 @@ class Decoder:
         self.renamed: dict[str, dict[str, str]] = {}
         #: the target was built for records without a schema part (their columns are typed from JSON values)
         self.plan_schemaless = any(f.get("name") == LOOSE for f in self.target.fields)
+        #: per schema hash: the columns whose unchanged TOASTed value may be a null (:meth:`_null_toast`)
+        self.null_toast: dict[str, list[int]] = {}
+
+    def _null_toast(self, shape: RowShape) -> list[int]:
+        """The columns of ``shape`` whose unchanged TOASTed value Debezium may write as null: arrays (but those of text,
+        numbers and UUIDs it fills with the placeholder), structs and maps, and with ``binary.handling.mode`` base64
+        text and bytes (bytea). A null there is looked up in the record's header (records.facts.UNAVAILABLE_HEADER)."""
+        kinds = ("array", "struct", "map", "string", "bytes") if self.plan.binary_placeholder_null else ("array", "struct", "map")
+        return [i for i, f in enumerate(shape.fields) if f["type"] in kinds]
 
     # -- the function handed to mapInArrow -------------------------------------------------------------
     def __call__(self, tasks: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Read and decode the (topic, partition, start, end) tasks of Arrow batches ``tasks``."""
         for batch in tasks:
             for task in batch.to_pylist():
-                yield from self.decode(read_slice(self.plan.kafka, task["topic"], task["partition"], task["start"], task["end"]))
+                current: list[Any] = [None]
 
-    def decode(self, records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
+                def records(partition: int, messages: Iterable[Any], current: list[Any] = current) -> Iterator[Record]:
+                    # the message of the record being decoded, whose headers are read only when a row needs them
+                    for msg in messages:
+                        current[0] = msg
+                        yield partition, msg.offset(), msg.key(), msg.value()
+
+                messages = read_messages(self.plan.kafka, task["topic"], task["partition"], task["start"], task["end"])
+                yield from self.decode(records(task["partition"], messages), lambda current=current: current[0].headers())
+
+    def decode(self, records: Iterable[Record], headers: Any = None) -> Iterator[pa.RecordBatch]:
         """The events of ``records`` as Arrow batches of :meth:`DecodePlan.columns` (see :meth:`_decode`).
 
         Python's cyclic garbage collector is off meanwhile: decoding allocates millions of small objects (parsed
@@ -328,7 +349,7 @@ class Decoder:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            yield from self._decode(records)
+            yield from self._decode(records, headers)
         finally:
             if enabled:
                 gc.enable()
@@ -354,7 +375,7 @@ class Decoder:
             known = self.shapes[schema_hash] = (shape, None if same else order, shape.compiled())
         return known
 
-    def _decode(self, records: Iterable[Record]) -> Iterator[pa.RecordBatch]:
+    def _decode(self, records: Iterable[Record], headers: Any = None) -> Iterator[pa.RecordBatch]:
         """The events of ``records`` as Arrow batches of :meth:`DecodePlan.columns`.
 
         This loop runs once per record read, so it keeps the common case (one image, a known schema, every value
@@ -475,6 +496,14 @@ class Decoder:
                         last_hash = last_keyed = None
                         continue  # reported
                     values, toasted, failures = converted
+                if headers is not None and (op == "u" or op == "c"):
+                    nullable = self.null_toast.get(schema_hash)  # type: ignore[arg-type]
+                    if nullable is None:
+                        nullable = self.null_toast[schema_hash] = self._null_toast(shape)  # type: ignore[index]
+                    if nullable and any(values[i] is None for i in nullable):
+                        gone = _unavailable(headers())
+                        if gone:
+                            toasted = [*toasted, *(n for n in shape.names if n in gone and n not in toasted)]
             elif row is None:
                 values, toasted = empty, []
             else:
@@ -651,6 +680,18 @@ def _spread(n: int, values: dict[int, Any]) -> list[Any]:
     for row, value in values.items():
         column[row] = value
     return column
+
+
+def _unavailable(headers: list[tuple[str, bytes]] | None) -> list[str]:
+    """The fields a change event's header names as unchanged TOASTed values written as null (none without it)."""
+    for name, value in headers or ():
+        if name == UNAVAILABLE_HEADER and value:
+            try:
+                fields = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                return []
+            return [str(f) for f in fields] if isinstance(fields, list) else []
+    return []
 
 
 def _fails(compiled: Any, image: dict[str, Any], placeholders: tuple[Any, ...]) -> bool:

@@ -142,6 +142,45 @@ def after(cut: Any) -> Column:
     return (a > ca) | ((a == ca) & ((b > cb) | ((b == cb) & (c > cc))))
 
 
+def partner_cut(frame: DataFrame, partial: set[int]) -> dict[int, int]:
+    """Where to end a run whose read of some partitions (``partial``) stopped before their end, so that no key change
+    is applied by halves: per partition, the offset of its first create or delete at or after the *frontier*, the
+    earliest of the partial partitions' last read positions (empty: nothing to cut, or no way to tell).
+
+    A primary-key change is a delete of the old key and a create of the new one at one source position, in the
+    partitions of their keys; under REPLICA IDENTITY DEFAULT the create holds placeholders for the TOASTed values the
+    update left unchanged, which only the old key's row can give. A run that applied the delete and left the create to
+    the next run would lose them (and one that applied the create first would find no old row in its events). Within a
+    partition, positions grow with offsets, so whatever a partial partition did not read lies at or after its last read
+    position: a pair whose position is before the frontier was read whole.
+    """
+    if not partial:
+        return {}
+    place = (C.POS_A, C.POS_B, C.POS_C)
+    events = frame.filter(F.col(C.OP).isin("c", "u", "d", "r") & F.col(C.POS_A).isNotNull())
+    last = {r[C.PARTITION]: r["f"] for r in events.groupBy(C.PARTITION).agg(F.max(F.struct(*place)).alias("f")).collect()}
+    if any(p not in last for p in partial):
+        return {}  # a partial partition without a positioned event: its frontier is unknown
+    frontier = min(tuple(last[p]) for p in partial)
+    halves = events.filter(F.col(C.OP).isin("c", "d") & ~before(frontier))
+    return {int(r[C.PARTITION]): int(r["o"]) for r in halves.groupBy(C.PARTITION).agg(F.min(C.OFFSET).alias("o")).collect()}
+
+
+def before(place: tuple[int, int, int]) -> Column:
+    """A filter keeping the events positioned before ``place`` (commit, change, total order)."""
+    a, b, c = (F.col(x) for x in (C.POS_A, C.POS_B, C.POS_C))
+    pa_, pb, pc = (F.lit(v) for v in place)
+    return (a < pa_) | ((a == pa_) & ((b < pb) | ((b == pb) & (c < pc))))
+
+
+def before_offsets(ends: dict[int, int]) -> Column:
+    """A filter keeping the rows before each partition's end offset (partitions not named: all)."""
+    keep = F.lit(True)
+    for partition, end in ends.items():
+        keep = keep & ((F.col(C.PARTITION) != partition) | (F.col(C.OFFSET) < end))
+    return keep
+
+
 def from_offsets(starts: dict[int, int]) -> Column:
     """A filter keeping the events at or after each partition's start offset."""
     keep = F.lit(True)

@@ -129,11 +129,17 @@ def _run(task: str, argv: list[str] | None) -> int:
     except Exception as exc:
         # a failure walflow does not foresee (Spark, the catalog, the storage, an executor): one line that says
         # what failed, then the whole trace; running again may help (a commit conflict, a storage hiccup), so the
-        # task is left to its retries
+        # task is left to its retries, unless the failure is one that the same run meets again every time
         cause = describe_failure(exc)
+        retryable = failure_is_transient(exc)
         log.exception("the lake job stopped on an unexpected error (%s task; the trace follows): %s", task, cause)
         if args.result:
-            Path(args.result).write_text(orjson.dumps({"error": cause, "type": type(exc).__name__, "retryable": True}).decode())
+            if not retryable:
+                cause += (
+                    " (the same run meets this again every time, so the task is not retried: please report it as a walflow "
+                    "bug with this log)"
+                )
+            Path(args.result).write_text(orjson.dumps({"error": cause, "type": type(exc).__name__, "retryable": retryable}).decode())
         spark.stop()
         return ERROR_EXIT
     summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}
@@ -143,6 +149,29 @@ def _run(task: str, argv: list[str] | None) -> int:
         Path(args.result).write_text(text)
     spark.stop()
     return 0
+
+
+#: Java exceptions of Spark and Iceberg that say what a statement names does not fit the catalog or the table: running
+#: the same job again meets them again (unlike a lost executor, a storage hiccup or a commit conflict)
+DETERMINISTIC_FAILURES = (
+    "org.apache.spark.sql.AnalysisException",
+    "org.apache.iceberg.exceptions.NoSuchNamespaceException",
+    "org.apache.iceberg.exceptions.NoSuchTableException",
+    "org.apache.spark.sql.catalyst.analysis.NoSuchNamespaceException",
+    "org.apache.spark.sql.catalyst.analysis.NoSuchTableException",
+    "org.apache.spark.sql.catalyst.parser.ParseException",
+)
+
+
+def failure_is_transient(exc: BaseException) -> bool:
+    """Whether running the job again may get past ``exc``, a failure walflow did not foresee: not for Spark's analysis
+    and parse errors or a catalog's missing namespace or table (the same statements meet them again), yes for the
+    rest (executors, storage, the network, commit conflicts)."""
+    if type(exc).__name__ in ("AnalysisException", "ParseException"):
+        return False
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else ""
+    return not any(text.startswith(name) for name in DETERMINISTIC_FAILURES)
 
 
 def describe_failure(exc: BaseException, limit: int = 1000) -> str:

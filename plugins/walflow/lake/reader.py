@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from walflow.errors import BrokerUnavailableError, LakeError
 from walflow.kafka import SMALL_READS, consumer, list_topics, partition_end
-from walflow.records.facts import FORMAT, START_KIND
+from walflow.records.facts import FACT_KINDS, FORMAT
 
 #: Consumer settings of the bulk reads. librdkafka stops fetching while its local queue holds more than
 #: ``queued.max.messages.kbytes`` (or ``queued.min.messages`` records) and then waits ``fetch.queue.backoff.ms``
@@ -132,6 +132,12 @@ def last_records(kafka: dict[str, Any], topic: str, slices: list[tuple[int, int,
 
 def read_slice(kafka: dict[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[Record]:
     """Yield (partition, offset, key, value) for offsets [start, end) of one partition (runs on the executors)."""
+    for msg in read_messages(kafka, topic, partition, start, end):
+        yield partition, msg.offset(), msg.key(), msg.value()
+
+
+def read_messages(kafka: dict[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+    """The Kafka messages at offsets [start, end) of one partition (runs on the executors)."""
     if end <= start:
         return
     client = consumer(kafka, **READ_SETTINGS)
@@ -156,7 +162,7 @@ def read_slice(kafka: dict[str, Any], topic: str, partition: int, start: int, en
                 if msg.offset() >= end:
                     return
                 position = msg.offset() + 1
-                yield partition, msg.offset(), msg.key(), msg.value()
+                yield msg
                 if position >= end:
                     return
     finally:
@@ -202,6 +208,6 @@ def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:
             continue  # not walflow's: the topic is walflow's own, but a stray record must not stop the lake
-        if isinstance(doc, dict) and doc.get("format") == FORMAT and (isinstance(doc.get("fields"), list) or doc.get("kind") == START_KIND):
+        if isinstance(doc, dict) and doc.get("format") == FORMAT and (isinstance(doc.get("fields"), list) or doc.get("kind") in FACT_KINDS):
             facts.append(doc)
     return facts

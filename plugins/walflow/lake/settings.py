@@ -55,6 +55,10 @@ class LakeSettings(BaseModel):
     delete_mode: Literal["hard", "soft"]
     changelog: bool
     toasted_value_placeholder: str
+    #: whether Debezium writes a bytea column's unchanged TOASTed value as null (``binary.handling.mode`` base64 or
+    #: base64-url-safe): the lake then reads the header naming such values (records.facts.UNAVAILABLE_HEADER) for
+    #: string columns too
+    binary_placeholder_null: bool = False
     #: the connector's schema facts (walflow.capture.schema_facts); "" when none are kept
     schema_topic: str = ""
     #: "<topic>:<partition>:<offset>" of records whose unconvertible values are accepted (docs/lake.md)
@@ -89,6 +93,7 @@ class LakeSettings(BaseModel):
             "delete_mode": config.walflow_lake_delete_mode,
             "changelog": config.walflow_lake_changelog,
             "toasted_value_placeholder": config.toasted_value_placeholder,
+            "binary_placeholder_null": config.binary_handling_mode in ("base64", "base64-url-safe"),
             "schema_topic": config.schema_topic,
             "accept_records": tuple(config.walflow_lake_accept_records),
             "snapshot_retention_hours": config.walflow_lake_maintain_snapshot_retention_hours,

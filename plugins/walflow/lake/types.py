@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import uuid
 from decimal import Decimal
 from typing import Any, Callable
 
+import orjson
 import pyarrow as pa
 
 from walflow.errors import LakeError
@@ -234,7 +237,7 @@ class RowShape:
                 env[f"t{i}"] = keep
                 call = f"{v} = {v} if type({v}) is t{i} else c{i}({v})"
             if can_toast:
-                test = f"{v} in placeholders" if can_toast == 1 else f"is_placeholder({v}, 2, placeholders)"
+                test = f"{v} in placeholders" if can_toast == TOAST_VALUE else f"is_placeholder({v}, {can_toast}, placeholders)"
                 lines += [f"        if {test}:", f"            toasted.append({name!r})", f"            {v} = None"]
                 if convert is not None:
                     env[f"c{i}"] = convert
@@ -270,25 +273,55 @@ class RowShape:
         return values, toasted, failures
 
 
+#: the kinds of values an unchanged TOASTed column's placeholder can take (:func:`_toastable`): none; a string or
+#: bytes (base64) value; an array of one such element; an array of the placeholder's bytes as numbers (Debezium's form
+#: for ``int4[]``, ``int8[]`` and ``date[]``); a map of one entry (``hstore`` as a map)
+NOT_TOASTABLE, TOAST_VALUE, TOAST_ELEMENT, TOAST_NUMBERS, TOAST_MAP = range(5)
+
+
 def _toastable(field: dict[str, Any]) -> int:
-    if field["type"] in ("string", "bytes"):
-        return 1
-    if field["type"] == "array" and field["items"]["type"] in ("string", "bytes"):
-        return 2
-    return 0
+    kind = field["type"]
+    if kind in ("string", "bytes"):
+        return TOAST_VALUE
+    if kind == "array":
+        items = field["items"]["type"]
+        if items in ("string", "bytes"):
+            return TOAST_ELEMENT
+        if items in ("int32", "int64"):
+            return TOAST_NUMBERS
+    if kind == "map":
+        return TOAST_MAP
+    return NOT_TOASTABLE
 
 
 def _is_placeholder(value: Any, kind: int, placeholders: tuple[Any, ...]) -> bool:
-    if kind == 1:
+    """Whether ``value`` is the placeholder in the form of ``kind`` (``placeholders``: :func:`placeholder_values`,
+    whose last entry is the placeholder's bytes as numbers)."""
+    if kind == TOAST_VALUE:
         return value in placeholders
-    return isinstance(value, list) and len(value) == 1 and value[0] in placeholders
+    if not value or not placeholders:
+        return False
+    if kind == TOAST_ELEMENT:
+        return isinstance(value, list) and len(value) == 1 and value[0] in placeholders
+    if kind == TOAST_NUMBERS:
+        numbers = placeholders[-1]
+        return isinstance(value, list) and len(value) == len(numbers) and tuple(value) == numbers
+    if kind == TOAST_MAP:
+        return isinstance(value, dict) and len(value) == 1 and next(iter(value.items())) == (placeholders[0], placeholders[0])
+    return False
 
 
 def placeholder_values(placeholder: str) -> tuple[Any, ...]:
-    """The forms the TOAST placeholder takes in string and bytes (base64) columns."""
+    """The forms Debezium gives the TOAST placeholder (``toasted.value.placeholder``) in the lake's columns: its text
+    (string columns, text-like array elements, a one-entry map's key and value), its bytes in base64 (bytes columns and
+    elements), a version 3 UUID of its bytes (``uuid[]``), the text of a one-entry JSON object (``hstore`` as JSON),
+    and, last, its bytes as signed numbers (``int4[]``, ``int8[]``, ``date[]``)."""
     raw = bytes.fromhex(placeholder[4:]) if placeholder.startswith("hex:") else placeholder.encode()
     text = raw.decode("utf-8", errors="replace")
-    return (text, base64.b64encode(raw).decode("ascii"))
+    as_uuid = str(uuid.UUID(bytes=hashlib.md5(raw).digest(), version=3))  # java.util.UUID.nameUUIDFromBytes
+    as_json = orjson.dumps({text: text}).decode()
+    numbers = tuple(b - 256 if b > 127 else b for b in raw)
+    return (text, base64.b64encode(raw).decode("ascii"), as_uuid, as_json, numbers)
 
 
 def field_defaults(value_schema: dict[str, Any]) -> dict[str, Any]:

@@ -231,6 +231,9 @@ class TableSchema:
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
         #: each field's value for a TOASTed column pgoutput left out (``unavailable.value.placeholder`` in its form)
         self.toast_values = [(f.name, f.toast_value) for f in fields]
+        #: (tuple index, field name) of the fields whose unchanged TOASTed value Debezium writes as null, where a null
+        #: cannot be told from a real one (arrays of most element types, bytea in base64 modes)
+        self.null_toast = [(f.index, f.name) for f in fields if f.toast_value is None]
         #: the key's columns, and each column's type as ``format_type`` writes it (post processors query by key)
         self.key_columns = list(key_columns)
         self.column_types = {c.name: c.type.name for c in columns}

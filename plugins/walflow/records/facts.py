@@ -20,3 +20,15 @@ FORMAT = 1
 #: the kind of a start fact: where a lake table with no offsets of its own starts reading its topic
 #: (:func:`walflow.capture.schema_facts.start_record`)
 START_KIND = "start"
+#: the kind of a sweep fact: the lake removes a table's rows older than its position once a re-read of the table is
+#: applied (:func:`walflow.capture.rereads.sweep_record`)
+SWEEP_KIND = "sweep"
+#: the kind of a stale fact: a table without key whose rows changed without events; the lake stops at it
+#: (:func:`walflow.capture.rereads.stale_record`)
+STALE_KIND = "stale"
+#: the kinds of facts besides table definitions (which have ``fields`` and no kind)
+FACT_KINDS = (START_KIND, SWEEP_KIND, STALE_KIND)
+#: the header of a change event whose row holds unchanged TOASTed values that Debezium writes as null (arrays of most
+#: element types, bytea in base64 modes), where the lake could not tell them from real nulls: the JSON list of those
+#: fields. Written only with the lake on (Debezium's records have no such header; consumers ignore unknown headers).
+UNAVAILABLE_HEADER = "__walflow.unavailable"
