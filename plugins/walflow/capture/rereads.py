@@ -108,12 +108,19 @@ class Rereads:
         self.checked_at = self._now()
         now = observe(self.conn, sorted(captured.values()))
         known = self._known = {k[len(WATCH_PREFIX):]: v for k, v in self.store.prefixed(WATCH_PREFIX).items()}
+        # the names the relations had when last seen: a relation under a new name was renamed (its new name's topic and
+        # lake table hold only what was streamed under that name)
+        named = {int(v["oid"]): n for n, v in known.items() if isinstance(v, dict) and v.get("oid") is not None}
         for (schema, table), observed in sorted(now.items()):
             name = f"{schema}.{table}"
             raw = known.get(name)
             self._seen[(schema, table)] = observed
             if raw is None:
                 self._to_remember[(schema, table)] = observed.to_state()  # first seen: what later batches compare with
+                before = named.get(observed.oid)
+                if before is not None and before != name:
+                    self.start(schema, table, f"it was renamed from {before}: its topic and lake table hold only what was streamed "
+                               "under its new name")
                 continue
             try:
                 before = Observed.from_state(raw)
@@ -188,16 +195,17 @@ class Rereads:
         return str_to_lsn(str(row[0])) if row and row[0] else 0
 
     # -- while the batch streams ----------------------------------------------------------------------------------
-    def uncaptured(self, relation: Relation, lsn: int) -> None:
-        """A change under a name the filters do not capture, of a relation the connector captures under its name now:
-        made while the table was renamed away (and back since). The lake needs it, so the table is re-read."""
+    def other_name(self, relation: Relation, lsn: int) -> None:
+        """A change under another name than the one a relation the connector captures has now: made while the table was
+        renamed away (and back since, or renamed since). Its events went to the other name's topic, or nowhere (a name
+        the filters do not capture), and the lake table of its name now needs them, so the table is re-read."""
         rid = relation.relation_id
         name = self._captured.get(rid)
-        if name is None or rid in self._skipped:
+        if name is None or name == (relation.namespace, relation.name) or rid in self._skipped:
             return
         self._skipped.add(rid)
-        self.start(*name, f"changes were made while it was named {relation.namespace}.{relation.name}, which the filters do "
-                   "not capture (renamed away and back)", since=lsn)
+        self.start(*name, f"changes were made while it was named {relation.namespace}.{relation.name} (renamed away and back, "
+                   "or renamed since)", since=lsn)
 
     @property
     def next_due(self) -> int | None:

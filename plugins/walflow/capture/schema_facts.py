@@ -117,7 +117,7 @@ def _field(spec: Any, info: CatalogColumn | None, unrewritten: bool = False) -> 
     # a default, but no value kept for older rows: evaluated per row (a volatile default rewrites the table), the
     # table was rewritten since (which drops the kept value), or the default was set after a plain ADD COLUMN.
     # Only the last leaves the storage as it was, and then the older rows hold NULL.
-    return spec.name, info.attnum, None, info.default_expr is None or unrewritten
+    return spec.name, info.attnum, None, (info.default_expr is None and not info.implicit_default) or unrewritten
 
 
 def storage(table: CatalogTable | None, previous: tuple[int, int] | None = None) -> tuple[int, int] | None:

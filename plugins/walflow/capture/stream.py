@@ -669,11 +669,11 @@ class StreamBatch:
         except KeyError:
             pass
         schema: TableSchema | None
+        if self._rereads is not None:
+            self._rereads.other_name(relation, self._relation_lsn.get(rid, 0))
         if not self.filters.table_included(relation.namespace, relation.name):
             schema = None
             self._warn_uncaptured(relation)
-            if self._rereads is not None:
-                self._rereads.uncaptured(relation, self._relation_lsn.get(rid, 0))
         else:
             schema = TableSchema.from_relation(
                 self.config, self.filters, self.serializer, relation, self._ddl.apply(self._catalog.table(rid)), self.rules,

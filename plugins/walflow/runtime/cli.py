@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from walflow.capture.rereads import REREADS_KEY, WATCH_PREFIX
 from walflow.config.connector import ConnectorConfig
 from walflow.config.files import resolve
 from walflow.errors import WalflowError
@@ -26,6 +27,7 @@ from walflow.lake.settings import LakeSettings
 from walflow.lake.tables import JdbcCatalog, PropertiesCatalog
 from walflow.source.connection import connect
 from walflow.source.health import HealthLimits, assess_slot_health, health_limits, slot_health
+from walflow.source.signals import signal_key
 from walflow.source.state import StateStore
 
 
@@ -56,6 +58,10 @@ def slot_status(
         store = StateStore(state_conn, connector, state_table)
         last, snapshot = store.get("last_batch"), store.get("snapshot")
         state = {"last_batch": last}
+        rereads = store.get(REREADS_KEY) or {}
+        for signal, entry in rereads.items():
+            entry["status"] = (store.get(signal_key(signal)) or {}).get("status")
+        stale = sorted(k[len(WATCH_PREFIX):] for k, v in store.prefixed(WATCH_PREFIX).items() if isinstance(v, dict) and v.get("stale"))
         health = slot_health(conn, slot, state)
         database = conn.execute("SELECT database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     out: dict[str, Any] = {"slot": slot, "exists": health.exists}
@@ -80,6 +86,9 @@ def slot_status(
     if last and last.get("finished_at_ms"):
         out["seconds_since_last_batch"] = round(time.time() - last["finished_at_ms"] / 1000, 1)
     out["snapshot"] = snapshot
+    # re-reads walflow started itself whose sweep the lake has not been told of yet, and tables it cannot re-read
+    out["rereads"] = [{"signal": signal, **entry} for signal, entry in sorted(rereads.items())]
+    out["stale_tables"] = stale
     return out
 
 
@@ -189,6 +198,11 @@ def render(result: dict[str, Any]) -> str:
         lines.append("  last batch: none recorded")
     if src.get("snapshot"):
         lines.append(f"  initial snapshot: {src['snapshot'].get('status')}")
+    for reread in src.get("rereads") or []:
+        sweep = "its sweep's position known" if reread.get("position") is not None else "its sweep's position not reached yet"
+        lines.append(f"  re-reading {reread['schema']}.{reread['table']} ({reread['signal']}: {reread.get('status') or 'pending'}, {sweep}): {reread['reason']}")
+    for table in src.get("stale_tables") or []:
+        lines.append(f"  STALE: {table} changed its rows without events and has no key; the lake stops at it (give it a key, or walflow reset --lake)")
     lake = result.get("lake")
     if lake:
         lines.append(f"  lake ({lake['warehouse']}):")

@@ -58,6 +58,9 @@ class CatalogColumn:
     #: pg_attribute.attmissingval as text (a one-element array) when atthasmissing: what rows older than the
     #: column hold in it (see :mod:`walflow.capture.schema_facts`)
     missing: str | None = None
+    #: a default that is no pg_attrdef row: an identity column's sequence, or its domain's default (rows older than
+    #: the column hold its values, not NULL)
+    implicit_default: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,9 @@ SELECT a.attname,
        a.attnotnull,
        pg_catalog.pg_get_expr(d.adbin, d.adrelid),
        pg_catalog.format_type(a.atttypid, a.atttypmod),
-       CASE WHEN a.atthasmissing THEN a.attmissingval::text END
+       CASE WHEN a.atthasmissing THEN a.attmissingval::text END,
+       -- a value computed per row for rows that existed before the column: an identity, or a domain's default
+       a.attidentity <> '' OR EXISTS (SELECT 1 FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid AND t.typdefaultbin IS NOT NULL)
 FROM pg_catalog.pg_attribute a
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s AND a.attnum > 0
@@ -277,7 +282,7 @@ class Catalog:
         self.types.load(a[4] for a in attrs if not a[2])
         columns: dict[str, CatalogColumn] = {}
         attributes: list[tuple[int, str | None]] = []
-        for attname, attnum, dropped, generated, typoid, typmod, ndims, notnull, default_expr, formatted, missing in attrs:
+        for attname, attnum, dropped, generated, typoid, typmod, ndims, notnull, default_expr, formatted, missing, implicit in attrs:
             if dropped:
                 attributes.append((attnum, None))
                 continue
@@ -293,6 +298,7 @@ class Catalog:
                 attnum=attnum,
                 generated=generated,
                 missing=missing,
+                implicit_default=bool(implicit),
             )
             if default_expr is not None and not generated:
                 column = self._with_default(column)
