@@ -193,7 +193,8 @@ def test_changes_made_while_a_table_was_renamed_away_are_re_read(spark: Any, dat
 def test_a_table_renamed_to_a_captured_name_gets_all_its_rows_in_its_new_lake_table(spark: Any, database: str) -> None:
     """``ALTER TABLE t RENAME TO t2`` with every table captured: t2's topic and lake table start with the changes
     streamed under its new name, so the rows never changed since are missing there; the table is re-read under its new
-    name, in the batch that finds it and in the one that streams a change made under the old name."""
+    name, in the batch that finds it and in the one that streams a change made under the old name; and again when it
+    gets its old name back after changes streamed under the new one."""
     dsn = database
     config = connector(unique("renamed"))
     run(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5) g")
@@ -202,6 +203,12 @@ def test_a_table_renamed_to_a_captured_name_gets_all_its_rows_in_its_new_lake_ta
     run(dsn, "UPDATE t SET v = 'before' WHERE id = 1", "ALTER TABLE t RENAME TO t2", "UPDATE t2 SET v = 'after' WHERE id = 2")
     assert catch_up(spark, config, dsn) == ["public.t2"]
     assert_equal(config, dsn, "t2")
+    # changes streamed under the new name, then the old name back: t's lake table lacks them until it is re-read
+    run(dsn, "UPDATE t2 SET v = 'while t2' WHERE id = 3")
+    assert catch_up(spark, config, dsn) == []
+    run(dsn, "ALTER TABLE t2 RENAME TO t")
+    assert catch_up(spark, config, dsn) == ["public.t"]
+    assert_equal(config, dsn, "t")
 
 
 @pytest.mark.parametrize("form", ["one-statement", "one-transaction", "two-transactions"])

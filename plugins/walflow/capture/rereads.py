@@ -94,6 +94,7 @@ class Rereads:
         #: captured tables by relation OID, as the catalog names them now
         self._captured: dict[int, tuple[str, str]] = {}
         self._skipped: set[int] = set()
+        self._forget: list[str] = []
         self.checked_at = 0
         self._known: dict[str, Any] = {}
         #: what the batch summary lists: {"table", "signal", "reason"}
@@ -111,6 +112,13 @@ class Rereads:
         # the names the relations had when last seen: a relation under a new name was renamed (its new name's topic and
         # lake table hold only what was streamed under that name)
         named = {int(v["oid"]): n for n, v in known.items() if isinstance(v, dict) and v.get("oid") is not None}
+        # a name whose relation lives under another name now was renamed away: forgotten, so that the name, taken
+        # again (renamed back, or by a swap), is a table seen for the first time (a name whose table is gone stays:
+        # the same name created again is another relation of it)
+        current = {observed.oid: f"{s}.{t}" for (s, t), observed in now.items()}
+        self._forget = [
+            n for n, v in known.items() if isinstance(v, dict) and n not in current.values() and current.get(int(v.get("oid") or 0), n) != n
+        ]
         for (schema, table), observed in sorted(now.items()):
             name = f"{schema}.{table}"
             raw = known.get(name)
@@ -259,6 +267,9 @@ class Rereads:
         for (schema, table), value in self._to_remember.items():
             self.store.put(f"{WATCH_PREFIX}{schema}.{table}", value)
         self._to_remember.clear()
+        for name in self._forget:
+            self.store.delete(f"{WATCH_PREFIX}{name}")
+        self._forget = []
 
 
 def remember(store: StateStore, conn: psycopg.Connection, oids: list[int], replace: bool) -> None:
