@@ -85,6 +85,12 @@ REPLICAS := tests/integration/test_standby.py tests/faults/test_failover.py
 #: the lake after changes no event carries (rewrites, tables dropped and created again, renamed enum values) and
 #: unchanged TOASTed values under any cut: in the unit lane too, which had the time (they start a Spark session there)
 REREADS := tests/integration/test_lake_rewrites.py tests/integration/test_lake_toast.py
+REWRITES := tests/integration/test_lake_rewrites.py
+#: their other forms (make test runs the first of each): a table dropped and created again under a 'filtered'
+#: publication, a column dropped and added again in one transaction and in two; make test-torture runs them
+LONG_REREADS := $(REWRITES)::test_a_table_dropped_and_created_again_is_a_new_table[filtered] \
+  $(REWRITES)::test_a_column_dropped_and_added_again_within_one_batch[one-transaction] \
+  $(REWRITES)::test_a_column_dropped_and_added_again_within_one_batch[two-transactions]
 LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py --ignore=tests/faults/test_failover.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-torture runs them, make test the same steps applied once
@@ -128,7 +134,8 @@ test: test-up test-alone-up
 	  ( source $(ALONE_STATE)/env.sh && $(PYTEST) $(ALONE) -m "disruptive or alone" $(patsubst %,--deselect %,$(LONG_ALONE) $(LONG_TRUTH) $(LONG_FENCE)) \
 	    > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
 	    echo $$? > $(TEST_STATE)/lanes/lane-alone.rc ) & \
-	  ( $(PYTEST) tests/unit $(REPLICAS) $(REREADS) > $(TEST_STATE)/lanes/lane-unit.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
+	  ( $(PYTEST) tests/unit $(REPLICAS) $(REREADS) $(patsubst %,--deselect %,$(LONG_REREADS)) > $(TEST_STATE)/lanes/lane-unit.log 2>&1; \
+	    echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
 	  wait; \
 	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
 	  echo "make test: $$(( $$(date +%s) - started )) s of tests"; \
@@ -153,9 +160,10 @@ test-lake-rounds: test-up
 	$(TEST_ENV) WALFLOW_LAKE_ROUNDS=20 python -m pytest tests/integration/test_lake_maintain.py -q -p no:cacheprovider
 
 # the torture run in full: 200 rounds on three seeds (make test runs 2 rounds of seed 1); one JSON line per seed;
-# then the schema-change reproductions with the lake applied after every step
+# then the schema-change reproductions with the lake applied after every step, and the re-reads' other forms
 test-torture: test-up
-	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture $(patsubst %,'%',$(LONG_TRUTH)) -q -p no:cacheprovider -s
+	$(TEST_ENV) WALFLOW_TORTURE_SEEDS=$${WALFLOW_TORTURE_SEEDS:-1,2,3} WALFLOW_TORTURE_ROUNDS=$${WALFLOW_TORTURE_ROUNDS:-200} python -m pytest tests/torture \
+	  $(patsubst %,'%',$(LONG_TRUTH) $(LONG_REREADS)) -q -p no:cacheprovider -s
 
 # the stream DAG on a Spark standalone cluster with two workers, through a JDBC catalog (not part of make test: CI runs
 # it after make test; WALFLOW_CLUSTER_WORKERS to choose)

@@ -324,7 +324,10 @@ def test_a_recreated_table_with_another_key_type_is_refused_until_accepted(datab
     assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [1, 2]  # confirmed up to the drop
     setup(config, database)  # accepts the new key
     assert stream(config, database).events == 1
-    assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [1, 2, "x"]
+    # the new table is another relation under the name: with the lake on, the batch that found it re-reads it (its row
+    # once more, as an incremental snapshot's; docs/lake.md, "Rows changed without change events")
+    records = read_topic(f"{config.topic_prefix}.public.t")
+    assert [(r.key_payload["id"], r.op) for r in records] == [(1, "c"), (2, "c"), ("x", "c"), ("x", "r")]
 
 
 def test_tables_sharing_a_topic_are_refused(database: str) -> None:

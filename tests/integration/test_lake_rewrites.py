@@ -89,40 +89,35 @@ def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
     assert_equal(config, dsn, "t_int")
 
 
-def test_a_keyless_table_given_a_serial_key_is_re_read_by_it(spark: Any, database: str) -> None:
+def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topic_until_then(spark: Any, database: str) -> None:
     """``ALTER TABLE t_keyless ADD COLUMN id bigserial PRIMARY KEY``: every row gets its id in a rewrite, and the lake's
-    rows from before (applied as rows of a table without key) held none, and were duplicated beside the re-read
-    ones. The table is re-read by its new key and the rows from before are swept."""
+    rows from before (applied as rows of a table without key) held none, and were duplicated beside the re-read ones:
+    the table is re-read by its new key and the rows from before are swept. A table without key whose rows a rewrite
+    changed cannot be re-read by key: its topic stops with the cause and the fix (the other topics are applied), until
+    the table gets a key: then it is re-read and the lake follows."""
     dsn = database
     config = connector(unique("keyless"))
     run(dsn, "CREATE TABLE t_keyless (x int, y text)", "ALTER TABLE t_keyless REPLICA IDENTITY FULL",
-        "INSERT INTO t_keyless VALUES (1, 'a'), (1, 'a'), (2, 'b')")
+        "CREATE TABLE kl (x int, y text)", "ALTER TABLE kl REPLICA IDENTITY FULL",
+        "INSERT INTO t_keyless VALUES (1, 'a'), (1, 'a'), (2, 'b')", "INSERT INTO kl VALUES (1, 'a'), (2, 'b')")
     setup(config, dsn)
     catch_up(spark, config, dsn)
     run(dsn, "INSERT INTO t_keyless VALUES (3, 'c')", "ALTER TABLE t_keyless ADD COLUMN id bigserial PRIMARY KEY",
-        "UPDATE t_keyless SET y = 'B' WHERE x = 2")
-    assert catch_up(spark, config, dsn) == ["public.t_keyless"]
-    assert_equal(config, dsn, "t_keyless")
-
-
-def test_a_keyless_table_rewritten_stops_its_topic_with_the_fix(spark: Any, database: str) -> None:
-    """A table without key whose rows a rewrite changed cannot be re-read by key: its topic stops with the cause and
-    the fix (the other topics are applied), until the table gets a key: then it is re-read and the lake follows."""
-    dsn = database
-    config = connector(unique("stale"))
-    run(dsn, "CREATE TABLE kl (x int, y text)", "ALTER TABLE kl REPLICA IDENTITY FULL", "CREATE TABLE k (id int PRIMARY KEY)",
-        "INSERT INTO kl VALUES (1, 'a'), (2, 'b')", "INSERT INTO k VALUES (1)")
-    setup(config, dsn)
-    catch_up(spark, config, dsn)
-    run(dsn, "ALTER TABLE kl ALTER COLUMN x TYPE bigint USING x * 10", "INSERT INTO kl VALUES (3, 'c')", "INSERT INTO k VALUES (2)")
+        "UPDATE t_keyless SET y = 'B' WHERE x = 2",
+        "ALTER TABLE kl ALTER COLUMN x TYPE bigint USING x * 10", "INSERT INTO kl VALUES (3, 'c')")
     with pytest.raises(LakeSchemaError) as refused:
         catch_up(spark, config, dsn)
     message = str(refused.value)
     assert "public.kl" in message and "no primary key" in message and "walflow reset" in message, message
-    assert_equal(config, dsn, "k")
+    for _ in range(4):  # the other topic goes on: t_keyless's records hold two keys (none, then id), applied in two runs
+        with pytest.raises(LakeSchemaError) as again:
+            apply_lake(spark, config)
+        if not any(r.get("backlog") for r in again.value.results):  # type: ignore[attr-defined]
+            break
+    assert_equal(config, dsn, "t_keyless")
     run(dsn, "ALTER TABLE kl ADD PRIMARY KEY (x)")
     assert catch_up(spark, config, dsn) == ["public.kl"]
-    assert_equal(config, dsn, "kl", "k")
+    assert_equal(config, dsn, "kl", "t_keyless")
 
 
 @pytest.mark.parametrize("mode", ["all_tables", "filtered"])
@@ -159,56 +154,32 @@ def test_a_table_dropped_and_created_again_is_a_new_table(spark: Any, database: 
     assert_equal(config, dsn, "t_int")
 
 
-def test_an_enum_value_renamed_is_re_read(spark: Any, database: str) -> None:
+def test_enum_values_renamed_and_tables_renamed_are_re_read(spark: Any, database: str) -> None:
     """``ALTER TYPE lt_mood RENAME VALUE 'sad' TO 'unhappy'`` changes what every row holding it says without touching a
-    row: the tables using the type (directly, as an array, through a domain) are re-read."""
+    row: the tables using the type (directly, as an array, through a domain) are re-read, and a table that does not use
+    it is not. ``ALTER TABLE t RENAME TO t_maint``, an update through the new name and the rename back, in one
+    transaction: the update is streamed under the other name (into its own topic, as Debezium does), and t is re-read.
+    ``ALTER TABLE r RENAME TO r2``: r2's topic and lake table start with the changes streamed under the new name, so r2
+    is re-read; and again when it gets its old name back after changes streamed under the new one."""
     dsn = database
-    config = connector(unique("enums"))
+    config = connector(unique("renames"))
     run(dsn, "CREATE TYPE lt_mood AS ENUM ('sad', 'ok')", "CREATE DOMAIN lt_moody AS lt_mood",
         "CREATE TABLE m (id int PRIMARY KEY, mood lt_mood, moods lt_mood[])", "CREATE TABLE d (id int PRIMARY KEY, mood lt_moody)",
-        "CREATE TABLE plain (id int PRIMARY KEY, v text)",
-        "INSERT INTO m VALUES (1, 'sad', '{sad,ok}'), (2, 'ok', '{ok}')", "INSERT INTO d VALUES (1, 'sad')", "INSERT INTO plain VALUES (1, 'x')")
+        "CREATE TABLE t (id int PRIMARY KEY, qty int)", "CREATE TABLE r (id int PRIMARY KEY, v text)",
+        "INSERT INTO m VALUES (1, 'sad', '{sad,ok}'), (2, 'ok', '{ok}')", "INSERT INTO d VALUES (1, 'sad')",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 4) g", "INSERT INTO r SELECT g, 'v' || g FROM generate_series(1, 5) g")
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "ALTER TYPE lt_mood RENAME VALUE 'sad' TO 'unhappy'", "ALTER TYPE lt_mood ADD VALUE 'glad'")
-    assert sorted(catch_up(spark, config, dsn)) == ["public.d", "public.m"]
-    assert_equal(config, dsn, "m", "d", "plain")
-
-
-def test_changes_made_while_a_table_was_renamed_away_are_re_read(spark: Any, database: str) -> None:
-    """``ALTER TABLE t_int RENAME TO t_int_maint``, an update through the new name, and the rename back, in one
-    transaction: the update is decoded under a name the filters do not capture (and skipped, as Debezium skips it);
-    the table is re-read so that the lake has it."""
-    dsn = database
-    config = connector(unique("away"), **{"table.include.list": "public.t_int"})
-    run(dsn, "CREATE TABLE t_int (id int PRIMARY KEY, qty int)", "INSERT INTO t_int SELECT g, g FROM generate_series(1, 4) g")
-    setup(config, dsn)
-    catch_up(spark, config, dsn)
-    run(dsn, "BEGIN", "ALTER TABLE t_int RENAME TO t_int_maint", "UPDATE t_int_maint SET qty = 100 WHERE id = 2",
-        "ALTER TABLE t_int_maint RENAME TO t_int", "COMMIT")
-    assert catch_up(spark, config, dsn) == ["public.t_int"]
-    assert_equal(config, dsn, "t_int")
-
-
-def test_a_table_renamed_to_a_captured_name_gets_all_its_rows_in_its_new_lake_table(spark: Any, database: str) -> None:
-    """``ALTER TABLE t RENAME TO t2`` with every table captured: t2's topic and lake table start with the changes
-    streamed under its new name, so the rows never changed since are missing there; the table is re-read under its new
-    name, in the batch that finds it and in the one that streams a change made under the old name; and again when it
-    gets its old name back after changes streamed under the new one."""
-    dsn = database
-    config = connector(unique("renamed"))
-    run(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5) g")
-    setup(config, dsn)
-    catch_up(spark, config, dsn)
-    run(dsn, "UPDATE t SET v = 'before' WHERE id = 1", "ALTER TABLE t RENAME TO t2", "UPDATE t2 SET v = 'after' WHERE id = 2")
-    assert catch_up(spark, config, dsn) == ["public.t2"]
-    assert_equal(config, dsn, "t2")
-    # changes streamed under the new name, then the old name back: t's lake table lacks them until it is re-read
-    run(dsn, "UPDATE t2 SET v = 'while t2' WHERE id = 3")
+    run(dsn, "ALTER TYPE lt_mood RENAME VALUE 'sad' TO 'unhappy'", "ALTER TYPE lt_mood ADD VALUE 'glad'",
+        "BEGIN; ALTER TABLE t RENAME TO t_maint; UPDATE t_maint SET qty = 100 WHERE id = 2; ALTER TABLE t_maint RENAME TO t; COMMIT",
+        "UPDATE r SET v = 'before' WHERE id = 1", "ALTER TABLE r RENAME TO r2", "UPDATE r2 SET v = 'after' WHERE id = 2")
+    assert sorted(catch_up(spark, config, dsn)) == ["public.d", "public.m", "public.r2", "public.t"]
+    assert_equal(config, dsn, "m", "d", "t", "r2")
+    run(dsn, "UPDATE r2 SET v = 'while r2' WHERE id = 3")
     assert catch_up(spark, config, dsn) == []
-    run(dsn, "ALTER TABLE t2 RENAME TO t")
-    assert catch_up(spark, config, dsn) == ["public.t"]
-    assert_equal(config, dsn, "t")
+    run(dsn, "ALTER TABLE r2 RENAME TO r")
+    assert catch_up(spark, config, dsn) == ["public.r"]
+    assert_equal(config, dsn, "r")
 
 
 @pytest.mark.parametrize("form", ["one-statement", "one-transaction", "two-transactions"])

@@ -187,6 +187,8 @@ class LakeJob:
         self._starts: dict[str, dict[int, int]] = {}
         #: the newest start fact's consistent point (None: no start fact)
         self._start_lsn: int | None = None
+        #: frames cached for the topic being applied beside its decoded events (passes of a placeholder resolution)
+        self._passes: list[DataFrame] = []
         #: by source table: the sweeps of the re-reads walflow made (rows older than their positions are gone), and the
         #: stale facts of tables without key whose rows changed without events (:mod:`walflow.capture.rereads`)
         self._sweeps: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -437,6 +439,7 @@ class LakeJob:
         finally:
             for table in written:
                 self.fence.discard(table)  # nothing when published
+            self._release_passes()
             for frame in cached:
                 frame.unpersist()
 
@@ -565,7 +568,8 @@ class LakeJob:
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
                 if stats["toasted"]:
-                    frame = frames.resolve_toast_by_identity(frame, identity, _toastable(names, types), self.spark.table(target))
+                    toasted = frames.toasted_columns(frame)
+                    frame = frames.resolve_toast_by_identity(frame, identity, [n for n in _toastable(names, types) if n in toasted], self.spark.table(target))
                 self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
                 self._supersede_by_identity(target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out)
                 if counts.get("d"):
@@ -726,7 +730,8 @@ class LakeJob:
         keys = [F.col(sql_quote(k)) for k in key_names] + [F.element_at(C.OVERFLOW, F.lit(k)) for k in fitted]
         frame = keyed_events = frame.filter(~before_image)
         if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
-            toastable = _toastable(names, types)
+            toasted = frames.toasted_columns(frame)
+            toastable = [n for n in _toastable(names, types) if n in toasted]
             if stats["counts"].get("d") and stats["counts"].get("c"):
                 frame = self._resolve_moved_toast(frame, key_names, toastable, target)
             frame = frames.resolve_toast(frame, keys, toastable)
@@ -744,6 +749,7 @@ class LakeJob:
         if holds_no_rows(self.spark, ident):
             # an initial load (or a table emptied by a truncate): nothing to match, so no join to pay for
             self._with_view(frame, lambda view: commit(self.spark, sql.insert_latest(target, view, names, soft), properties, "merge"))
+            self._release_passes()
             return
         count = sum(stats["counts"].values())
         prefilter = self._prefilter(ident, keyed_events, key_names, count)
@@ -755,6 +761,7 @@ class LakeJob:
             target, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe, carried=frames.CARRIED in frame.columns
         )
         self._with_view(frame, lambda view: commit(self.spark, statement(view), properties, "merge"))
+        self._release_passes()
 
     def _partner_cut(self, plan: TopicPlan, decoded: DataFrame, value_schema: dict[str, Any]) -> dict[int, int]:
         """Where this run ends so that no key change of a table with TOASTable columns is applied by halves, when the
@@ -789,6 +796,16 @@ class LakeJob:
         )
         return ends
 
+    def _release_passes(self) -> None:
+        """Uncache the passes of a placeholder resolution, while the branch they read still exists (uncaching plans
+        them again)."""
+        for frame in self._passes:
+            try:
+                frame.unpersist()
+            except Exception as exc:  # noqa: BLE001 - a cache left behind costs memory, never data
+                log.debug("a cached pass could not be uncached: %s", exc)
+        self._passes.clear()
+
     def _resolve_moved_toast(self, frame: DataFrame, key_names: list[str], toastable: list[str], target: str) -> DataFrame:
         """A primary key changed and left TOASTed values unchanged: they are the old key's
         (:func:`walflow.lake.frames.resolve_moved_toast`), one pass per key change in a row (a key changed twice in one
@@ -796,7 +813,9 @@ class LakeJob:
         moved = (F.col(C.OP) == "c") & (F.size(C.TOAST) > 0)
         waiting = frame.filter(moved).count()
         while waiting:
-            frame = frames.resolve_moved_toast(frame, key_names, toastable, self.spark.table(target))
+            # each pass is cached: the next one (and its count) then starts from it, not from the whole plan again
+            frame = frames.resolve_moved_toast(frame, key_names, toastable, self.spark.table(target)).persist()
+            self._passes.append(frame)
             left = frame.filter(moved).count()
             if left >= waiting:
                 break  # no old key has more to give (a value in no event of the run and in no lake row)

@@ -215,6 +215,13 @@ def carry_into_deletes(frame: DataFrame, keys: list[Column], columns: list[str])
     return frame.withColumn(CARRIED, carry).drop("_walflow_before")
 
 
+def toasted_columns(frame: DataFrame) -> set[str]:
+    """The columns some event of ``frame`` holds a TOAST placeholder in: the only ones whose placeholders need
+    resolving (each resolved column adds a window over the batch to the plan)."""
+    rows = frame.filter(F.size(C.TOAST) > 0).select(F.explode(C.TOAST).alias("c")).distinct().collect()
+    return {row["c"] for row in rows}
+
+
 def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> DataFrame:
     """An unchanged TOASTed value takes the latest value an earlier event of the same batch carried, and with it
     that event's ``_walflow_overflow`` entry for the column.
