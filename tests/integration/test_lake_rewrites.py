@@ -53,7 +53,7 @@ def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
     """PostgreSQL rewrites every row for a type change with USING (values, and here the key too), a timestamp's
     precision cut, and a column added with a value computed per row (an identity, a volatile default, a domain with a
     default and a CHECK); decoding carries none of it. Each table is re-read once, rows whose key the rewrite changed
-    are gone from the lake, and the tables no rewrite touched are not re-read."""
+    are gone from the lake, and a table no rewrite touched is not re-read, though VACUUM FULL gave it new storage."""
     dsn = database
     config = connector(unique("rewrite"))
     run(
@@ -78,15 +78,12 @@ def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
         "ALTER TABLE t_int ADD COLUMN at timestamptz DEFAULT clock_timestamp(), ADD COLUMN tag uuid DEFAULT gen_random_uuid()",
         "ALTER TABLE t_int ADD COLUMN q positive_qty",
         "ALTER TABLE t_key ALTER COLUMN id TYPE bigint USING id * 1000",  # every key changes: the old keys must go
+        "VACUUM FULL t_calm",  # new storage, no new values: not re-read
         "UPDATE t_calm SET v = 'd' WHERE id = 1",
     )
     reread = catch_up(spark, config, dsn)
     assert sorted(reread) == ["public.t_int", "public.t_key"], reread
     assert_equal(config, dsn, "t_int", "t_key", "t_calm")
-    # a VACUUM FULL gives the table new storage but no new values: nothing to re-read
-    run(dsn, "VACUUM FULL t_int", "UPDATE t_int SET qty = 1 WHERE id = 2")
-    assert catch_up(spark, config, dsn) == []
-    assert_equal(config, dsn, "t_int")
 
 
 def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topic_until_then(spark: Any, database: str) -> None:

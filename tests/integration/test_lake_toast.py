@@ -36,8 +36,8 @@ TOASTED = {
     "amounts": ("numeric[]", "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::numeric / 7) FROM generate_series(1, 300) i)"),
     "flags": ("boolean[]", "(SELECT array_agg(md5(g::text || i::text) < '8') FROM generate_series(1, 6000) i)"),
     "shorts": ("int2[]", "(SELECT array_agg(((g * 7919 + i * 104729) % 30011)::int2) FROM generate_series(1, 1200) i)"),
-    "stamps": ("timestamptz[]", "(SELECT array_agg(timestamptz '2020-01-01 00:00:00+00' + ((g * 7919 + i * 104729) % 1000003) * interval '1 s') "
-               "FROM generate_series(1, 400) i)"),
+    "stamps": ("timestamptz[]", ("(SELECT array_agg(timestamptz '2020-01-01 00:00:00+00' + ((g * 7919 + i * 104729) % 1000003) * interval '1 s') "
+                                 "FROM generate_series(1, 400) i)")),
 }
 
 
@@ -59,8 +59,8 @@ def test_unchanged_toasted_values_of_every_kind_stay_in_the_lake(spark: Any, dat
     the lake took for values (``{95, 95, 100, ...}``), ``uuid[]`` as a UUID made from those bytes, ``hstore`` as a
     one-entry map (and as a JSON object: the next test). Arrays of other element types get a null, which the lake would
     take for a real one: the stream names them in a header of the event (``__walflow.unavailable``, with the lake on).
-    Every one keeps its value after a plain update, and the arrays also after key changes rotating three rows in one
-    transaction (each new key takes the value of the row it came from)."""
+    Every one keeps its value after a plain update, and the arrays of numbers, UUIDs and text also after key changes
+    rotating three rows in one transaction (each new key takes the value of the row it came from)."""
     dsn = database
     config = connector(unique("toasted"), **{"hstore.handling.mode": "map"})
     _toasted_tables(dsn)
@@ -69,7 +69,7 @@ def test_unchanged_toasted_values_of_every_kind_stay_in_the_lake(spark: Any, dat
     with psycopg.connect(dsn, autocommit=True) as conn, conn.transaction():
         for table in TABLES:
             conn.execute(f"UPDATE {table} SET small = 'b' WHERE id = 1")  # type: ignore[arg-type]
-        for table in ("tt0", "tt2"):  # the forms of arrays: numbers, UUIDs, text elements, and the header's nulls
+        for table in ("tt0",):  # the forms of arrays: numbers, UUIDs, text elements (the cut test below rotates more)
             for change in ("id = 156 WHERE id = 2", "id = 2 WHERE id = 3", "id = 3 WHERE id = 156"):
                 conn.execute(f"UPDATE {table} SET {change}")  # type: ignore[arg-type]
     catch_up(spark, config, dsn)
@@ -80,26 +80,23 @@ def test_a_key_change_with_toasted_values_applied_by_runs_cut_anywhere(spark: An
     """Issue 45: a primary-key change is a delete of the old key and a create of the new one, whose unchanged TOASTed
     values are placeholders only the old key's row can fill. With ``walflow.lake.max.records`` below the batch, one
     run applied the delete and the next the create, which found nothing to take the value from (NULL under the new
-    key). On a composite key over three partitions, key changes and rotations applied by runs of one to three records
-    (fewer than the partitions, so some runs read none of a partition): a run never applies a key change by halves,
-    and the lake equals the source. An hstore as a JSON object and a bytea in base64 (whose placeholder is a null) are
+    key). On a composite key over three partitions, key changes and rotations applied by runs of one, two and three
+    records (fewer than the partitions at first, so a run reads none of a partition), then the rest: a run never
+    applies a key change by halves, and the lake equals the source. An hstore as a JSON object and a bytea in base64 (whose placeholder is a null) are
     among the TOASTed values (the previous test has the other forms)."""
     dsn = database
     config = connector(unique("cutkey"), **{"topic.creation.default.partitions": 3, "hstore.handling.mode": "json", "binary.handling.mode": "base64"})
     run(dsn, "CREATE EXTENSION IF NOT EXISTS hstore",
         "CREATE TABLE kc (a text, b int, small text, payload text, tags int[], attrs hstore, blob bytea, PRIMARY KEY (a, b))",
         f"INSERT INTO kc SELECT 'k', g, 's', {BIG.format(salt='g')}, {TOASTED['ints'][1]}, {TOASTED['attrs'][1]}, {TOASTED['blob'][1]} "
-        "FROM generate_series(1, 9) g")
+        "FROM generate_series(1, 7) g")
     setup(config, dsn)
     catch_up(spark, config, dsn)
     run(dsn, "UPDATE kc SET b = b + 100 WHERE b = 1", "UPDATE kc SET small = 't' WHERE b = 4",
         "BEGIN", "UPDATE kc SET b = 156 WHERE b = 2", "UPDATE kc SET b = 2 WHERE b = 3", "UPDATE kc SET b = 3 WHERE b = 156", "COMMIT",
         "UPDATE kc SET b = b + 1000, small = 'u' WHERE b > 5")
     stream(config, dsn)
-    for records in (1, 2):
+    for records in (1, 2, 3):
         apply_lake(spark, config, max_records=records)
-    for _ in range(40):
-        results = apply_lake(spark, config, max_records=3)
-        if not any(r.get("backlog") for r in results):
-            break
+    apply_lake(spark, config)  # the rest (the torture run cuts runs anywhere, many times)
     assert_equal(config, dsn, "kc")
