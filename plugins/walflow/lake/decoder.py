@@ -37,7 +37,7 @@ from walflow.lake.evolution import Mapping
 from walflow.lake.loose import LOOSE, json_kind
 from walflow.lake.naming import sql_quote
 from walflow.lake.positions import initial_snapshot_row, position
-from walflow.lake.reader import NO_KEY, Record, key_payload, read_messages
+from walflow.lake.reader import NO_KEY, Record, key_payload, read_slice
 from walflow.lake.types import RowShape, arrow_type
 from walflow.lake.values import INVALID, column_array, has_temporal
 from walflow.records.facts import UNAVAILABLE_HEADER
@@ -327,16 +327,9 @@ class Decoder:
         """Read and decode the (topic, partition, start, end) tasks of Arrow batches ``tasks``."""
         for batch in tasks:
             for task in batch.to_pylist():
-                current: list[Any] = [None]
-
-                def records(partition: int, messages: Iterable[Any], current: list[Any] = current) -> Iterator[Record]:
-                    # the message of the record being decoded, whose headers are read only when a row needs them
-                    for msg in messages:
-                        current[0] = msg
-                        yield partition, msg.offset(), msg.key(), msg.value()
-
-                messages = read_messages(self.plan.kafka, task["topic"], task["partition"], task["start"], task["end"])
-                yield from self.decode(records(task["partition"], messages), lambda current=current: current[0].headers())
+                current: list[Any] = [None]  # the message of the record being decoded (its headers, if a row needs them)
+                records = read_slice(self.plan.kafka, task["topic"], task["partition"], task["start"], task["end"], current)
+                yield from self.decode(records, lambda current=current: current[0].headers())
 
     def decode(self, records: Iterable[Record], headers: Any = None) -> Iterator[pa.RecordBatch]:
         """The events of ``records`` as Arrow batches of :meth:`DecodePlan.columns` (see :meth:`_decode`).
@@ -651,7 +644,7 @@ class _Batch:
     had a key in runs of equal values, the sparse ones (schema text, key, source names) by row, problems by row,
     the JSON kinds of schemaless columns, the overflow entries by row, and whether any row holds a placeholder."""
 
-    __slots__ = ("kinds", "overflow", "problems", "rows", "run_starts", "run_values", "sparse", "tombstones", "toasted")
+    __slots__ = ("kinds", "overflow", "problems", "rows", "run_starts", "run_values", "sparse", "toasted", "tombstones")
 
     def __init__(self) -> None:
         self.rows: list[tuple[Any, ...]] = []

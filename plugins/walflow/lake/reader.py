@@ -130,14 +130,14 @@ def last_records(kafka: dict[str, Any], topic: str, slices: list[tuple[int, int,
     return out
 
 
-def read_slice(kafka: dict[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[Record]:
-    """Yield (partition, offset, key, value) for offsets [start, end) of one partition (runs on the executors)."""
-    for msg in read_messages(kafka, topic, partition, start, end):
-        yield partition, msg.offset(), msg.key(), msg.value()
+def read_slice(
+    kafka: dict[str, Any], topic: str, partition: int, start: int, end: int, current: list[Any] | None = None
+) -> Iterator[Record]:
+    """Yield (partition, offset, key, value) for offsets [start, end) of one partition (runs on the executors).
 
-
-def read_messages(kafka: dict[str, Any], topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
-    """The Kafka messages at offsets [start, end) of one partition (runs on the executors)."""
+    :param current: when given, its first item is set to the Kafka message of the record yielded last, whose headers
+        a reader then fetches only for the records that need them (a list rather than a second generator around this
+        one: this loop runs once per record)."""
     if end <= start:
         return
     client = consumer(kafka, **READ_SETTINGS)
@@ -162,7 +162,9 @@ def read_messages(kafka: dict[str, Any], topic: str, partition: int, start: int,
                 if msg.offset() >= end:
                     return
                 position = msg.offset() + 1
-                yield msg
+                if current is not None:
+                    current[0] = msg
+                yield partition, msg.offset(), msg.key(), msg.value()
                 if position >= end:
                     return
     finally:
