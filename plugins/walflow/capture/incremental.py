@@ -42,6 +42,7 @@ import psycopg
 from walflow.capture.chunks import Chunk, ChunkReader, SnapshotProgress, dedupe_fields, rows_size
 from walflow.capture.emitter import SnapshotEmitter
 from walflow.capture.notifications import INCREMENTAL, Notifier
+from walflow.capture.rereads import SIGNAL_PREFIX as REREAD_PREFIX
 from walflow.capture.snapshot_tables import SnapshotTable
 from walflow.config.connector import ConnectorConfig
 from walflow.config.expressions import check_condition
@@ -611,6 +612,10 @@ class IncrementalSnapshots:
         table = self._table(name)
         if table is None or not table.key:
             reason = "it no longer exists" if table is None else "it has no primary key (send a 'surrogate-key')"
+            if progress.signal_id.startswith(REREAD_PREFIX):
+                # walflow's own re-read ends failed, not completed: a completed one has the lake remove every row the
+                # table held before it, and it read none
+                raise SignalError(f"{printable(name)} cannot be re-read: {reason}")
             log.warning("incremental snapshot %s: skipping %s: %s", progress.signal_id, name, reason)
             self._table_done(progress, name, "UNKNOWN_SCHEMA" if table is None else "NO_PRIMARY_KEY")
             self._next_table()

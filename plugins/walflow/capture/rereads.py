@@ -44,11 +44,17 @@ log = logging.getLogger("walflow.capture.stream")
 
 #: state-table key prefix of what the catalog showed of each captured table (``watch:<schema>.<table>``)
 WATCH_PREFIX = "watch:"
+#: the signal ids of walflow's own re-reads (``walflow-reread:<schema>.<table>:<decision position>``)
+SIGNAL_PREFIX = "walflow-reread:"
 #: state-table key of the re-reads walflow started that the lake has not been told to sweep yet
 REREADS_KEY = "rereads"
 #: the WAL position now: where a re-read's decision falls (inserted, not only flushed: a transaction that committed
 #: asynchronously is visible before its commit is flushed); a standby's replayed position
 _NOW_SQL = "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text"
+
+
+#: a relation's name in the catalog now
+_NAME_SQL = "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s"
 
 
 def sweep_record(schema: str, table: str, signal: str, position: int, due: int, reason: str) -> tuple[bytes, bytes]:
@@ -94,7 +100,8 @@ class Rereads:
         #: captured tables by relation OID, as the catalog names them now
         self._captured: dict[int, tuple[str, str]] = {}
         self._skipped: set[int] = set()
-        self._forget: list[str] = []
+        #: names whose relation was renamed away (name -> its watch entry, marked with the name it has now)
+        self._away: dict[str, dict[str, Any]] = {}
         self.checked_at = 0
         self._known: dict[str, Any] = {}
         #: what the batch summary lists: {"table", "signal", "reason"}
@@ -107,18 +114,25 @@ class Rereads:
         self._captured = {oid: name for name, oid in captured.items()}
         #: where this batch's re-reads are decided from: one decided since covers what happened before it
         self.checked_at = self._now()
-        now = observe(self.conn, sorted(captured.values()))
         known = self._known = {k[len(WATCH_PREFIX):]: v for k, v in self.store.prefixed(WATCH_PREFIX).items()}
         # the names the relations had when last seen: a relation under a new name was renamed (its new name's topic and
         # lake table hold only what was streamed under that name)
         named = {int(v["oid"]): n for n, v in known.items() if isinstance(v, dict) and v.get("oid") is not None}
-        # a name whose relation lives under another name now was renamed away: forgotten, so that the name, taken
-        # again (renamed back, or by a swap), is a table seen for the first time (a name whose table is gone stays:
-        # the same name created again is another relation of it)
-        current = {observed.oid: f"{s}.{t}" for (s, t), observed in now.items()}
-        self._forget = [
-            n for n, v in known.items() if isinstance(v, dict) and n not in current.values() and current.get(int(v.get("oid") or 0), n) != n
-        ]
+        # the captured tables, and the relations seen before wherever they are now: one renamed to a name the filters
+        # leave out is found there
+        everything = observe(self.conn, sorted(set(captured.values()) | set(named)))
+        now = {name: observed for name, observed in everything.items() if observed.oid in self._captured}
+        current = {observed.oid: f"{s}.{t}" for (s, t), observed in everything.items()}
+        # a name whose relation lives under another name now was renamed away: marked so, and re-read when the same
+        # relation takes the name again (renamed back: what it went through under the other name reached none of the
+        # name's topics), as it is when another relation takes it (a swap: another OID). A name whose relation is gone
+        # stays as it was: the same name created again is another relation.
+        names_now = set(current.values())
+        self._away = {}
+        for n, v in known.items():
+            elsewhere = current.get(int(v.get("oid") or 0)) if isinstance(v, dict) and n not in names_now else None
+            if elsewhere is not None and v.get("away") != elsewhere:
+                self._away[n] = {**v, "away": elsewhere}
         for (schema, table), observed in sorted(now.items()):
             name = f"{schema}.{table}"
             raw = known.get(name)
@@ -129,6 +143,10 @@ class Rereads:
                 if before is not None and before != name:
                     self.start(schema, table, f"it was renamed from {before}: its topic and lake table hold only what was streamed "
                                "under its new name")
+                continue
+            if isinstance(raw, dict) and raw.get("away") and int(raw.get("oid") or 0) == observed.oid:
+                self.start(schema, table, f"it was renamed to {raw['away']} and back: what it went through meanwhile reached none "
+                           "of its topics", observed.keyed)
                 continue
             try:
                 before = Observed.from_state(raw)
@@ -170,7 +188,7 @@ class Rereads:
             self.producer.send(self.topic, *stale_record(schema, table, due, reason))
             self._remember(schema, table, stale=True)
             return None
-        signal = f"walflow-reread:{name}:{due:X}"
+        signal = f"{SIGNAL_PREFIX}{name}:{due:X}"
         try:
             self._incremental().reread(signal, name, reason)
         except (WalflowError, SignalError) as exc:
@@ -204,16 +222,21 @@ class Rereads:
 
     # -- while the batch streams ----------------------------------------------------------------------------------
     def other_name(self, relation: Relation, lsn: int) -> None:
-        """A change under another name than the one a relation the connector captures has now: made while the table was
-        renamed away (and back since, or renamed since). Its events went to the other name's topic, or nowhere (a name
-        the filters do not capture), and the lake table of its name now needs them, so the table is re-read."""
+        """A change under another name than the one a relation the connector captured had at the batch's start. Made
+        while the table was renamed away and back, its events went to the other name's topic, or nowhere (a name the
+        filters do not capture), and the lake table of its name needs them: the table is re-read. A table renamed
+        (or dropped) since the batch started is left to the next batch, which sees it under its name then."""
         rid = relation.relation_id
         name = self._captured.get(rid)
         if name is None or name == (relation.namespace, relation.name) or rid in self._skipped:
             return
         self._skipped.add(rid)
-        self.start(*name, f"changes were made while it was named {relation.namespace}.{relation.name} (renamed away and back, "
-                   "or renamed since)", since=lsn)
+        row = self.conn.execute(_NAME_SQL, (rid,)).fetchone()
+        if row is None or (row[0], row[1]) != name:
+            # renamed since the batch started (or dropped), not back: the next batch finds it under its new name
+            return
+        self.start(*name, f"changes were made while it was named {relation.namespace}.{relation.name} (renamed away and back "
+                   "since)", since=lsn)
 
     @property
     def next_due(self) -> int | None:
@@ -267,9 +290,9 @@ class Rereads:
         for (schema, table), value in self._to_remember.items():
             self.store.put(f"{WATCH_PREFIX}{schema}.{table}", value)
         self._to_remember.clear()
-        for name in self._forget:
-            self.store.delete(f"{WATCH_PREFIX}{name}")
-        self._forget = []
+        for name, value in self._away.items():
+            self.store.put(f"{WATCH_PREFIX}{name}", value)
+        self._away = {}
 
 
 def remember(store: StateStore, conn: psycopg.Connection, oids: list[int], replace: bool) -> None:

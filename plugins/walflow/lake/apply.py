@@ -164,7 +164,7 @@ def check_column_names(topic: str, ident: str, names: list[str]) -> None:
 
 def _toastable(names: list[str], types: dict[str, str]) -> list[str]:
     """The columns whose values PostgreSQL can store out of line (TOAST), so that an update may carry a placeholder."""
-    return [n for n in names if types[n] in ("string", "binary") or types[n].startswith(("array", "map"))]
+    return [n for n in names if types[n] in ("string", "binary") or types[n].startswith(("array", "map", "struct"))]
 
 
 class LakeJob:
@@ -523,7 +523,7 @@ class LakeJob:
             if cut is not None and truncated_at and cut[C.POSITION] < truncated_at:
                 cut = None  # only truncates older than one the table applied: redelivered, obsolete
         sweep = self._sweep_due(plan, properties, offsets)
-        if sweep is not None and (cut is None or sweep[C.POSITION] > cut[C.POSITION]):
+        if sweep is not None and (cut is None or sweep[C.POSITION] > cut[C.POSITION]) and not (truncated_at and sweep[C.POSITION] <= truncated_at):
             cut = sweep  # the re-read's rows are all in: what is older than it is gone from the source
         if truncated_at and not (s.soft_deletes and keyed and cut is not None):
             # Events older than a truncate the table already applied are obsolete even when redelivered later. The

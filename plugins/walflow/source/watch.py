@@ -28,11 +28,18 @@ from typing import Any
 
 import psycopg
 
-#: every captured table's relation, storage, attributes and enum labels, in one query (``%s``: their OIDs). An
+#: every captured table's relation, storage, attributes and enum labels, in one query (``%s``: their OIDs). A
+#: partitioned table (captured whole with ``publish.via.partition.root``) has no storage of its own: its partitions'
+#: storage stands for it (the sum of their ``relfilenode``, which a rewrite of them all changes). An
 #: attribute's catalog row and its default's carry the transaction that last wrote them (``xmin``: the raw id, which
 #: freezing keeps); enum types are found through arrays and domains.
 WATCH_SQL = """
-SELECT c.oid, n.nspname, c.relname, NULLIF(c.relfilenode, 0), c.relpersistence::text,
+SELECT c.oid, n.nspname, c.relname,
+       CASE WHEN c.relkind = 'p'
+            THEN (SELECT NULLIF(sum(l.relfilenode::bigint), 0)::bigint
+                  FROM pg_catalog.pg_partition_tree(c.oid) t JOIN pg_catalog.pg_class l ON l.oid = t.relid WHERE t.isleaf)
+            ELSE NULLIF(c.relfilenode, 0)::bigint END,
+       c.relpersistence::text,
        EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
        ARRAY(SELECT pg_catalog.jsonb_build_array(a.attnum, a.attname, a.xmin::text, COALESCE(d.xmin::text, ''))
              FROM pg_catalog.pg_attribute a
