@@ -136,8 +136,9 @@ def _run(task: str, argv: list[str] | None) -> int:
         if args.result:
             if not retryable:
                 cause += (
-                    " (the same run meets this again every time, so the task is not retried: please report it as a walflow "
-                    "bug with this log)"
+                    " (the same run meets this again every time, so the task is not retried: check that the namespace and "
+                    "tables it names exist in the catalog the job's walflow.lake.catalog settings reach, with rights to "
+                    "them; if they do, report it as a walflow bug with this log)"
                 )
             Path(args.result).write_text(orjson.dumps({"error": cause, "type": type(exc).__name__, "retryable": retryable}).decode())
         spark.stop()
