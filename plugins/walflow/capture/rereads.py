@@ -295,12 +295,13 @@ class Rereads:
         self._away = {}
 
 
-def remember(store: StateStore, conn: psycopg.Connection, oids: list[int], replace: bool) -> None:
-    """Setup: what the catalog shows now of the tables ``oids``, for the next batch to compare with; with ``replace``
-    (their rows were just snapshotted) over what an earlier batch saw, else only for tables never seen (a change since
-    the last batch must still be found by the next one)."""
+def remember(store: StateStore, seen: dict[tuple[str, str], Observed], replace: bool) -> None:
+    """Setup: what the catalog showed of tables (``seen``, from :func:`walflow.source.watch.observe`), for the next
+    batch to compare with; with ``replace`` (their rows were just snapshotted, and ``seen`` was read before the
+    snapshot, so that a change between the two is found again rather than taken as the start) over what an earlier
+    batch saw, else only for tables never seen (a change since the last batch must still be found by the next one)."""
     known = set() if replace else {k[len(WATCH_PREFIX):] for k in store.prefixed(WATCH_PREFIX)}
-    for (schema, table), observed in observe(conn, oids).items():
+    for (schema, table), observed in seen.items():
         if f"{schema}.{table}" not in known:
             covered = [attnum for attnum, *_rest in observed.attributes] if replace else []
             store.put(f"{WATCH_PREFIX}{schema}.{table}", {**observed.to_state(), "covered": covered})

@@ -46,6 +46,7 @@ from walflow.source.prepare import SetupReport, setup_source
 from walflow.source.publication import list_tables
 from walflow.source.slot import check_slot, create_slot, enable_failover
 from walflow.source.state import StateStore
+from walflow.source.watch import observe
 from walflow.transforms.producer import with_transforms
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class ConnectorSetup:
             KeyRegistry(store).accept_all(t.schema for t in plan_tables(conn, config))
             if config.walflow_lake_enabled:
                 # what the first batch compares the catalog with, to find rows changed without events (walflow.capture.rereads)
-                remember(store, conn, [oid for _s, _t, oid, *_ in list_tables(conn, Filters(config))], replace=False)
+                remember(store, observe(conn, [oid for _s, _t, oid, *_ in list_tables(conn, Filters(config))]), replace=False)
             previous = store.get(SNAPSHOT_KEY)
             database = conn.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
             slot = check_slot(conn, config, database, missing_ok=True)
@@ -294,6 +295,9 @@ class ConnectorSetup:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
             log.info("previous snapshot did not complete: recreating slot %s to snapshot again from the start", config.slot_name)
             slot_exists = False
+        # what the catalog shows of the tables before the snapshot reads them: the next batch compares with it, so that
+        # a rewrite committed once the snapshot's transaction ended is found (walflow.capture.rereads)
+        seen = observe(conn, [table.catalog.oid for table in tables]) if config.walflow_lake_enabled else {}
         if not slot_exists:
             repl, consistent_point, snapshot_name = create_slot_with_snapshot(self.conninfo, config.slot_name, config.slot_failover)
             report.slot_created = True
@@ -312,7 +316,7 @@ class ConnectorSetup:
             facts = SchemaFacts(self._store, producer, config.schema_topic)
             for table in tables:
                 facts.observe(table.catalog.oid, catalog_fact(table.schema, table.catalog, runner.position_lsn))
-            remember(self._store, conn, [table.catalog.oid for table in tables], replace=True)
+            remember(self._store, seen, replace=True)
             if starts is not None:
                 producer.send(config.schema_topic, *start_record(config.name, starts, runner.position_lsn))
         producer.flush(config.walflow_kafka_flush_timeout_s)
