@@ -167,6 +167,12 @@ def _toastable(names: list[str], types: dict[str, str]) -> list[str]:
     return [n for n in names if types[n] in ("string", "binary") or types[n].startswith(("array", "map", "struct"))]
 
 
+def _with_placeholders(frame: DataFrame, names: list[str], types: dict[str, str]) -> list[str]:
+    """The TOASTable columns some event of ``frame`` holds a placeholder in: the only ones worth resolving."""
+    toasted = frames.toasted_columns(frame)
+    return [n for n in _toastable(names, types) if n in toasted]
+
+
 class LakeJob:
     """One run of the lake job over a connector's table topics."""
 
@@ -568,8 +574,7 @@ class LakeJob:
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
                 if stats["toasted"]:
-                    toasted = frames.toasted_columns(frame)
-                    frame = frames.resolve_toast_by_identity(frame, identity, [n for n in _toastable(names, types) if n in toasted], self.spark.table(target))
+                    frame = frames.resolve_toast_by_identity(frame, identity, _with_placeholders(frame, names, types), self.spark.table(target))
                 self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
                 self._supersede_by_identity(target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out)
                 if counts.get("d"):
@@ -730,8 +735,7 @@ class LakeJob:
         keys = [F.col(sql_quote(k)) for k in key_names] + [F.element_at(C.OVERFLOW, F.lit(k)) for k in fitted]
         frame = keyed_events = frame.filter(~before_image)
         if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
-            toasted = frames.toasted_columns(frame)
-            toastable = [n for n in _toastable(names, types) if n in toasted]
+            toastable = _with_placeholders(frame, names, types)
             if stats["counts"].get("d") and stats["counts"].get("c"):
                 frame = self._resolve_moved_toast(frame, key_names, toastable, target)
             frame = frames.resolve_toast(frame, keys, toastable)
