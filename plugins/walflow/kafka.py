@@ -458,7 +458,7 @@ def list_topics(kafka: dict[str, Any]) -> dict[str, list[int]]:
 def partition_end(client: Consumer, topic: str, partition: int, start: int, timeout: float = 30.0) -> int:
     """A partition's end offset, found by consuming to EOF with ``client`` (``enable.partition.eof`` set).
 
-    ListOffsets can be short by the last batch on some Kafka-compatible brokers (see DESIGN.md), so it only
+    ListOffsets can be short by the last batch on some Kafka-compatible brokers (the embedded one among them), so it only
     gives where to begin reading: one record before it, or ``start`` when that is further.
     """
     _low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)

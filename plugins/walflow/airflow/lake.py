@@ -155,7 +155,7 @@ def _outcome(path: Path) -> dict[str, Any]:
 
 
 def iceberg_runtime_jar() -> str | None:
-    """The Iceberg Spark runtime shipped in the pinned wheel (see DESIGN.md), if installed."""
+    """The Iceberg Spark runtime shipped in the pinned ``snowpark-connect-deps-iceberg`` wheel, if installed."""
     try:
         import snowpark_connect_deps_iceberg
     except ImportError:

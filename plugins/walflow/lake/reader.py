@@ -2,7 +2,7 @@
 slices the executors read.
 
 Only plain consumer features are used (assign, poll, partition EOF), so the embedded broker and Apache Kafka
-behave alike (DESIGN.md: ListOffsets can be short on the embedded broker, so a partition's end is found by
+behave alike (ListOffsets can be short on the embedded broker, so a partition's end is found by
 consuming to EOF, with :func:`walflow.kafka.partition_end`). ``kafka`` is always a dict of librdkafka settings with ``bootstrap.servers``.
 """
 
