@@ -134,6 +134,8 @@ class _Run:
     config: ConnectorConfig | None = None
     engine: Engine | None = None
     start_lsn: int | None = None
+    #: the transaction that marked the end of the workload
+    sentinel_xid: int | None = None
     #: transactions walflow's batches left out as its own bookkeeping (they only wrote its state table)
     bookkeeping: set[int] = field(default_factory=set)
 
@@ -287,9 +289,30 @@ def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
                 )
 
 
-def _sentinel(dsn: str, scenario: str) -> None:
+def _sentinel(dsn: str, scenario: str) -> int:
+    """Mark the end of ``scenario``'s workload; return the marking transaction's id."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SELECT pg_logical_emit_message(true, %s, %s)", (SENTINEL, scenario))
+        row = conn.execute("SELECT pg_logical_emit_message(true, %s, %s), pg_current_xact_id()::text::int8", (SENTINEL, scenario)).fetchone()
+    assert row is not None
+    return int(row[1])
+
+
+def _wait_for_older_transactions(xid: int, timeout: float = 120.0) -> None:
+    """Wait until every transaction older than ``xid`` has ended, cluster-wide (the other lanes' too).
+
+    A read-only Debezium connector closes an incremental snapshot's window at a heartbeat when the last transaction
+    it read (here the sentinel, ``xid``) is visible to the window's closing snapshot, that is older than every
+    transaction then running: one of another lane's transactions begun before the sentinel and still running would
+    keep the window open until the next write to a captured table, which never comes.
+    """
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::int8").fetchone()
+            if row is not None and row[0] > xid:
+                return
+            time.sleep(0.2)
+    raise TimeoutError(f"a transaction older than {xid} still runs after {timeout} s: see pg_stat_activity (backend_xid)")
 
 
 def _sentinel_seen(records: list[Rec]) -> bool:
@@ -506,7 +529,9 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 for run in scenario_runs:
                     support.setup(run.config, dsn, **_state(run))  # type: ignore[arg-type]
                 _execute(dsn, scenario.after_snapshot, scenario_runs)
-            _sentinel(dsn, scenario.name)
+            sentinel = _sentinel(dsn, scenario.name)
+            for run in scenario_runs:
+                run.sentinel_xid = sentinel
             runs.extend(scenario_runs)
         with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
             for run in runs:
@@ -516,6 +541,8 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 run.start_lsn = row[0] if row else None
         for run in runs:
             if run.engine is None:
+                if run.config and run.config.read_only and run.sentinel_xid is not None:
+                    _wait_for_older_transactions(run.sentinel_xid)
                 run.engine = _start(engines, run)
         log(f"workloads written at {time.monotonic() - started:.1f} s")
         with ThreadPoolExecutor(max_workers=4) as pool:  # a batch mostly waits on PostgreSQL and the broker
