@@ -235,6 +235,10 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
+        # make test runs this beside four other lanes on two cores: the UI may take far longer than Playwright's
+        # defaults (5 s for an assertion, 30 s for an action) to render a dialog or a log while the machine is busy
+        page.set_default_timeout(90_000)
+        expect.set_options(timeout=60_000)
         # the UI sends a visitor to its login page; the runtime's admin signs in with the password `make up` printed
         page.goto(f"{base}/dags?tags={name}", wait_until="networkidle", timeout=120_000)
         page.wait_for_url("**/auth/login**", timeout=60_000)
@@ -281,7 +285,7 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     (run,) = api.runs(snapshot_id)
     assert run["run_type"] == "manual" and run["conf"]["data_collections"] == ["public.items"]
     # its signal task writes the signal; the next stream run executes the snapshot; its sensor then succeeds
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240  # as long as a run may take to finish (Api.wait_for_runs)
     while not _signals(dsn) and time.monotonic() < deadline:
         time.sleep(1)
     assert _signals(dsn) == [{"data-collections": ["public.items"], "type": "incremental"}]
