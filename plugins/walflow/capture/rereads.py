@@ -53,10 +53,6 @@ REREADS_KEY = "rereads"
 _NOW_SQL = "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text"
 
 
-#: a relation's name in the catalog now
-_NAME_SQL = "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s"
-
-
 def sweep_record(schema: str, table: str, signal: str, position: int, due: int, reason: str) -> tuple[bytes, bytes]:
     """The schema topic's record of a sweep: rows of ``schema.table`` older than ``position`` (the commit part of a lake
     position) are gone once the lake has applied the re-read ``signal``, decided at WAL position ``due``."""
@@ -231,8 +227,7 @@ class Rereads:
         if name is None or name == (relation.namespace, relation.name) or rid in self._skipped:
             return
         self._skipped.add(rid)
-        row = self.conn.execute(_NAME_SQL, (rid,)).fetchone()
-        if row is None or (row[0], row[1]) != name:
+        if name not in observe(self.conn, [rid]):  # its name in the catalog now
             # renamed since the batch started (or dropped), not back: the next batch finds it under its new name
             return
         self.start(*name, f"changes were made while it was named {relation.namespace}.{relation.name} (renamed away and back "

@@ -529,7 +529,9 @@ class LakeJob:
             if cut is not None and truncated_at and cut[C.POSITION] < truncated_at:
                 cut = None  # only truncates older than one the table applied: redelivered, obsolete
         sweep = self._sweep_due(plan, properties, offsets)
-        if sweep is not None and (cut is None or sweep[C.POSITION] > cut[C.POSITION]) and not (truncated_at and sweep[C.POSITION] <= truncated_at):
+        if sweep is not None and truncated_at and sweep[C.POSITION] <= truncated_at:
+            sweep = None  # a re-read no newer than a truncate the table applied: nothing older than it is left to remove
+        if sweep is not None and (cut is None or sweep[C.POSITION] > cut[C.POSITION]):
             cut = sweep  # the re-read's rows are all in: what is older than it is gone from the source
         if truncated_at and not (s.soft_deletes and keyed and cut is not None):
             # Events older than a truncate the table already applied are obsolete even when redelivered later. The
