@@ -177,6 +177,8 @@ def test_snapshot_dag_with_params_and_backfill_condition(signal_connector: dict[
         run = dag.test(run_conf={"data_collections": ["public.items"], "additional_condition": "no_such_column = 1"})
         assert run.state == "failed"
         assert run.get_task_instance("signal").state == "success" and run.get_task_instance("wait_for_snapshot").state == "failed"
+        # the sensor's retries are for Airflow's scheduler race only (dag_factory.snapshot_dag): a failed snapshot fails at once
+        assert dag.get_task("wait_for_snapshot").retries == 2 and run.get_task_instance("wait_for_snapshot").try_number == 1
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("UPDATE items SET v = 'after the failure' WHERE id = 1")
         deadline = time.monotonic() + 60

@@ -72,6 +72,7 @@ def assert_changelog_complete(name: str, table: str) -> None:
 BIG = "(SELECT string_agg(md5(i::text || 'x'), '') FROM generate_series(1, 400) i)"
 
 
+@pytest.mark.long
 def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd: pytest.CaptureFixture[str]) -> None:
     name, dsn = lake_connector["name"], lake_connector["dsn"]
     with psycopg.connect(dsn, autocommit=True) as conn:

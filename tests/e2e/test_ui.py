@@ -204,6 +204,7 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
                 proc.wait(30)
 
 
+@pytest.mark.long
 def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str, Any]) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -235,7 +236,7 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
-        # make test runs this beside four other lanes on two cores: the UI may take far longer than Playwright's
+        # make test-long runs this beside five other lanes on two cores: the UI may take far longer than Playwright's
         # defaults (5 s for an assertion, 30 s for an action) to render a dialog or a log while the machine is busy
         page.set_default_timeout(90_000)
         expect.set_options(timeout=60_000)

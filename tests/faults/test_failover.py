@@ -162,6 +162,7 @@ def _iteration(rng: random.Random, failover: bool) -> tuple[int, int, int, str]:
         pair.remove(replicas)
 
 
+@pytest.mark.long
 def test_failover_to_a_standby_with_a_failover_slot() -> None:
     """The failover scenario with ``slot.failover: true``: 3 iterations in ``make test``, 20 in ``make test-faults``."""
     iterations = max(3, ITERATIONS)
@@ -175,6 +176,7 @@ def test_failover_to_a_standby_with_a_failover_slot() -> None:
         record(f"failover to the standby, slot.failover ({', '.join(sorted(stages))})", iterations, written, found, duplicates)
 
 
+@pytest.mark.long
 def test_failover_without_a_failover_slot_stops_and_the_way_back_rereads() -> None:
     """Without ``slot.failover`` the promoted standby has no slot: the stream stops naming it and the way back, and a
     setup with ``when_needed`` re-reads the table (the topic then replays to the new primary, with snapshot rows)."""
@@ -183,6 +185,7 @@ def test_failover_without_a_failover_slot_stops_and_the_way_back_rereads() -> No
         record(f"failover, no failover slot: stops, then when_needed re-reads ({stage})", 1, written, found, duplicates)
 
 
+@pytest.mark.long
 def test_a_failover_slot_whose_standby_is_away_fails_the_batch_instead_of_waiting() -> None:
     """PostgreSQL decodes a failover slot only up to what the standbys in synchronized_standby_slots confirmed, and
     waits for them without end: with the standby down, the batch stops at once with a retried error naming its slot

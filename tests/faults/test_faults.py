@@ -90,6 +90,7 @@ def signal_snapshot(dsn: str, signal_id: str) -> None:
         )
 
 
+@pytest.mark.long
 def test_stream_killed_at_random_points(spark: Any, database: str, tmp_path: Path) -> None:
     """SIGKILL at each stage in turn (random delays and writer timing per seed); every stage must be hit."""
     iterations = max(ITERATIONS, len(STAGES))
@@ -128,6 +129,7 @@ def test_stream_killed_at_random_points(spark: Any, database: str, tmp_path: Pat
         record(f"stream SIGKILL ({stages})", iterations, writer.written, found, duplicates)
 
 
+@pytest.mark.long
 @pytest.mark.disruptive
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 def test_postgres_restarted_mid_batch(spark: Any, database: str, tmp_path: Path, mode: str) -> None:
@@ -209,6 +211,7 @@ def test_slot_rolled_back_by_a_crash(database: str) -> None:
         assert confirmed(role.dsn, config.slot_name) >= advanced
 
 
+@pytest.mark.long
 def test_two_runs_at_once(spark: Any, database: str, tmp_path: Path) -> None:
     """Two stream runs start together: one streams, the other is refused at once; nothing is consumed twice."""
     with scenario("two stream runs at once", ITERATIONS):
@@ -263,6 +266,7 @@ def test_two_runs_at_once(spark: Any, database: str, tmp_path: Path) -> None:
 SPARK_KILLS = ("after_read", "after_ddl", "after_commit", "timer") if ITERATIONS >= 4 else ("after_commit",)
 
 
+@pytest.mark.long
 def test_spark_apply_killed(spark: Any, database: str, tmp_path: Path) -> None:
     iterations = max(ITERATIONS, len(SPARK_KILLS)) if ITERATIONS >= 4 else len(SPARK_KILLS)
     with scenario("Spark apply SIGKILL", iterations):
@@ -298,6 +302,7 @@ def test_spark_apply_killed(spark: Any, database: str, tmp_path: Path) -> None:
         record(f"Spark apply SIGKILL ({points})", iterations, writer.written, found, duplicates)
 
 
+@pytest.mark.long
 @pytest.mark.disruptive
 def test_broker_stopped_mid_batch(spark: Any, database: str, tmp_path: Path) -> None:
     """Last on purpose: the embedded broker keeps topics in memory, so its restart loses every topic."""

@@ -68,6 +68,7 @@ class CrashAt(ApplyHooks):
             raise Crash(point)
 
 
+@pytest.mark.long
 def test_job_stopped_at_each_point_leaves_the_lake_consistent(spark: Any, database: str) -> None:
     """The job stopped once at each of its points (a different batch of changes each time), then one clean run:
     the table and its changelog are what one clean run would have made."""
@@ -103,6 +104,7 @@ def test_job_stopped_at_each_point_leaves_the_lake_consistent(spark: Any, databa
     assert lake_snapshot_id(config.topic_prefix, "public__accounts") == before
 
 
+@pytest.mark.long
 def test_pgbench_workload_reaches_the_lake(spark: Any, database: str) -> None:
     """pgbench's own schema and transactions (a workload nobody here wrote), including the key-less history table."""
     dsn = database
@@ -140,6 +142,7 @@ def _multiset(rows: list[dict[str, Any]], columns: list[str]) -> list[tuple[Any,
     return sorted((tuple(r[c] for c in columns) for r in rows), key=repr)
 
 
+@pytest.mark.long
 def test_two_partitions_truncate_keyless_table_and_other_writers(spark: Any, database: str) -> None:
     """Topics of two partitions: truncates (null key, any partition) cut by source position, not by offsets; a
     table without key (REPLICA IDENTITY FULL, duplicate rows) takes updates and deletes; stale redelivered events
@@ -221,6 +224,7 @@ def test_two_partitions_truncate_keyless_table_and_other_writers(spark: Any, dat
     assert "cannot tell which Kafka records it already applied" in str(refused.value)
 
 
+@pytest.mark.long
 def test_merge_reads_only_the_rows_the_batch_can_match(spark: Any, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A small batch narrows the MERGE's target to its keys (their values for one integral key, their hashes for
     text, composite and nullable keys); a large one merges against the whole table (here: every batch counts as
@@ -345,6 +349,7 @@ def test_soft_deletes_and_odd_names(spark: Any, database: str) -> None:
     assert rows[33][ODD_COLUMN] == "again33" and rows[27]["_walflow_deleted"] and rows[27][ODD_COLUMN] == "changed \\ `x`"
 
 
+@pytest.mark.long
 def test_soft_truncate_stopped_after_its_commit_still_flags_the_rows_of_its_batch(spark: Any, database: str) -> None:
     """Soft deletes, the job stopped after the truncate's commit and before the MERGE's: the rerun still writes the
     rows known only from events before the truncate in that batch, flagged, as one clean run does."""
@@ -483,6 +488,7 @@ def test_topic_delimiter_and_transaction_topic_are_honoured(spark: Any, database
     assert_lake_equals_source(prefix, dsn, "orders")
 
 
+@pytest.mark.long
 def test_columns_added_with_array_and_map_defaults_fill_the_existing_rows(spark: Any, database: str) -> None:
     """PostgreSQL gives a table's existing rows a new column's default without a change event; array and hstore
     (map) defaults reach the lake's existing rows as well, not only numbers and text."""

@@ -20,7 +20,7 @@ from walflow.lake.naming import table_name
 from walflow.lake.settings import LakeSettings
 
 #: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
-pytestmark = [pytest.mark.timeout(600), pytest.mark.alone]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.alone, pytest.mark.long]
 
 
 class Overtaken(ApplyHooks):

@@ -50,6 +50,7 @@ def _round(dsn: str, rng: random.Random, next_id: list[int]) -> None:
         next_id[0] += 5
 
 
+@pytest.mark.long
 def test_rounds_then_maintenance_then_rounds_keep_the_lake_exact(spark: Any, database: str) -> None:
     """ROUNDS stream + apply rounds, then maintenance, then 3 more rounds: the lake equals the source after each step,
     maintenance leaves fewer data and delete files (the rewrites carry the offsets, expiry keeps what the next apply

@@ -49,6 +49,7 @@ def assert_equal(config: Any, dsn: str, *tables: str) -> None:
     assert not found, "\n".join(found)
 
 
+@pytest.mark.long
 def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
     """PostgreSQL rewrites every row for a type change with USING (values, and here the key too), a timestamp's
     precision cut, and a column added with a value computed per row (an identity, a volatile default, a domain with a
@@ -86,6 +87,7 @@ def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
     assert_equal(config, dsn, "t_int", "t_key", "t_calm")
 
 
+@pytest.mark.long
 def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topic_until_then(spark: Any, database: str) -> None:
     """``ALTER TABLE t_keyless ADD COLUMN id bigserial PRIMARY KEY``: every row gets its id in a rewrite, and the lake's
     rows from before (applied as rows of a table without key) held none, and were duplicated beside the re-read ones:
@@ -117,7 +119,7 @@ def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topi
     assert_equal(config, dsn, "kl", "t_keyless")
 
 
-@pytest.mark.parametrize("mode", ["all_tables", "filtered"])
+@pytest.mark.parametrize("mode", ["all_tables", pytest.param("filtered", marks=pytest.mark.long)])
 def test_a_table_dropped_and_created_again_is_a_new_table(spark: Any, database: str, mode: str) -> None:
     """A table dropped and created again under its name, with inserts in the same transaction (a full refresh): the
     lake drops the old table's rows and takes the new one's, also those a ``filtered`` publication never decoded
@@ -151,6 +153,7 @@ def test_a_table_dropped_and_created_again_is_a_new_table(spark: Any, database: 
     assert_equal(config, dsn, "t_int")
 
 
+@pytest.mark.long
 def test_enum_values_renamed_and_tables_renamed_are_re_read(spark: Any, database: str) -> None:
     """``ALTER TYPE lt_mood RENAME VALUE 'sad' TO 'unhappy'`` changes what every row holding it says without touching a
     row: the tables using the type (directly, as an array, through a domain) are re-read, and a table that does not use
@@ -180,7 +183,7 @@ def test_enum_values_renamed_and_tables_renamed_are_re_read(spark: Any, database
     assert_equal(config, dsn, "r", "t")
 
 
-@pytest.mark.parametrize("form", ["one-statement", "one-transaction", "two-transactions"])
+@pytest.mark.parametrize("form", ["one-statement", *(pytest.param(f, marks=pytest.mark.long) for f in ("one-transaction", "two-transactions"))])
 def test_a_column_dropped_and_added_again_within_one_batch(spark: Any, database: str, form: str) -> None:
     """``ALTER TABLE t_int DROP COLUMN x1, ADD COLUMN x1 int DEFAULT 0`` (or the two in one transaction, or in two),
     between changes of the table that reach the stream in one batch: the events before and after it name the same

@@ -53,6 +53,7 @@ def _toasted_tables(dsn: str) -> None:
             f"INSERT INTO {table} SELECT g, 'a', {', '.join(TOASTED[c][1] for c in kinds)} FROM generate_series(1, 4) g")
 
 
+@pytest.mark.long
 def test_unchanged_toasted_values_of_every_kind_stay_in_the_lake(spark: Any, database: str) -> None:
     """Issue 45: an update that leaves TOASTed values unchanged (REPLICA IDENTITY DEFAULT) sends a placeholder in the
     form Debezium gives each type: ``int4[]``, ``int8[]`` and ``date[]`` as the placeholder's bytes as numbers, which
@@ -76,6 +77,7 @@ def test_unchanged_toasted_values_of_every_kind_stay_in_the_lake(spark: Any, dat
     assert_equal(config, dsn, *TABLES)
 
 
+@pytest.mark.long
 def test_a_key_change_with_toasted_values_applied_by_runs_cut_anywhere(spark: Any, database: str) -> None:
     """Issue 45: a primary-key change is a delete of the old key and a create of the new one, whose unchanged TOASTed
     values are placeholders only the old key's row can fill. With ``walflow.lake.max.records`` below the batch, one

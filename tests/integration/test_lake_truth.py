@@ -16,7 +16,7 @@ from walflow.errors import DriftError, LakeSchemaError
 from walflow.lake.naming import table_name
 
 #: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
-pytestmark = [pytest.mark.timeout(900), pytest.mark.alone]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.alone, pytest.mark.long]
 
 
 def run(dsn: str, *statements: str) -> None:

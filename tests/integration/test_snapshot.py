@@ -277,6 +277,7 @@ def test_killed_snapshot_is_taken_again_from_the_start(database: str) -> None:
     assert state_of(read_topic(f"{name}.public.t")) == rows(database, "t")
 
 
+@pytest.mark.long
 @pytest.mark.disruptive
 def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again(database: str) -> None:
     """snapshot.max.threads=2: a SIGKILL of one reader process fails the setup with a retryable error naming the

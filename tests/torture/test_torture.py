@@ -17,7 +17,7 @@ SEEDS = [int(s) for s in os.environ.get("WALFLOW_TORTURE_SEEDS", "1").split(",")
 ROUNDS = int(os.environ.get("WALFLOW_TORTURE_ROUNDS", "2"))
 
 #: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
-pytestmark = [pytest.mark.timeout(max(900, ROUNDS * 60)), pytest.mark.alone]
+pytestmark = [pytest.mark.timeout(max(900, ROUNDS * 60)), pytest.mark.alone, pytest.mark.long]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -210,6 +210,13 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
             poke_interval=config.walflow_snapshot_poke_seconds,
             timeout=24 * 3600,
             mode="reschedule",
+            # Airflow's scheduler can fail a rescheduled try that is already running again when it reads the
+            # executor's event of the try before late (seen here: "state mismatch ... finished with state success,
+            # but the task instance's state attribute is running" on a busy machine; apache/airflow#71580). A poke
+            # only reads walflow's state, so a new try is harmless; a snapshot that failed or a timeout still fails
+            # at once (AirflowFailException, AirflowSensorTimeout are never retried).
+            retries=2,
+            retry_delay=timedelta(seconds=config.walflow_snapshot_poke_seconds),
         ).set_upstream(signal)
     return dag
 
