@@ -23,8 +23,24 @@ _COUNTS: list[tuple[str, str, Comparison]] = []
 _TIMING: dict[str, float] = {}
 
 
+def _selected_scenarios(session: pytest.Session) -> set[str] | None:
+    """The scenarios the session's selected tests read; None when one of them reads every scenario."""
+    from tests.compat.test_compat import EXPECTED_RULES
+
+    names: set[str] = set()
+    for item in session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "scenario" in params:
+            names.add(params["scenario"])
+        elif item.name == "test_deliberate_differences_are_the_documented_ones":
+            names.update(scenario for scenario, _variant in EXPECTED_RULES.values())
+        elif "comparisons" in getattr(item, "fixturenames", ()):
+            return None
+    return names
+
+
 @pytest.fixture(scope="session")
-def compat_outcomes() -> Iterator[dict[tuple[str, str], Outcome | str]]:
+def compat_outcomes(request: pytest.FixtureRequest) -> Iterator[dict[tuple[str, str], Outcome | str]]:
     reason = env_ready()
     if reason:
         unavailable("the differential suite cannot run", reason)
@@ -34,7 +50,12 @@ def compat_outcomes() -> Iterator[dict[tuple[str, str], Outcome | str]]:
     _postgis_available()
     started = time.monotonic()
     outcomes: dict[tuple[str, str], Outcome | str] = {}
+    selected = _selected_scenarios(request.session)
     for group in GROUPS:
+        # only the groups the session's tests read: make test leaves the long groups' pairs out, make test-long runs
+        # only theirs
+        if selected is not None and not any(s.name in selected for s in group):
+            continue
         outcomes.update(run_group(group, log=print if os.environ.get("WALFLOW_COMPAT_DEBUG") else lambda line: None))
     _TIMING["seconds"] = time.monotonic() - started
     yield outcomes

@@ -885,3 +885,6 @@ GROUPS = [
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
     [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS, TRANSFORMS, KAFKA_SIGNALS, READ_ONLY_SIGNALS, RESELECT, BLOCKING, GENERATED, GENERATED_PUBLISHED],
 ]
+#: the groups whose pairs are marked long: make test leaves them out for its time, make test-long runs them (CI runs
+#: both). Every deliberate difference is exercised in the other groups.
+LONG_GROUPS = GROUPS[2:]
