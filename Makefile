@@ -172,7 +172,7 @@ test-long: venv
 	$(MAKE) test SCOPE=long
 
 test-pg18-long: venv
-	WALFLOW_PG_VERSION=18 $(MAKE) test SCOPE=long TEST_STATE=$(PG18_STATE) ALONE_STATE=$(PG18_ALONE_STATE)
+	$(MAKE) test-pg18 SCOPE=long
 
 test-unit: venv
 	$(VENV)/bin/python -m pytest tests/unit -q
