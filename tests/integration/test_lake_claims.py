@@ -67,6 +67,7 @@ def test_a_connector_whose_tables_are_empty_at_setup_gets_its_lake(spark: Any, d
     assert not differences(database, config.topic_prefix, "public__e", "public", "e") + differences(database, config.topic_prefix, "public__f", "public", "f")
 
 
+@pytest.mark.long
 def test_a_tombstone_cut_from_its_delete_moves_the_offsets_on(spark: Any, database: str) -> None:
     """``walflow.lake.max.records`` ends a run between a delete and its tombstone: the next run reads the tombstone
     alone, a delete of its key (as a compacted topic's lone tombstone is) that finds nothing left to delete; it
@@ -174,6 +175,7 @@ def test_one_topic_that_fails_does_not_hold_back_the_others(spark: Any, database
         apply_lake(spark, one)
 
 
+@pytest.mark.long
 def test_a_changelog_turned_on_later_starts_where_the_table_is(spark: Any, database: str) -> None:
     """Turning ``walflow.lake.changelog`` on after the table was applied does not read the topic again from offset 0:
     the changelog holds the events from then on, the table takes only the new ones."""
@@ -193,6 +195,7 @@ def test_a_changelog_turned_on_later_starts_where_the_table_is(spark: Any, datab
     assert sorted(r["id"] for r in logged) == [1, 2, 3, 4, 5] and {r["_walflow_op"] for r in logged} == {"u"}
 
 
+@pytest.mark.long
 def test_an_idle_topic_whose_records_expired_keeps_its_table(spark: Any, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A table whose name Kafka cannot carry (``"order items"``) and whose topic's records all expired: the lake
     table is found by its claim, not guessed from the topic's name (which named another table and raised a false

@@ -184,6 +184,7 @@ def test_huge_arrays_precise_numerics_and_geometry_reach_the_lake(spark: Any, da
     assert all(rows[1][c.id] is None for c in cases)
 
 
+@pytest.mark.long
 def test_validity_ranges_with_infinity_apply_and_equal_the_source(spark: Any, database: str) -> None:
     """A table of validity ranges (``infinity`` ends, a key holding ``infinity``), streamed and applied, then changed:
     the lake equals the source, with ``infinity``/``-infinity`` and years Spark cannot hold at the ends of its
