@@ -13,18 +13,17 @@ import pytest
 
 from tests.compat.compare import DELIBERATE, HARNESS_RULES, Comparison, report
 from tests.compat.harness import NEEDS_VERSION
-from tests.compat.scenarios import GROUPS, LONG_GROUPS
+from tests.compat.scenarios import GROUPS, LONG_PAIRS
 from tests.requires import unavailable
 from tests.support import WHEEL_WITHOUT_POSTGIS, wheel_server
 
 PAIRS = [(s.name, v.name) for group in GROUPS for s in group for v in s.variants]
-_LONG = {s.name for group in LONG_GROUPS for s in group}
 
 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     ("scenario", "variant"),
-    [pytest.param(s, v, marks=pytest.mark.long) if s in _LONG else (s, v) for s, v in PAIRS],
+    [pytest.param(s, v, marks=pytest.mark.long) if (s, v) in LONG_PAIRS else (s, v) for s, v in PAIRS],
     ids=[f"{s}-{v}" for s, v in PAIRS],
 )
 def test_identical_to_debezium(comparisons: dict[tuple[str, str], Comparison | str], scenario: str, variant: str) -> None:
