@@ -1,4 +1,7 @@
-"""One setup DAG and one stream DAG per connector YAML in include/connectors/ (or $WALFLOW_CONNECTORS_DIR)."""
+"""The DAGs of every valid connector YAML in include/connectors/ (or $WALFLOW_CONNECTORS_DIR): setup, stream, and
+where configured the lake's maintenance and the snapshot form. A file that cannot be loaded is left out here and
+shown by walflow_connector_errors.py as an import error, so that it never takes the other connectors' DAGs with it.
+"""
 
 from walflow.airflow.dag_factory import build_connector_dags
 

@@ -19,6 +19,21 @@ class ConfigError(WalflowError):
     """A connector configuration is invalid; raised before anything touches a database."""
 
 
+class ConnectorFilesError(ConfigError):
+    """Connector files of a folder that cannot be loaded (unreadable, invalid, or in conflict with another file), each
+    with its own error; the other files' connectors load without them.
+
+    :param errors: the error of each file left out, by path."""
+
+    def __init__(self, errors: dict[str, ConfigError]) -> None:
+        self.errors = errors
+        lines = [f"- {path}: {error}" for path, error in errors.items()]
+        super().__init__(
+            f"{len(errors)} connector file(s) left out: walflow builds no DAG for them until they are fixed; the other "
+            "connectors' DAGs are loaded as usual\n" + "\n".join(lines)
+        )
+
+
 class PatternError(ConfigError):
     """A user's regular expression is invalid, or matching it took more than the bound of CPU time (runaway backtracking)."""
 

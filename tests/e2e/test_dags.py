@@ -85,6 +85,35 @@ def test_dag_files_import_cleanly() -> None:
     assert {a.uri for a in consumer.timetable.asset_condition.objects} <= outlets
 
 
+def test_a_broken_connector_file_never_takes_the_other_connectors_dags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connector file with a typo and one that is not YAML, beside the shipped connector: Airflow's DagBag of the
+    DAG folder loads the good connector's four DAGs, and the broken files are one import error, of
+    walflow_connector_errors.py (a file without DAGs, so none is marked stale), naming each file, its key and the
+    values it may take."""
+    import shutil
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    root = Path(__file__).resolve().parents[2]
+    shutil.copy(root / "include" / "connectors" / "inventory.yaml", tmp_path / "inventory.yaml")
+    (tmp_path / "typo.yaml").write_text("name: typo\ntopic.prefix: typo\nslot.name: typo\nsnapshot.mode: bogus\n")
+    (tmp_path / "unclosed.yml").write_text("name: [unclosed\n")
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    bag = DagBag(dag_folder=str(root / "dags"))
+    walflow_dags = {d for d in bag.dag_ids if "__" in d}
+    assert walflow_dags == {"inventory__setup", "inventory__stream", "inventory__maintain", "inventory__snapshot"}, bag.dag_ids
+    assert [Path(f).name for f in bag.import_errors] == ["walflow_connector_errors.py"], bag.import_errors
+    (message,) = bag.import_errors.values()
+    assert "2 connector file(s) left out" in message
+    assert f"{tmp_path / 'typo.yaml'}: " in message and "'snapshot.mode' = 'bogus'" in message and "'initial'" in message
+    assert f"{tmp_path / 'unclosed.yml'}: " in message and "not valid YAML" in message
+    # fixed, the error is gone and the connector's DAGs appear
+    (tmp_path / "typo.yaml").write_text("name: typo\ntopic.prefix: typo\nslot.name: typo\nsnapshot.mode: initial\n")
+    (tmp_path / "unclosed.yml").unlink()
+    bag = DagBag(dag_folder=str(root / "dags"))
+    assert bag.import_errors == {} and {"typo__setup", "typo__stream"} <= set(bag.dag_ids)
+
+
 def test_the_spark_tasks_find_the_iceberg_runtime_where_they_run() -> None:
     """The Iceberg jar is looked up when the task runs, not when the DAG file is parsed (the DAG processor's
     environment need not be the worker's), and not at all when spark.jars.packages brings Iceberg."""

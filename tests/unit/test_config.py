@@ -117,6 +117,33 @@ def test_invalid_yaml_is_reported(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_each_connector_file_loads_on_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo, YAML that does not parse, and two files claiming one slot: the valid connector loads, each broken file
+    has its own error, both files of the conflict are refused by name; a broken file never stops another connector's
+    tasks from finding theirs."""
+    from walflow.config.files import load_each
+
+    (tmp_path / "good.yaml").write_text("name: good\ntopic.prefix: good\nslot.name: good\n")
+    (tmp_path / "typo.yaml").write_text("name: typo\ntopic.prefix: typo\nslot.name: typo\nsnapshot.mode: bogus\n")
+    (tmp_path / "unclosed.yml").write_text("name: [unclosed\n")
+    for name in ("twin_a", "twin_b"):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntopic.prefix: {name}\nslot.name: shared\n")
+    configs, errors = load_each(tmp_path)
+    assert [c.name for c in configs] == ["good"]
+    assert [p.name for p in errors] == ["twin_a.yaml", "twin_b.yaml", "typo.yaml", "unclosed.yml"]
+    assert "'snapshot.mode' = 'bogus'" in str(errors[tmp_path / "typo.yaml"]) and "'initial'" in str(errors[tmp_path / "typo.yaml"])
+    assert "not valid YAML" in str(errors[tmp_path / "unclosed.yml"])
+    for twin in ("twin_a.yaml", "twin_b.yaml"):
+        message = str(errors[tmp_path / twin])
+        assert "slot 'shared'" in message and "twin_a.yaml and " in message and "twin_b.yaml; each connector needs its own" in message
+    with pytest.raises(ConfigError, match="slot 'shared' .* is used by both"):
+        load_all(tmp_path)  # all or nothing, for the callers that need every file
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    assert resolve("good").name == "good"
+    with pytest.raises(ConfigError, match="no connector named 'zzz' .*unclosed.yml cannot be read"):
+        resolve("zzz")
+
+
 def test_shipped_connectors_are_valid() -> None:
     root = Path(__file__).resolve().parents[2] / "include" / "connectors"
     assert [c.name for c in load_all(root)] == ["inventory"]

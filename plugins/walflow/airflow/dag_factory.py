@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,8 +16,10 @@ from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperato
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.airflow.timetables import BackfillOnlyTimetable
 from walflow.config.connector import ConnectorConfig
-from walflow.config.files import load_all
-from walflow.errors import ConfigError
+from walflow.config.files import load_each
+from walflow.errors import ConfigError, ConnectorFilesError
+
+log = logging.getLogger(__name__)
 
 START = datetime(2024, 1, 1)
 
@@ -222,9 +225,16 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
 
 
 def build_connector_dags(directory: str | None = None) -> dict[str, Any]:
-    """Every DAG of every connector in the connectors folder, keyed by DAG id."""
+    """Every DAG of every valid connector in the connectors folder, keyed by DAG id.
+
+    A file that cannot be loaded is left out (logged here, and raised by :func:`check_connector_files`, which the
+    second DAG file calls so that Airflow lists it among its import errors): a DAG file that raised would take every
+    connector's DAGs away, and their slots would keep WAL while nothing streams."""
     dags: dict[str, Any] = {}
-    for config in load_all(directory):
+    configs, errors = load_each(directory)
+    for path, error in errors.items():
+        log.error("connector file %s left out (no DAG until it is fixed): %s", path, error)
+    for config in configs:
         built = [setup_dag(config), stream_dag(config)]
         if config.walflow_lake_enabled:
             built.append(maintain_dag(config))
@@ -234,3 +244,15 @@ def build_connector_dags(directory: str | None = None) -> dict[str, Any]:
         for dag in built:
             dags[dag.dag_id] = dag
     return dags
+
+
+def check_connector_files(directory: str | None = None) -> None:
+    """Raise :class:`~walflow.errors.ConnectorFilesError` naming each connector file that :func:`build_connector_dags`
+    leaves out, with its error; nothing when every file is valid.
+
+    Called by a DAG file of its own (``dags/walflow_connector_errors.py``): Airflow records an import error per DAG
+    file, and marks the DAGs of a file with an import error stale, so the errors go to a file that holds no DAG while
+    the connectors' DAG file loads every valid connector."""
+    _configs, errors = load_each(directory)
+    if errors:
+        raise ConnectorFilesError({str(path): error for path, error in errors.items()})

@@ -34,36 +34,68 @@ def connectors_dir(default: str | os.PathLike[str] | None = None) -> Path:
     return Path(__file__).resolve().parents[3] / "include" / "connectors"
 
 
-def load_all(directory: str | os.PathLike[str] | None = None) -> list[ConnectorConfig]:
-    """Load every ``*.yaml``/``*.yml`` connector in ``directory``.
-
-    Names must be unique, and so must topic prefixes (two connectors would mix their events in one topic) and slots
-    on one source Connection (each would get part of the changes); the setup task checks the same against what
-    other connectors recorded in the source database.
-    """
+def connector_files(directory: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The connector files of the folder (``*.yaml`` and ``*.yml``), in name order."""
     folder = connectors_dir(directory)
-    configs: list[ConnectorConfig] = []
-    seen: dict[tuple[str, ...], Path] = {}
-    paths: list[Path] = []
-    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-        config = load_config(path)
+    return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+
+
+def load_each(directory: str | os.PathLike[str] | None = None) -> tuple[list[ConnectorConfig], dict[Path, ConfigError]]:
+    """Load every connector file of ``directory`` on its own: the valid connectors, and the error of each file left out.
+
+    A file is left out when it cannot be read or is not valid; two files are both left out when they claim the same
+    connector name, topic prefix, or slot on one source Connection (each connector would get part of the changes, or
+    mix its events with the other's), or when their topic prefixes nest. One broken file never takes the other
+    connectors with it: the DAG file builds their DAGs, and Airflow shows the errors as an import error
+    (:func:`walflow.airflow.dag_factory.check_connector_files`).
+    """
+    loaded: list[tuple[Path, ConnectorConfig]] = []
+    errors: dict[Path, ConfigError] = {}
+    for path in connector_files(directory):
+        try:
+            loaded.append((path, load_config(path)))
+        except ConfigError as exc:
+            errors[path] = exc
+    claimed: dict[tuple[str, ...], list[Path]] = {}
+    described: dict[tuple[str, ...], str] = {}
+    for path, config in loaded:
         for claim, what in (
             (("name", config.name), f"connector name {config.name!r}"),
             (("prefix", config.topic_prefix), f"topic prefix {config.topic_prefix!r}"),
             (("slot", config.walflow_postgres_conn_id, config.slot_name), f"slot {config.slot_name!r} of Connection {config.walflow_postgres_conn_id!r}"),
         ):
-            if claim in seen:
-                raise ConfigError(f"{what} is used by both {seen[claim]} and {path}; each connector needs its own")
-            seen[claim] = path
-        for other, other_path in zip(configs, paths):
+            claimed.setdefault(claim, []).append(path)
+            described[claim] = what
+    for claim, paths in claimed.items():
+        if len(paths) > 1:
+            both = " and ".join(str(p) for p in paths)
+            for path in paths:
+                errors.setdefault(path, ConfigError(f"{described[claim]} is used by both {both}; each connector needs its own"))
+    for index, (path, config) in enumerate(loaded):
+        for other_path, other in loaded[:index]:
             if other.topic_prefix != config.topic_prefix and prefixes_nest(config.topic_prefix, config.topic_delimiter, other.topic_prefix, other.topic_delimiter):
-                raise ConfigError(
+                error = ConfigError(
                     f"topic prefixes {other.topic_prefix!r} ({other_path}) and {config.topic_prefix!r} ({path}) nest: the topics of "
                     "one start with the other's prefix and delimiter, so each connector would take the other's topics for its "
                     "own tables (and apply them to its lake). Give one of them a prefix that does not start the other's"
                 )
-        configs.append(config)
-        paths.append(path)
+                errors.setdefault(path, error)
+                errors.setdefault(other_path, error)
+    return [config for path, config in loaded if path not in errors], dict(sorted(errors.items()))
+
+
+def load_all(directory: str | os.PathLike[str] | None = None) -> list[ConnectorConfig]:
+    """Load every connector file of ``directory``, all of which must be valid (:func:`load_each` says which are not).
+
+    Names must be unique, and so must topic prefixes (two connectors would mix their events in one topic) and slots
+    on one source Connection (each would get part of the changes); the setup task checks the same against what
+    other connectors recorded in the source database.
+
+    :raises ConfigError: the first file's error, in name order.
+    """
+    configs, errors = load_each(directory)
+    if errors:
+        raise next(iter(errors.values()))
     return configs
 
 
@@ -112,13 +144,20 @@ def resolve(connector: str, overrides: dict[str, Any] | None = None, directory: 
     else:
         folder = connectors_dir(directory)
         path = None
-        for item in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
-            raw = _read_raw(item)
+        unreadable: list[str] = []
+        for item in connector_files(directory):
+            try:
+                raw = _read_raw(item)
+            except ConfigError:
+                # another connector's broken file must not stop this one's tasks; it is named if nothing matched
+                unreadable.append(item.name)
+                continue
             if raw.get("name") == connector:
                 path = item
                 break
         if path is None:
-            raise ConfigError(f"no connector named {connector!r} in {folder} (set WALFLOW_CONNECTORS_DIR or pass a YAML path)")
+            among = f"; {', '.join(unreadable)} cannot be read (their import error in Airflow says why)" if unreadable else ""
+            raise ConfigError(f"no connector named {connector!r} in {folder} (set WALFLOW_CONNECTORS_DIR or pass a YAML path){among}")
     raw = _read_raw(path)
     if overrides:
         raw = {**raw, **overrides}
