@@ -38,6 +38,10 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	else \
 		$(VENV)/bin/pip install -q -r requirements.txt -r requirements-test.txt && $(VENV)/bin/pip install -q --no-deps -e .; \
 	fi
+	@# the editable build leaves walflow's metadata in plugins/ too, which is on the path of Airflow's processes (its
+	@# plugins folder) and of the tests: a second walflow there would load its Airflow plugin twice ("already
+	@# registered"). The installed copy in the venv is the one Airflow and Python read.
+	@rm -rf plugins/walflow.egg-info
 	@touch $(STAMP)
 
 up: venv

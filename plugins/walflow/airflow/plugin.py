@@ -1,9 +1,9 @@
 """walflow's Airflow plugin: registers :class:`~walflow.airflow.timetables.BackfillOnlyTimetable`, which Airflow
 must know to serialize and schedule the DAGs that use it (the ad-hoc snapshot DAG).
 
-``plugins/walflow_plugin.py`` loads it from this repository's plugins folder. A deployment that installs walflow
-as a package instead puts the same one line, ``from walflow.airflow.plugin import WalflowPlugin``, in a file of its
-own plugins folder.
+Airflow loads it through the ``airflow.plugins`` entry point of the installed package (``pyproject.toml``): no file
+in Airflow's plugins folder is needed, and none may load it too (Airflow would report the second as a plugin import
+error, "already registered").
 """
 
 from __future__ import annotations
