@@ -117,8 +117,8 @@ def _apply_group(spark: Any, dsn: str, cases: list[Case], mode: dict[str, Any], 
     return config, sorted(lake_rows(config.topic_prefix, "public__golden"), key=lambda r: r["pk"]), records
 
 
-#: the default modes in make test; each other mode's mappings reach the lake in make test-long (their events are
-#: compared with Debezium's in make test)
+#: the default modes in make test; each other mode's mappings reach the lake in make test-long (make test compares
+#: the events of the connect/string/hex/interval modes with Debezium's, make test-long those of the others)
 @pytest.mark.parametrize(
     "label,mode,cases",
     [g if g[0] == "defaults" else pytest.param(*g, marks=pytest.mark.long) for g in golden_groups(ALL_CASES)],
