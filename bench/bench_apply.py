@@ -27,7 +27,8 @@ its own; the broker is restarted between phases (the embedded broker never frees
 The applies and MERGEs of the throughput phases also report the CPU they used (:class:`CpuMeter`): the JVM's, the
 part of it the JIT compilers took, and how many of the machine's cores were busy.
 
-    python bench/bench_apply.py [--rows 1000000] [--large-rows 20000000] [--batch 10000] [--phases throughput,schemaless,first-merge,scaling]
+    python bench/bench_apply.py [--rows 1000000] [--large-rows 20000000] [--batch 10000] \\
+        [--phases throughput,schemaless,first-merge,scaling]
 """
 
 from __future__ import annotations
@@ -50,15 +51,15 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE  # noqa: E402
-from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.airflow.lake import iceberg_runtime_jar, spark_conf  # noqa: E402
-from walflow.capture.setup import ConnectorSetup  # noqa: E402
-from walflow.capture.stream import StreamBatch  # noqa: E402
-from walflow.config.connector import ConnectorConfig, parse_config  # noqa: E402
-from walflow.kafka import EventProducer, producer_settings  # noqa: E402
-from walflow.lake.settings import LakeSettings  # noqa: E402
-from walflow.lake.sql import TABLE_PROPERTIES  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE
+from tests.support import create_database, drop_database, pg_dsn
+from walflow.airflow.lake import iceberg_runtime_jar, spark_conf
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
+from walflow.config.connector import ConnectorConfig, parse_config
+from walflow.kafka import EventProducer, producer_settings
+from walflow.lake.settings import LakeSettings
+from walflow.lake.sql import TABLE_PROPERTIES
 
 COLUMNS = ["id", "name", "price", "created", "active"]
 META = "_walflow_op string, _walflow_lsn bigint, _walflow_source_ts_ms bigint, _walflow_applied_at timestamp"
@@ -92,7 +93,12 @@ class CpuMeter:
         return sum(values), values[3] + values[4]  # all, idle + iowait
 
     def start(self) -> None:
-        self._began = (time.perf_counter(), self._jvm_cpu(), self._compilation.getTotalCompilationTime(), self._machine())
+        self._began = (
+            time.perf_counter(),
+            self._jvm_cpu(),
+            self._compilation.getTotalCompilationTime(),
+            self._machine(),
+        )
 
     def figures(self) -> dict[str, float]:
         wall, jvm, jit, (total, idle) = self._began
@@ -112,7 +118,7 @@ def bootstrap() -> str:
 
 def restart_broker() -> None:
     """A fresh broker on the same port: the embedded broker keeps every topic in memory until it stops."""
-    from walflow.runtime.embedded import _ports, broker_down, broker_up
+    from sandbox.embedded import _ports, broker_down, broker_up
 
     broker_down()
     broker_up(_ports()["kafka"])
@@ -122,12 +128,15 @@ def producer() -> EventProducer:
     return EventProducer(producer_settings({"bootstrap.servers": bootstrap()}))
 
 
-def start_spark(warehouse: str, config: ConnectorConfig, driver_memory: str, java_options: str = "", extra_conf: str = "") -> Any:
+def start_spark(
+    warehouse: str, config: ConnectorConfig, driver_memory: str, java_options: str = "", extra_conf: str = ""
+) -> Any:
     """One local[2] session for the whole run (JVM start-up is not timed), with the stream DAG's catalog settings."""
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master("local[2]").appName("walflow-bench-apply")
+        SparkSession.builder.master("local[2]")
+        .appName("walflow-bench-apply")
         .config("spark.jars", iceberg_runtime_jar() or "")
         .config("spark.driver.memory", driver_memory)
         .config("spark.ui.showConsoleProgress", "false")
@@ -147,9 +156,15 @@ def start_spark(warehouse: str, config: ConnectorConfig, driver_memory: str, jav
 def make_config(name: str, warehouse: str, schemas: bool) -> ConnectorConfig:
     return parse_config(
         {
-            "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name,
-            "walflow.batch.max.events": 50_000_000, "walflow.batch.max.seconds": 7200, "walflow.lake.warehouse": warehouse,
-            "key.converter.schemas.enable": schemas, "value.converter.schemas.enable": schemas,
+            "name": name,
+            "topic.prefix": name,
+            "slot.name": name,
+            "publication.name": name,
+            "walflow.batch.max.events": 50_000_000,
+            "walflow.batch.max.seconds": 7200,
+            "walflow.lake.warehouse": warehouse,
+            "key.converter.schemas.enable": schemas,
+            "value.converter.schemas.enable": schemas,
         }
     )
 
@@ -185,7 +200,11 @@ def bulk_changes(dsn: str, rows: int) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id % 10 < 8")
         conn.execute("DELETE FROM bench WHERE id % 10 = 8")
-        conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint * 11 / 10) g", (rows, rows))
+        conn.execute(
+            "INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint "
+            "+ 1, %s::bigint * 11 / 10) g",
+            (rows, rows),
+        )
     return rows
 
 
@@ -193,10 +212,21 @@ def spread_changes(dsn: str, rows: int, batch: int) -> int:
     """``batch`` changes with keys spread over the whole table: 80% updates, 10% deletes, 10% inserts."""
     updates, deletes, inserts = batch * 8 // 10, batch // 10, batch - batch * 8 // 10 - batch // 10
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE bench SET price = price + 1, active = NOT active WHERE id IN (SELECT 1 + k * (%s::bigint / %s) FROM generate_series(0, %s - 1) k)", (rows, updates, updates))
+        conn.execute(
+            "UPDATE bench SET price = price + 1, active = NOT active WHERE id IN (SELECT 1 + k * (%s::bigint / %s) "
+            "FROM generate_series(0, %s - 1) k)",
+            (rows, updates, updates),
+        )
         # between the updated ids (step / 2 after one of them), so that no key is both updated and deleted
-        conn.execute("DELETE FROM bench WHERE id IN (SELECT 1 + %s / 2 + k * %s * 8 FROM generate_series(0, %s - 1) k)", (rows // updates, rows // updates, deletes))
-        conn.execute("INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint + 1, %s::bigint + %s) g", (rows, rows, inserts))
+        conn.execute(
+            "DELETE FROM bench WHERE id IN (SELECT 1 + %s / 2 + k * %s * 8 FROM generate_series(0, %s - 1) k)",
+            (rows // updates, rows // updates, deletes),
+        )
+        conn.execute(
+            "INSERT INTO bench SELECT g, 'new-' || g, 1, timestamp '2025-01-01', true FROM generate_series(%s::bigint "
+            "+ 1, %s::bigint + %s) g",
+            (rows, rows, inserts),
+        )
     return updates + deletes + inserts
 
 
@@ -242,7 +272,9 @@ def read_alone(spark: Any, topic: str, start: int, end: int) -> tuple[float, int
             yield n
 
     started = time.perf_counter()
-    records = sum(spark.sparkContext.parallelize([(topic, *s) for s in slices], len(slices)).mapPartitions(count).collect())
+    records = sum(
+        spark.sparkContext.parallelize([(topic, *s) for s in slices], len(slices)).mapPartitions(count).collect()
+    )
     return time.perf_counter() - started, records
 
 
@@ -251,8 +283,13 @@ def one_consumer(topic: str, start: int) -> tuple[float, int, int]:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap(), "group.id": f"bench-{uuid.uuid4().hex[:6]}", "enable.partition.eof": True,
-         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024}
+        {
+            "bootstrap.servers": bootstrap(),
+            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
     )
     try:
         consumer.assign([TopicPartition(topic, 0, start)])
@@ -273,24 +310,35 @@ def one_consumer(topic: str, start: int) -> tuple[float, int, int]:
         consumer.close()
 
 
-def changes_frame(spark: Any, first: int, rows: int, spread: int | None = None, types: dict[str, str] | None = None) -> Any:
+def changes_frame(
+    spark: Any, first: int, rows: int, spread: int | None = None, types: dict[str, str] | None = None
+) -> Any:
     """The changes of :func:`bulk_changes` (``spread`` None) or :func:`spread_changes` (a batch of ``spread``), as
     rows already in memory, for the MERGE alone; ``types`` casts them to a table's column types."""
     if spread is None:
         frame = spark.range(first, first + rows).selectExpr(
-            f"CASE WHEN id % 10 = 9 THEN id + {rows} ELSE id END AS id", "concat('name-', id) AS name",
-            "CAST((id % 100000) / 100.0 + 1 AS decimal(12,2)) AS price", "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created",
-            "id % 2 = 1 AS active", "CASE WHEN id % 10 < 8 THEN 'u' WHEN id % 10 = 8 THEN 'd' ELSE 'c' END AS op",
+            f"CASE WHEN id % 10 = 9 THEN id + {rows} ELSE id END AS id",
+            "concat('name-', id) AS name",
+            "CAST((id % 100000) / 100.0 + 1 AS decimal(12,2)) AS price",
+            "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created",
+            "id % 2 = 1 AS active",
+            "CASE WHEN id % 10 < 8 THEN 'u' WHEN id % 10 = 8 THEN 'd' ELSE 'c' END AS op",
         )
     else:
         updates, deletes = spread * 8 // 10, spread // 10
         frame = spark.range(spread).selectExpr(
-            f"CASE WHEN id < {updates} THEN 1 + id * {rows // updates} WHEN id < {updates + deletes} THEN 1 + {rows // updates // 2} + (id - {updates}) * {rows // updates * 8} "
-            f"ELSE {rows} + 1 + id - {updates + deletes} END AS id",
-            "concat('name-', id) AS name", "CAST(1.5 AS decimal(12,2)) AS price", "CAST(timestamp_seconds(1735689600) AS timestamp_ntz) AS created",
-            "true AS active", f"CASE WHEN id < {updates} THEN 'u' WHEN id < {updates + deletes} THEN 'd' ELSE 'c' END AS op",
+            f"CASE WHEN id < {updates} THEN 1 + id * {rows // updates} WHEN id < {updates + deletes} THEN 1 + "
+            f"{rows // updates // 2} + (id - {updates}) * {rows // updates * 8} ELSE {rows} + 1 + id - "
+            f"{updates + deletes} END AS id",
+            "concat('name-', id) AS name",
+            "CAST(1.5 AS decimal(12,2)) AS price",
+            "CAST(timestamp_seconds(1735689600) AS timestamp_ntz) AS created",
+            "true AS active",
+            f"CASE WHEN id < {updates} THEN 'u' WHEN id < {updates + deletes} THEN 'd' ELSE 'c' END AS op",
         )
-    frame = frame.selectExpr("*", "id AS _walflow_lsn", "id AS _walflow_source_ts_ms").withColumnRenamed("op", "_walflow_op")
+    frame = frame.selectExpr("*", "id AS _walflow_lsn", "id AS _walflow_source_ts_ms").withColumnRenamed(
+        "op", "_walflow_op"
+    )
     if types:
         # a lake table typed from records without schema part: timestamps are microseconds, decimals base64 text
         frame = frame.selectExpr(*[_as_type(c, types[c]) if c in types else c for c in frame.columns])
@@ -312,7 +360,9 @@ def merge_alone(spark: Any, table: str, changes: Any, meter: CpuMeter | None = N
     columns = [*COLUMNS, "_walflow_op", "_walflow_lsn", "_walflow_source_ts_ms"]
     statement = (
         f"MERGE INTO {table} t USING {view} s ON t.id = s.id WHEN MATCHED AND s._walflow_op = 'd' THEN DELETE "
-        "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"t.{c} = s.{c}" for c in columns) + ", t._walflow_applied_at = current_timestamp() "
+        "WHEN MATCHED THEN UPDATE SET "
+        + ", ".join(f"t.{c} = s.{c}" for c in columns)
+        + ", t._walflow_applied_at = current_timestamp() "
         f"WHEN NOT MATCHED AND s._walflow_op <> 'd' THEN INSERT ({', '.join(columns)}, _walflow_applied_at) "
         f"VALUES ({', '.join('s.' + c for c in columns)}, current_timestamp())"
     )
@@ -329,7 +379,9 @@ def current_snapshot(spark: Any, table: str) -> int:
 
 def rollback(spark: Any, config: ConnectorConfig, snapshot_id: int) -> None:
     settings = LakeSettings.from_config(config)
-    spark.sql(f"CALL {settings.catalog}.system.rollback_to_snapshot('`{settings.namespace}`.public__bench', {snapshot_id})").collect()
+    spark.sql(
+        f"CALL {settings.catalog}.system.rollback_to_snapshot('`{settings.namespace}`.public__bench', {snapshot_id})"
+    ).collect()
 
 
 def plain_table(spark: Any, name: str, rows: int) -> str:
@@ -337,18 +389,28 @@ def plain_table(spark: Any, name: str, rows: int) -> str:
     table = f"lake.bench_limits.{name}"
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.bench_limits")
     spark.sql(
-        f"CREATE TABLE {table} (id bigint, name string, price decimal(12,2), created timestamp_ntz, active boolean, {META}) USING iceberg "
-        f"TBLPROPERTIES ({TABLE_PROPERTIES})"
+        f"CREATE TABLE {table} (id bigint, name string, price decimal(12,2), created timestamp_ntz, active boolean, "
+        f"{META}) USING iceberg TBLPROPERTIES ({TABLE_PROPERTIES})"
     )
     return table
 
 
 def append_rows(spark: Any, table: str, rows: int) -> float:
-    frame = spark.range(1, rows + 1).selectExpr(
-        "id", "concat('name-', id) AS name", "CAST((id % 100000) / 100.0 AS decimal(12,2)) AS price",
-        "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created", "id % 2 = 0 AS active",
-        "'r' AS _walflow_op", "id AS _walflow_lsn", "id AS _walflow_source_ts_ms", "current_timestamp() AS _walflow_applied_at",
-    ).cache()
+    frame = (
+        spark.range(1, rows + 1)
+        .selectExpr(
+            "id",
+            "concat('name-', id) AS name",
+            "CAST((id % 100000) / 100.0 AS decimal(12,2)) AS price",
+            "CAST(timestamp_seconds(1704067200 + id) AS timestamp_ntz) AS created",
+            "id % 2 = 0 AS active",
+            "'r' AS _walflow_op",
+            "id AS _walflow_lsn",
+            "id AS _walflow_source_ts_ms",
+            "current_timestamp() AS _walflow_applied_at",
+        )
+        .cache()
+    )
     frame.count()  # materialised first: the append alone is timed
     started = time.perf_counter()
     frame.writeTo(table).append()
@@ -394,20 +456,36 @@ def throughput(spark: Any, warehouse: str, rows: int, schemas: bool) -> dict[str
         merge_s = merge_alone(spark, table, changes_frame(spark, 1, rows), meter)
         merge_cpu = meter.figures()
         result: dict[str, Any] = {
-            "table_rows": rows, "change_events": rows, "ops": applied["ops"],
-            "load_seconds": round(load_s, 2), "load_rows_per_s": round(rows / load_s),
-            "apply_seconds": round(apply_s, 2), "apply_phases": applied.get("timings"), "apply_changes_per_s": round(rows / apply_s),
+            "table_rows": rows,
+            "change_events": rows,
+            "ops": applied["ops"],
+            "load_seconds": round(load_s, 2),
+            "load_rows_per_s": round(rows / load_s),
+            "apply_seconds": round(apply_s, 2),
+            "apply_phases": applied.get("timings"),
+            "apply_changes_per_s": round(rows / apply_s),
             "apply_cpu": apply_cpu,
-            "read_alone_seconds": round(read_s, 2), "read_alone_records": read_records, "read_alone_records_per_s": round(read_records / read_s),
-            "merge_only_seconds": round(merge_s, 2), "merge_only_changes_per_s": round(rows / merge_s), "merge_only_cpu": merge_cpu,
+            "read_alone_seconds": round(read_s, 2),
+            "read_alone_records": read_records,
+            "read_alone_records_per_s": round(read_records / read_s),
+            "merge_only_seconds": round(merge_s, 2),
+            "merge_only_changes_per_s": round(rows / merge_s),
+            "merge_only_cpu": merge_cpu,
             "apply_over_read_plus_merge": round(apply_s / (read_s + merge_s), 3),
-            "append_seconds": round(append_s, 2), "append_rows_per_s": round(rows / append_s), "apply_ratio_to_append": round(append_s / apply_s, 3),
+            "append_seconds": round(append_s, 2),
+            "append_rows_per_s": round(rows / append_s),
+            "apply_ratio_to_append": round(append_s / apply_s, 3),
             "lake_rows_equal_source": lake_rows == source_rows,
         }
         if schemas:
             one_s, one_records, one_bytes = one_consumer(topic, rows)
-            result.update({"one_consumer_records_per_s": round(one_records / one_s), "one_consumer_mb_per_s": round(one_bytes / 1e6 / one_s, 1),
-                           "record_bytes": round(one_bytes / max(one_records, 1))})
+            result.update(
+                {
+                    "one_consumer_records_per_s": round(one_records / one_s),
+                    "one_consumer_mb_per_s": round(one_bytes / 1e6 / one_s, 1),
+                    "record_bytes": round(one_bytes / max(one_records, 1)),
+                }
+            )
         return result
     finally:
         drop_database(db)
@@ -421,7 +499,12 @@ def first_merge(spark: Any, rows: int) -> dict[str, Any]:
     meter = CpuMeter(spark)
     merge_s = merge_alone(spark, table, changes_frame(spark, 1, rows), meter)
     log(f"first-merge: {rows} changes merged in {merge_s:.1f} s")
-    return {"table_rows": rows, "append_seconds": round(append_s, 2), "merge_only_seconds": round(merge_s, 2), "merge_only_cpu": meter.figures()}
+    return {
+        "table_rows": rows,
+        "append_seconds": round(append_s, 2),
+        "merge_only_seconds": round(merge_s, 2),
+        "merge_only_cpu": meter.figures(),
+    }
 
 
 def scaling(spark: Any, warehouse: str, sizes: list[int], batch: int) -> dict[str, Any]:
@@ -461,11 +544,22 @@ def scaling(spark: Any, warehouse: str, sizes: list[int], batch: int) -> dict[st
             equal = lake_count(spark, table) == source_count(dsn)
             apply_s, applied = min(apply_runs, key=lambda run: run[0])
             merge_s = min(merge_runs)
-            log(f"scaling: {batch} changes into {rows} rows: apply {[round(a, 2) for a, _r in apply_runs]} s {applied.get('timings')}, MERGE alone {[round(m, 2) for m in merge_runs]} s")
+            log(
+                f"scaling: {batch} changes into {rows} rows: apply {[round(a, 2) for a, _r in apply_runs]} s "
+                f"{applied.get('timings')}, MERGE alone {[round(m, 2) for m in merge_runs]} s"
+            )
             out["tables"].append(
-                {"table_rows": rows, "snapshot_rows_per_s": round(rows / snapshot_s), "load_rows_per_s": round(rows / load_s),
-                 "apply_seconds": round(apply_s, 2), "apply_runs_seconds": [round(a, 2) for a, _r in apply_runs], "apply_phases": applied.get("timings"),
-                 "merge_only_seconds": round(merge_s, 2), "merge_only_runs_seconds": [round(m, 2) for m in merge_runs], "lake_rows_equal_source": equal}
+                {
+                    "table_rows": rows,
+                    "snapshot_rows_per_s": round(rows / snapshot_s),
+                    "load_rows_per_s": round(rows / load_s),
+                    "apply_seconds": round(apply_s, 2),
+                    "apply_runs_seconds": [round(a, 2) for a, _r in apply_runs],
+                    "apply_phases": applied.get("timings"),
+                    "merge_only_seconds": round(merge_s, 2),
+                    "merge_only_runs_seconds": [round(m, 2) for m in merge_runs],
+                    "lake_rows_equal_source": equal,
+                }
             )
         finally:
             drop_database(db)
@@ -479,7 +573,9 @@ def scaling(spark: Any, warehouse: str, sizes: list[int], batch: int) -> dict[st
 def run_phase(phase: str, args: argparse.Namespace) -> dict[str, Any]:
     """One phase in this process's own Spark session (JVM start-up not timed)."""
     warehouse = tempfile.mkdtemp(prefix="walflow-bench-apply-")
-    spark = start_spark(warehouse, make_config("bench", warehouse, True), args.driver_memory, args.java_options, args.spark_conf)
+    spark = start_spark(
+        warehouse, make_config("bench", warehouse, True), args.driver_memory, args.java_options, args.spark_conf
+    )
     try:
         restart_broker()
         if phase == "throughput":
@@ -518,9 +614,22 @@ def main() -> None:
     figures: dict[str, Any] = {"bench": "apply", "master": "local[2]"}
     started = time.perf_counter()
     for phase in [p.strip() for p in args.phases.split(",") if p.strip()]:
-        command = [sys.executable, __file__, "--phase", phase, "--rows", str(args.rows), "--large-rows", str(args.large_rows),
-                   "--batch", str(args.batch), "--driver-memory", args.driver_memory, f"--java-options={args.java_options}",
-                   f"--spark-conf={args.spark_conf}"]
+        command = [
+            sys.executable,
+            __file__,
+            "--phase",
+            phase,
+            "--rows",
+            str(args.rows),
+            "--large-rows",
+            str(args.large_rows),
+            "--batch",
+            str(args.batch),
+            "--driver-memory",
+            args.driver_memory,
+            f"--java-options={args.java_options}",
+            f"--spark-conf={args.spark_conf}",
+        ]
         result = subprocess.run(command, stdout=subprocess.PIPE, text=True)
         lines = [line for line in result.stdout.splitlines() if line.startswith("BENCH_PHASE ")]
         if result.returncode != 0 or not lines:
@@ -533,7 +642,9 @@ def main() -> None:
         # against a MERGE alone whose JVM, like the apply's, runs its first MERGE
         throughput = figures["throughput"]
         figures["apply_over_read_plus_first_merge"] = round(
-            throughput["apply_seconds"] / (throughput["read_alone_seconds"] + figures["first-merge"]["merge_only_seconds"]), 3
+            throughput["apply_seconds"]
+            / (throughput["read_alone_seconds"] + figures["first-merge"]["merge_only_seconds"]),
+            3,
         )
     if "schemaless" in figures:
         figures["schemaless_apply_changes_per_s"] = figures["schemaless"]["apply_changes_per_s"]

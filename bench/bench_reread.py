@@ -31,14 +31,14 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE, drop_topics  # noqa: E402
-from tests.support import create_database, drop_database, pg_dsn, start_spark  # noqa: E402
-from walflow.capture.setup import ConnectorSetup  # noqa: E402
-from walflow.capture.stream import StreamBatch  # noqa: E402
-from walflow.config.connector import parse_config  # noqa: E402
-from walflow.kafka import EventProducer, producer_settings  # noqa: E402
-from walflow.lake.apply import LakeJob  # noqa: E402
-from walflow.lake.settings import LakeSettings  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics
+from tests.support import create_database, drop_database, pg_dsn, start_spark
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
+from walflow.config.connector import parse_config
+from walflow.kafka import EventProducer, producer_settings
+from walflow.lake.apply import LakeJob
+from walflow.lake.settings import LakeSettings
 
 
 def producer() -> EventProducer:
@@ -46,17 +46,26 @@ def producer() -> EventProducer:
 
 
 def connector(name: str, tables: str) -> Any:
-    return parse_config({
-        "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name, "table.include.list": tables,
-        "walflow.batch.max.events": 10_000_000, "walflow.batch.max.seconds": 3600,
-    })
+    return parse_config(
+        {
+            "name": name,
+            "topic.prefix": name,
+            "slot.name": name,
+            "publication.name": name,
+            "table.include.list": tables,
+            "walflow.batch.max.events": 10_000_000,
+            "walflow.batch.max.seconds": 3600,
+        }
+    )
 
 
 def apply_all(spark: Any, config: Any) -> float:
     """Apply the connector's topics until nothing waits; the seconds it took."""
     start = time.perf_counter()
     while True:
-        results = LakeJob(spark, LakeSettings.from_config(config), {"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]}).run()
+        results = LakeJob(
+            spark, LakeSettings.from_config(config), {"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]}
+        ).run()
         if not any(r.get("backlog") for r in results):
             return time.perf_counter() - start
 
@@ -126,24 +135,28 @@ def main() -> None:
 
         converge_s = stream_s + apply_s
         full_s = snapshot_s + base_apply_s
-        print(json.dumps({
-            "bench": "reread",
-            "rows": args.rows,
-            "other_rows": args.other_rows,
-            "rewrite": "ALTER COLUMN price TYPE numeric(14, 2) USING price * 2",
-            "reread_stream_seconds": round(stream_s, 2),
-            "reread_apply_seconds": round(apply_s, 2),
-            "reread_converge_seconds": round(converge_s, 2),
-            "full_snapshot_seconds": round(snapshot_s, 2),
-            "full_snapshot_apply_seconds": round(base_apply_s, 2),
-            "full_snapshot_converge_seconds": round(full_s, 2),
-            "converge_ratio_to_full_snapshot": round(converge_s / full_s, 3),
-            "tables_reread": reread,
-            "copy_rows_per_s": round(args.rows / copy_s),
-            "reread_rows_per_s": round(args.rows / stream_s),
-            "reread_ratio_to_copy": round(args.rows / stream_s / (args.rows / copy_s), 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        }))
+        print(
+            json.dumps(
+                {
+                    "bench": "reread",
+                    "rows": args.rows,
+                    "other_rows": args.other_rows,
+                    "rewrite": "ALTER COLUMN price TYPE numeric(14, 2) USING price * 2",
+                    "reread_stream_seconds": round(stream_s, 2),
+                    "reread_apply_seconds": round(apply_s, 2),
+                    "reread_converge_seconds": round(converge_s, 2),
+                    "full_snapshot_seconds": round(snapshot_s, 2),
+                    "full_snapshot_apply_seconds": round(base_apply_s, 2),
+                    "full_snapshot_converge_seconds": round(full_s, 2),
+                    "converge_ratio_to_full_snapshot": round(converge_s / full_s, 3),
+                    "tables_reread": reread,
+                    "copy_rows_per_s": round(args.rows / copy_s),
+                    "reread_rows_per_s": round(args.rows / stream_s),
+                    "reread_ratio_to_copy": round(args.rows / stream_s / (args.rows / copy_s), 3),
+                    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                }
+            )
+        )
     finally:
         spark.stop()
         drop_database(db)

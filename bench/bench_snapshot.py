@@ -22,11 +22,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot  # noqa: E402
-from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.capture.setup import ConnectorSetup  # noqa: E402
-from walflow.config.connector import parse_config  # noqa: E402
-from walflow.kafka import EventProducer, producer_settings  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot
+from tests.support import create_database, drop_database, pg_dsn
+from walflow.capture.setup import ConnectorSetup
+from walflow.config.connector import parse_config
+from walflow.kafka import EventProducer, producer_settings
 
 
 def producer() -> EventProducer:

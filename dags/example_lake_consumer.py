@@ -29,19 +29,25 @@ with DAG(
 
     @task
     def summarize(params: dict | None = None) -> dict:
+        from walflow.airflow.status import lake_catalog
         from walflow.config.files import resolve
         from walflow.lake import LakeSettings, read_lake_table
-        from walflow.runtime.cli import lake_catalog
 
         assert params is not None
         config = resolve(params["connector"])
         settings = LakeSettings.from_config(config)
         table = read_lake_table(settings, params["table"], lake_catalog(config))
         if table is None:
-            raise FileNotFoundError(f"lake table {settings.namespace}.{params['table']} of connector {config.name} does not exist")
+            raise FileNotFoundError(
+                f"lake table {settings.namespace}.{params['table']} of connector {config.name} does not exist"
+            )
         rows = table.scan().to_arrow()
         ops = rows.group_by("_walflow_op").aggregate([("_walflow_op", "count")]).to_pylist()
-        summary = {"rows": rows.num_rows, "by_last_op": {r["_walflow_op"]: r["_walflow_op_count"] for r in ops}, "snapshot": table.current_snapshot().snapshot_id}
+        summary = {
+            "rows": rows.num_rows,
+            "by_last_op": {r["_walflow_op"]: r["_walflow_op_count"] for r in ops},
+            "snapshot": table.current_snapshot().snapshot_id,
+        }
         log.info("lake table %s.%s: %s", settings.namespace, params["table"], summary)
         return summary
 

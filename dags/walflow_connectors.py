@@ -1,8 +1,1 @@
-"""The DAGs of every valid connector YAML in include/connectors/ (or $WALFLOW_CONNECTORS_DIR): setup, stream, and
-where configured the lake's maintenance and the snapshot form. A file that cannot be loaded is left out here and
-shown by walflow_connector_errors.py as an import error, so that it never takes the other connectors' DAGs with it.
-"""
-
-from walflow.airflow.dag_factory import build_connector_dags
-
-globals().update(build_connector_dags())
+../plugins/walflow/airflow/dag_files/walflow_connectors.py

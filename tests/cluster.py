@@ -39,7 +39,11 @@ class StandaloneCluster:
 
     def executor_logs(self, app_name: str) -> list[Path]:
         """The stderr files of the executors that the application named ``app_name`` ran on the workers."""
-        apps = {a["id"] for a in self.state().get("completedapps", []) + self.state().get("activeapps", []) if a["name"] == app_name}
+        apps = {
+            a["id"]
+            for a in self.state().get("completedapps", []) + self.state().get("activeapps", [])
+            if a["name"] == app_name
+        }
         return sorted(log for folder in self.work_dirs for app in apps for log in (folder / app).glob("*/stderr"))
 
 
@@ -65,20 +69,57 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g") -> 
 
     def start(args: list[str], log: str) -> None:
         out = (root / log).open("wb")
-        processes.append(subprocess.Popen([str(spark_class), *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        processes.append(
+            subprocess.Popen(
+                [str(spark_class), *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        )
 
     try:
-        start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)], "master.log")
-        cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", tuple(root / f"worker-{i}" for i in range(workers)))
-        _wait(lambda: cluster.state(), 60, f"the Spark master did not answer on {cluster.ui_url} (see {root / 'master.log'})")
+        start(
+            [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ],
+            "master.log",
+        )
+        cluster = StandaloneCluster(
+            f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}", tuple(root / f"worker-{i}" for i in range(workers))
+        )
+        _wait(
+            lambda: cluster.state(),
+            60,
+            f"the Spark master did not answer on {cluster.ui_url} (see {root / 'master.log'})",
+        )
         for i, work_dir in enumerate(cluster.work_dirs):
             work_dir.mkdir()
             start(
-                ["org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1", "--cores", str(cores), "--memory", memory,
-                 "--work-dir", str(work_dir), "--webui-port", str(_free_port())],
+                [
+                    "org.apache.spark.deploy.worker.Worker",
+                    cluster.master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    str(cores),
+                    "--memory",
+                    memory,
+                    "--work-dir",
+                    str(work_dir),
+                    "--webui-port",
+                    str(_free_port()),
+                ],
                 f"worker-{i}.log",
             )
-        _wait(lambda: sum(w["state"] == "ALIVE" for w in cluster.state()["workers"]) == workers or None, 60, f"the Spark workers did not register (see {root})")
+        _wait(
+            lambda: sum(w["state"] == "ALIVE" for w in cluster.state()["workers"]) == workers or None,
+            60,
+            f"the Spark workers did not register (see {root})",
+        )
         yield cluster
     finally:
         for process in reversed(processes):

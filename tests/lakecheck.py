@@ -91,13 +91,15 @@ def _as_source(value: Any, oid: int) -> Any:
     return value
 
 
-def differences(dsn: str, namespace: str, lake_table: str, schema: str, table: str, warehouse: str | None = None, limit: int = 5) -> list[str]:
+def differences(
+    dsn: str, namespace: str, lake_table: str, schema: str, table: str, warehouse: str | None = None, limit: int = 5
+) -> list[str]:
     """What differs between the source table and its lake table, as multisets of rows over the source's columns
     (empty: equal). Keyed or not, equal means the same rows the same number of times."""
     columns, rows = source_table(dsn, schema, table)
     try:
         lake = lake_rows(namespace, lake_table, warehouse)
-    except Exception as exc:  # noqa: BLE001 - a missing lake table is a difference, said as such
+    except Exception as exc:
         return [f"{schema}.{table}: lake table {lake_table} cannot be read ({exc})"] if rows else []
     missing = [c for c in columns if lake and c not in lake[0]]
     if missing:
@@ -114,7 +116,10 @@ def differences(dsn: str, namespace: str, lake_table: str, schema: str, table: s
     out = []
     for key in set(source_rows) | set(lake_counts):
         if source_rows.get(key, 0) != lake_counts.get(key, 0):
-            out.append(f"{schema}.{table}: row {_shown(columns, key)}: source {source_rows.get(key, 0)}, lake {lake_counts.get(key, 0)}")
+            out.append(
+                f"{schema}.{table}: row {_shown(columns, key)}: source {source_rows.get(key, 0)},"
+                f" lake {lake_counts.get(key, 0)}"
+            )
             if len(out) >= limit:
                 break
     return out

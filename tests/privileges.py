@@ -1,4 +1,4 @@
-"""The least-privilege roles of ``include/sql/roles.sql``, applied with psql the way an administrator would.
+"""The least-privilege roles of ``walflow/source/sql/roles.sql``, applied with psql the way an administrator would.
 
 Every test database gets them (the ``database`` fixture calls :func:`create_database_role`): the integration
 tests' fixture SQL (tables, workloads) runs as the superuser, the connector under test as the connector role, whose
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from walflow.runtime.embedded import run_roles_sql
+from sandbox.embedded import run_roles_sql
 
 PASSWORD = "s3cret-for-tests"
 
@@ -40,16 +40,22 @@ def _params(dsn: str) -> dict[str, str]:
 
 def _with_user(dsn: str, role: str) -> str:
     """``dsn`` with ``role`` (and the tests' password) as its user."""
-    return " ".join([*(p for p in dsn.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+    return " ".join(
+        [*(p for p in dsn.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"]
+    )
 
 
-def apply_roles_sql(superuser_dsn: str, role: str, tables: str, schema: str = "public", password: str = PASSWORD, **variables: str) -> None:
-    """Run include/sql/roles.sql with psql as the superuser of ``superuser_dsn`` (its password, if any, from the
+def apply_roles_sql(
+    superuser_dsn: str, role: str, tables: str, schema: str = "public", password: str = PASSWORD, **variables: str
+) -> None:
+    """Run walflow/source/sql/roles.sql with psql as the superuser of ``superuser_dsn`` (its password, if any, from the
     DSN), with ``password`` for the connector role, the tests' for the reader, and ``variables`` as further psql
     variables."""
     if "reader" in variables:
         variables.setdefault("reader_password", PASSWORD)
-    result = run_roles_sql(superuser_dsn, {"role": role, "password": password, "schema": schema, "tables": tables, **variables})
+    result = run_roles_sql(
+        superuser_dsn, {"role": role, "password": password, "schema": schema, "tables": tables, **variables}
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -84,7 +90,12 @@ def drop_database_role(dbname: str) -> None:
     once their database is dropped (which took what they owned)."""
     role = database_role(dbname)
     with psycopg.connect(os.environ["WALFLOW_PG_DSN"], autocommit=True) as conn:
-        groups = [r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchall()]
+        groups = [
+            r
+            for (r,) in conn.execute(
+                "SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)
+            ).fetchall()
+        ]
         for name in (*groups, role, reader_role(dbname)):
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
@@ -108,7 +119,9 @@ def hand_over(superuser_dsn: str, *tables: str) -> None:
     """Run roles.sql again for ``tables`` (SQL names, e.g. ``public.a`` or ``"Odd.Name"``), as an administrator does
     for tables captured later: their owner's group of the connector role takes them (a 'filtered' publication may
     only name tables its creator owns), and the roles get SELECT on them."""
-    apply_roles_sql(superuser_dsn, database_role(superuser_dsn), tables=",".join(tables), reader=reader_role(superuser_dsn))
+    apply_roles_sql(
+        superuser_dsn, database_role(superuser_dsn), tables=",".join(tables), reader=reader_role(superuser_dsn)
+    )
 
 
 def publish_all_tables(superuser_dsn: str, publication: str, via_root: bool = False) -> None:
@@ -123,7 +136,7 @@ def publish_all_tables(superuser_dsn: str, publication: str, via_root: bool = Fa
 
 @contextmanager
 def connector_role(superuser_dsn: str, tables: str, schema: str = "public") -> Iterator[ConnectorRole]:
-    """Apply ``include/sql/roles.sql`` to the database of ``superuser_dsn`` for ``tables`` (comma-separated,
+    """Apply ``walflow/source/sql/roles.sql`` to the database of ``superuser_dsn`` for ``tables`` (comma-separated,
     schema-qualified); yield the role; afterwards drop the slots, hand back what the roles own and drop them."""
     role = f"walflow_role_{uuid.uuid4().hex[:6]}"
     apply_roles_sql(superuser_dsn, role, tables, schema)
@@ -136,7 +149,12 @@ def connector_role(superuser_dsn: str, tables: str, schema: str = "public") -> I
                 "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
             ).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            groups = [r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchall()]
+            groups = [
+                r
+                for (r,) in conn.execute(
+                    "SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)
+                ).fetchall()
+            ]
             names = sql.SQL(", ").join([sql.Identifier(n) for n in (role, *groups)])
             conn.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(names))
             conn.execute(sql.SQL("DROP OWNED BY {}").format(names))

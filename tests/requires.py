@@ -19,5 +19,7 @@ def under_ci() -> bool:
 def unavailable(reason: str, fix: str) -> NoReturn:
     """Skip the calling test for ``reason``; under CI fail it instead. ``fix`` says how to provide the dependency."""
     if under_ci():
-        pytest.fail(f"{reason}; under CI=true a missing dependency fails the test instead of skipping it: {fix}", pytrace=False)
+        pytest.fail(
+            f"{reason}; under CI=true a missing dependency fails the test instead of skipping it: {fix}", pytrace=False
+        )
     pytest.skip(f"{reason} ({fix})")

@@ -10,3 +10,6 @@ RUN pip install --no-cache-dir -r /tmp/requirements-spark.txt
 ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=python3
 ENV PATH=$SPARK_HOME/bin:$PATH
+# the workers run as Airflow's user id (docker-compose.yml), which owns the warehouse; Hadoop's login needs the id to
+# have an account
+RUN useradd --uid 50000 --gid 0 --create-home spark

@@ -6,6 +6,8 @@ offending value, the cause and the fix, so an operator reading a task log knows 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class WalflowError(Exception):
     """Base class of every error raised by walflow."""
@@ -13,6 +15,9 @@ class WalflowError(Exception):
     #: Whether running the same task again may succeed without anyone changing anything: a server or broker that was
     #: briefly away, another run holding the slot. The operators fail at once, without Airflow's retries, otherwise.
     retryable = False
+    #: set on the error of a lake apply run with failed topics only: the results of the topics it applied
+    #: (:meth:`walflow.lake.apply.LakeJob._failed`; the job's summary reads it with a default)
+    results: list[dict[str, Any]]
 
 
 class ConfigError(WalflowError):
@@ -35,7 +40,8 @@ class ConnectorFilesError(ConfigError):
 
 
 class PatternError(ConfigError):
-    """A user's regular expression is invalid, or matching it took more than the bound of CPU time (runaway backtracking)."""
+    """A user's regular expression is invalid, or matching it took more than the bound of CPU time (runaway
+    backtracking)."""
 
 
 class ExpressionError(ConfigError):
@@ -50,6 +56,11 @@ class SourceUnavailableError(SourceError):
     """The source database could not be reached (down, restarting, network)."""
 
     retryable = True
+
+
+class StateFormatError(SourceError):
+    """The connector's state was written by a newer walflow, whose layout this one would misread: some Airflow
+    component runs an older walflow than the others."""
 
 
 class SlotError(SourceError):
@@ -90,7 +101,9 @@ class RecordTooLargeError(DeliveryError):
 
     retryable = False
 
-    def __init__(self, message: str, *, topic: str | None = None, size: int | None = None, limit: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, topic: str | None = None, size: int | None = None, limit: int | None = None
+    ) -> None:
         super().__init__(message)
         self.topic = topic
         self.size = size
@@ -102,13 +115,13 @@ class DriftError(SourceError):
     two tables map to one topic, or another connector claims the slot or topic prefix."""
 
 
-
 class LakeError(WalflowError):
     """The lake cannot take the change events as they are; nothing was committed for the table named."""
 
 
 class LakeSchemaError(LakeError):
-    """The events' columns do not fit the lake table (an incompatible type change, schemaless values of another kind)."""
+    """The events' columns do not fit the lake table (an incompatible type change, schemaless values of another
+    kind)."""
 
 
 class LakeHistoryError(LakeError):

@@ -13,7 +13,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -24,6 +24,12 @@ from walflow.errors import BrokerUnavailableError, DeliveryError, LakeError, Rec
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: a record's headers, (name, value) pairs: the connector's own carry bytes, a transform's may carry a null value
+#: (Kafka Connect's headers can); either list is queued as it is
+Headers = list[tuple[str, bytes]] | list[tuple[str, bytes | None]]
+#: the same list as confluent-kafka's produce() declares it (its list of (name, text, bytes or null) pairs)
+_KafkaHeaders = list[tuple[str, str | bytes | None]]
 
 #: Settings walflow insists on, whatever the Connection says: they are what make "no event lost" hold.
 REQUIRED_PRODUCER_SETTINGS = {"enable.idempotence": True, "acks": "all"}
@@ -68,7 +74,12 @@ def producer_settings(connection_extras: dict[str, Any]) -> dict[str, Any]:
     settings.update(FAST_DELIVERY_REPORTS)
     for key, value in REQUIRED_PRODUCER_SETTINGS.items():
         if key in connection_extras and str(connection_extras[key]).lower() != str(value).lower():
-            log.warning("Kafka setting %s=%r is overridden with %r: walflow needs it to lose nothing", key, connection_extras[key], value)
+            log.warning(
+                "Kafka setting %s=%r is overridden with %r: walflow needs it to lose nothing",
+                key,
+                connection_extras[key],
+                value,
+            )
         settings[key] = value
     if "bootstrap.servers" not in settings:
         raise DeliveryError(
@@ -124,7 +135,9 @@ class EventProducer:
             self._known_topics = set(self._admin_client().list_topics(timeout=30).topics)
         if topic in self._known_topics:
             return
-        partitions, replication, configs = self.topic_creation.settings(topic) if self.topic_creation else (self._partitions, self._replication, {})
+        partitions, replication, configs = (
+            self.topic_creation.settings(topic) if self.topic_creation else (self._partitions, self._replication, {})
+        )
         futures = self._admin_client().create_topics(
             [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=configs)],
             operation_timeout=30,
@@ -166,13 +179,15 @@ class EventProducer:
         self.failed += 1
         if err.code() == KafkaError.MSG_SIZE_TOO_LARGE and len(self.too_large) < 10:
             value = msg.value()
-            self.too_large.append((msg.topic(), msg.key(), len(value or b"") + len(msg.key() or b""), _source_lsn(value)))
+            self.too_large.append(
+                (msg.topic(), msg.key(), len(value or b"") + len(msg.key() or b""), _source_lsn(value))
+            )
         if len(self.errors) < 10:
             self.errors.append(f"{msg.topic()}: {err.str()}")
         else:
             self.errors[-1] = f"... and more ({err.str()})"
 
-    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None = None) -> None:
+    def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None) -> None:
         """Queue one record. :raises RecordTooLargeError: before queueing it, when it exceeds ``message.max.bytes``
         (the caller adds which table, key and position it was)."""
         producer = self._producer
@@ -182,7 +197,9 @@ class EventProducer:
                 # headers=None alone made each call a fifth slower (measured: 1.02 -> 1.21 us for a 2.5 kB record)
                 producer.produce(topic, value, key)
             else:
-                producer.produce(topic, value, key, headers=headers)
+                # a list of (name, bytes or null) pairs is one of confluent-kafka's headers; the cast only says so to
+                # the type checker, for which a list of narrower pairs is not a list of wider ones (lists are invariant)
+                producer.produce(topic, value, key, headers=cast(_KafkaHeaders, headers))
         except (BufferError, KafkaException) as exc:
             self._produce_hard(exc, topic, key, value, headers)
         self.sent += 1
@@ -195,7 +212,7 @@ class EventProducer:
         topic: str,
         items: Iterable[T],
         encode: Callable[[T], tuple[bytes | None, bytes]],
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: Headers | None = None,
     ) -> int:
         """Queue one record per item, ``encode(item)`` giving its key and value; return how many.
 
@@ -209,22 +226,25 @@ class EventProducer:
             self.send_records(topic, records, headers)
         return self.sent - before
 
-    def send_records(self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: list[tuple[str, bytes]] | None = None) -> None:
+    def send_records(
+        self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: Headers | None = None
+    ) -> None:
         """Queue each ``(key, value)`` of ``records`` in order, then serve delivery reports.
 
         :raises RecordTooLargeError: as :meth:`send`; the records before the refused one are queued and counted
             (``sent`` says how many).
         """
         produce = self._producer.produce
+        kafka_headers = cast(_KafkaHeaders | None, headers)  # as in send()
         sent = self.sent
         size = 0
         try:
             for key, value in records:
                 try:
-                    if headers is None:
+                    if kafka_headers is None:
                         produce(topic, value, key)
                     else:
-                        produce(topic, value, key, headers=headers)
+                        produce(topic, value, key, headers=kafka_headers)
                 except (BufferError, KafkaException) as exc:
                     self._produce_hard(exc, topic, key, value, headers)
                 sent += 1
@@ -235,7 +255,12 @@ class EventProducer:
         self._producer.poll(0)
 
     def _produce_hard(
-        self, exc: BufferError | KafkaException, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+        self,
+        exc: BufferError | KafkaException,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
     ) -> None:
         """A record ``produce()`` did not take: wait for room in a full queue, or raise why Kafka refuses it."""
         if isinstance(exc, KafkaException):
@@ -246,20 +271,28 @@ class EventProducer:
         while True:
             producer.poll(0.05)
             try:
-                producer.produce(topic, value, key, headers=headers)
+                producer.produce(topic, value, key, headers=cast(_KafkaHeaders | None, headers))  # as in send()
                 return
             except BufferError:
                 continue
             except KafkaException as refused:
                 self._refused(refused, topic, key, value, headers)
 
-    def _refused(self, exc: KafkaException, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> None:
+    def _refused(
+        self,
+        exc: KafkaException,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+    ) -> None:
         err = exc.args[0]
         if err.code() != KafkaError.MSG_SIZE_TOO_LARGE:
             raise DeliveryError(f"Kafka refused a record for topic {topic!r}: {err.str()}") from None
         size = len(value or b"") + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers or ())
         raise RecordTooLargeError(
-            f"a record for topic {topic!r} is {size} bytes, more than the producer's message.max.bytes={self.max_record_bytes}",
+            f"a record for topic {topic!r} is {size} bytes, more than the producer's "
+            f"message.max.bytes={self.max_record_bytes}",
             topic=topic,
             size=size,
             limit=self.max_record_bytes,
@@ -301,11 +334,15 @@ class EventProducer:
             where = f" at LSN {_lsn_text(lsn)}" if lsn is not None else ""
             raise RecordTooLargeError(
                 f"the brokers refused {len(self.too_large)} record(s) as too large: the first for topic {topic!r}, key "
-                f"{_preview(key)}{where}, {size} bytes (before compression), above the topic's max.message.bytes or the "
-                f"brokers' message.max.bytes. {OVERSIZE_FIX} The replication slot was not advanced past it."
+                f"{_preview(key)}{where}, {size} bytes (before compression), above the topic's max.message.bytes or "
+                f"the brokers' message.max.bytes. {OVERSIZE_FIX} The replication slot was not advanced past it."
             )
         if remaining or self.failed:
-            detail = "; ".join(self.errors) if self.errors else f"{remaining} record(s) still unacknowledged after {timeout:.0f} s"
+            detail = (
+                "; ".join(self.errors)
+                if self.errors
+                else f"{remaining} record(s) still unacknowledged after {timeout:.0f} s"
+            )
             raise DeliveryError(
                 f"Kafka acknowledged {self.acked} of {self.sent} record(s): {detail}. The replication slot was not "
                 "advanced past unacknowledged changes; the next run delivers them again."
@@ -373,6 +410,8 @@ def _source_lsn(value: bytes | None) -> int | None:
 
 
 def _lsn_text(lsn: int) -> str:
+    """:class:`walflow.source.lsn.Lsn`'s text, written out: the lake's executors ship this module without
+    ``walflow.source`` (``tests/unit``'s executor-zip test)."""
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
@@ -381,7 +420,11 @@ _ADMIN_KEYS = {"bootstrap.servers", "security.protocol", "client.id", "socket.ti
 
 #: Consumers that read a few records: the broker answers a fetch with nothing new after ``fetch.wait.max.ms``
 #: (500 ms by default), so the end of a partition shows sooner with a short wait.
-SMALL_READS: dict[str, Any] = {"fetch.wait.max.ms": 10, "fetch.max.bytes": 1024 * 1024, "max.partition.fetch.bytes": 1024 * 1024}
+SMALL_READS: dict[str, Any] = {
+    "fetch.wait.max.ms": 10,
+    "fetch.max.bytes": 1024 * 1024,
+    "max.partition.fetch.bytes": 1024 * 1024,
+}
 
 
 class TopicCreation:
@@ -391,8 +434,9 @@ class TopicCreation:
     sensitive."""
 
     def __init__(self, config: Any) -> None:
-        # imported here: this module also runs on the lake job's executors, which need nothing of topic creation
-        import regex
+        # imported here: this module also runs on the lake job's executors, which need nothing of topic creation;
+        # Kafka Connect compiles the groups' patterns with Java
+        from walflow.config.javaregex import compile_java
 
         creation = config.topic_creation or {}
         self.partitions = config.topic_creation_default_partitions
@@ -400,8 +444,8 @@ class TopicCreation:
         self.default = dict(creation.get("default") or {})
         self.groups = [
             (
-                [regex.compile(p, regex.VERSION0) for p in group["include"]],
-                [regex.compile(p, regex.VERSION0) for p in group["exclude"]],
+                [compile_java(p, 0, "topic.creation include") for p in group["include"]],
+                [compile_java(p, 0, "topic.creation exclude") for p in group["exclude"]],
                 group,
             )
             for group in creation.get("groups") or []
@@ -445,21 +489,28 @@ def consumer(kafka: dict[str, Any], **overrides: Any) -> Consumer:
     return Consumer(settings)
 
 
-def list_topics(kafka: dict[str, Any]) -> dict[str, list[int]]:
+def list_topics(kafka: dict[str, Any], timeout: float = 30.0) -> dict[str, list[int]]:
     """Every topic of the cluster without error, with its partitions."""
     client = consumer(kafka)
     try:
-        metadata = client.list_topics(timeout=30)
+        metadata = client.list_topics(timeout=timeout)
     finally:
         client.close()
     return {name: sorted(meta.partitions) for name, meta in metadata.topics.items() if meta.error is None}
 
 
+def consumed_offset(offset: int | None, topic: str, partition: int) -> int:
+    """The offset of a record a consumer returned: librdkafka gives every one its offset (the type allows none)."""
+    if offset is None:
+        raise LakeError(f"{topic}[{partition}]: the broker returned a record without an offset")
+    return offset
+
+
 def partition_end(client: Consumer, topic: str, partition: int, start: int, timeout: float = 30.0) -> int:
     """A partition's end offset, found by consuming to EOF with ``client`` (``enable.partition.eof`` set).
 
-    ListOffsets can be short by the last batch on some Kafka-compatible brokers (the embedded one among them), so it only
-    gives where to begin reading: one record before it, or ``start`` when that is further.
+    ListOffsets can be short by the last batch on some Kafka-compatible brokers (the embedded one among them), so it
+    only gives where to begin reading: one record before it, or ``start`` when that is further.
     """
     _low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
     begin = max(0, min(high, max(start, high - 1)))
@@ -468,24 +519,33 @@ def partition_end(client: Consumer, topic: str, partition: int, start: int, time
     while True:
         msg = client.poll(timeout)
         if msg is None:
-            raise BrokerUnavailableError(f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                return max(end, msg.offset()) if msg.offset() >= 0 else end
-            raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
-        end = msg.offset() + 1
+            raise BrokerUnavailableError(
+                f"no end of partition from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?"
+            )
+        error = msg.error()
+        offset = msg.offset()
+        if error:
+            if error.code() == KafkaError._PARTITION_EOF:
+                return max(end, offset) if offset is not None and offset >= 0 else end
+            raise LakeError(f"{topic}[{partition}]: {error.str()}")
+        end = consumed_offset(offset, topic, partition) + 1
 
 
-def topic_ends(kafka: dict[str, Any], topics: list[str]) -> dict[str, dict[int, int]]:
+def topic_ends(kafka: dict[str, Any], topics: list[str], timeout: float = 30.0) -> dict[str, dict[int, int]]:
     """The end offset of every partition of ``topics`` (a topic that does not exist yet has none). ``kafka`` may be a
-    producer's settings: only what reaches and authenticates to the cluster is taken from them."""
-    kafka = {k: v for k, v in kafka.items() if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket."))}
-    found = list_topics(kafka)
+    producer's settings: only what reaches and authenticates to the cluster is taken from them. ``timeout`` bounds
+    each request to the cluster."""
+    kafka = {
+        k: v
+        for k, v in kafka.items()
+        if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket."))
+    }
+    found = list_topics(kafka, timeout)
     ends: dict[str, dict[int, int]] = {}
     client = consumer(kafka, **SMALL_READS)
     try:
         for topic in topics:
-            ends[topic] = {p: partition_end(client, topic, p, 0) for p in found.get(topic, [])}
+            ends[topic] = {p: partition_end(client, topic, p, 0, timeout) for p in found.get(topic, [])}
     finally:
         client.close()
     return ends

@@ -36,7 +36,9 @@ from tests.compat.debezium import Rec
 from tests.compat.harness import SENTINEL, Outcome
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_MESSAGE_ID = re.compile(r"^io\.debezium\.connector\.postgresql\.LogicalDecodingMessageMonitor\$LogicalDecodingMessageId@[0-9a-f]+$")
+_MESSAGE_ID = re.compile(
+    r"^io\.debezium\.connector\.postgresql\.LogicalDecodingMessageMonitor\$LogicalDecodingMessageId@[0-9a-f]+$"
+)
 
 #: The deliberate differences, by rule name (docs/events.md's table "Differences from Debezium" explains each).
 DELIBERATE = {
@@ -165,7 +167,10 @@ def _set_aside_multidim(parsed: Parsed, side: str, columns: set[str], problems: 
             value = row.get(name)
             if side == "debezium" and value is not None:
                 if not all(v is None or (isinstance(v, str) and _JAVA_ARRAY_NAME.match(v)) for v in value):
-                    problems.append(f"{parsed.topic}: Debezium's {image}.{name} is {_short(value)}, not a multi-dimensional array it lost")
+                    problems.append(
+                        f"{parsed.topic}: Debezium's {image}.{name} is {_short(value)},"
+                        " not a multi-dimensional array it lost"
+                    )
                     continue
                 rules["multi-dimensional-arrays"] += 1
             if name in row:
@@ -226,17 +231,18 @@ def _normalise(parsed: Parsed, side: str, problems: list[str]) -> None:
                         source[key] = f"<{'window' if marker == 'incremental' else 'snapshot'} {key}>"
         if _is_tx(parsed):
             for item in payload.get("data_collections") or []:
-                if isinstance(item, dict) and isinstance(item.get("data_collection"), str) and _MESSAGE_ID.match(item["data_collection"]):
+                if (
+                    isinstance(item, dict)
+                    and isinstance(item.get("data_collection"), str)
+                    and _MESSAGE_ID.match(item["data_collection"])
+                ):
                     item["data_collection"] = "<message id>"
     for i, (key, value) in enumerate(parsed.headers):
         if key == "__debezium.context.runId":
             text = value.get("payload") if isinstance(value, dict) else value
             if not (isinstance(text, str) and _UUID.match(text)):
                 problems.append(f"{side}: header {key} is {value!r}, not a UUID")
-            if isinstance(value, dict):
-                value = {**value, "payload": "<run id>"}
-            else:
-                value = "<run id>"
+            value = {**value, "payload": "<run id>"} if isinstance(value, dict) else "<run id>"
             parsed.headers[i] = (key, value)
 
 
@@ -264,7 +270,10 @@ def _diff(a: Any, b: Any, path: str, found: list[str], limit: int) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         if list(a) != list(b):
             if set(a) != set(b):
-                found.append(f"{path or '/'}: only walflow has {sorted(set(a) - set(b))}, only Debezium {sorted(set(b) - set(a))}")
+                found.append(
+                    f"{path or '/'}: only walflow has {sorted(set(a) - set(b))},"
+                    f" only Debezium {sorted(set(b) - set(a))}"
+                )
                 return
             found.append(f"{path or '/'}: keys {list(a)} != {list(b)}")
         for k in a:
@@ -275,7 +284,10 @@ def _diff(a: Any, b: Any, path: str, found: list[str], limit: int) -> None:
             names_a = [x.get("field") for x in a if isinstance(x, dict)]
             names_b = [x.get("field") for x in b if isinstance(x, dict)]
             if any(names_a) or any(names_b):
-                found.append(f"{path or '/'}: fields only walflow has {[n for n in names_a if n not in names_b]}, only Debezium {[n for n in names_b if n not in names_a]}")
+                found.append(
+                    f"{path or '/'}: fields only walflow has {[n for n in names_a if n not in names_b]},"
+                    f" only Debezium {[n for n in names_b if n not in names_a]}"
+                )
             else:
                 found.append(f"{path or '/'}: {len(a)} items != {len(b)}: {_short(a)} != {_short(b)}")
             return
@@ -382,10 +394,15 @@ def compare(outcome: Outcome) -> Comparison:
             parsed = kept
             # source.sequence names the last commit read before the event: one from before walflow's slot existed
             # (a DBA's statement between the two slots' creation) is one walflow never read, and its null there
-            result.rules["before-walflow-slot"] += sum(_forget_commit_before(r, outcome.walflow_start_lsn) for r in parsed)
+            result.rules["before-walflow-slot"] += sum(
+                _forget_commit_before(r, outcome.walflow_start_lsn) for r in parsed
+            )
         positions = _snapshot_positions(parsed)
         if len(positions) > 1:
-            problems.append(f"{side}: the initial snapshot's records carry {len(positions)} different positions: {sorted(map(str, positions))}")
+            problems.append(
+                f"{side}: the initial snapshot's records carry {len(positions)} different positions:"
+                f" {sorted(map(str, positions))}"
+            )
         for rec in parsed:
             _normalise(rec, side, problems)
         sides[side] = parsed
@@ -418,8 +435,13 @@ def compare(outcome: Outcome) -> Comparison:
             wf_afters = [_payload_dict(r)["after"] for r in wf_rows]  # type: ignore[index]
             for r in dbz_rows:
                 if _payload_dict(r)["after"] not in wf_afters:  # type: ignore[index]
-                    problems.append(f"{topic}: Debezium's incremental row {_short(_payload_dict(r)['after'])} is not among walflow's")  # type: ignore[index]
-            kept = {id(r) for r in wf_rows if _payload_dict(r)["after"] in [_payload_dict(d)["after"] for d in dbz_rows]}  # type: ignore[index]
+                    problems.append(
+                        f"{topic}: Debezium's incremental row {_short(_payload_dict(r)['after'])}"
+                        " is not among walflow's"
+                    )  # type: ignore[index]
+            kept = {
+                id(r) for r in wf_rows if _payload_dict(r)["after"] in [_payload_dict(d)["after"] for d in dbz_rows]
+            }  # type: ignore[index]
             result.rules["incremental-keyless"] += len(wf_rows) - len(kept)
             wf = [r for r in wf if not _keyless_incremental(r) or id(r) in kept]
             dbz = list(dbz)
@@ -449,9 +471,14 @@ def compare(outcome: Outcome) -> Comparison:
 def _snapshot_rows_by_key(records: list[Parsed]) -> list[Parsed]:
     """``records`` with the initial snapshot's rows sorted by key in the places they hold (stable, so rows of one
     key keep their order); every other record stays where it is."""
+
     def initial(rec: Parsed) -> bool:
         p = _payload_dict(rec)
-        return bool(p) and p.get("op") == "r" and (p.get("source") or {}).get("snapshot") not in (None, "false", "incremental")
+        return (
+            bool(p)
+            and p.get("op") == "r"
+            and (p.get("source") or {}).get("snapshot") not in (None, "false", "incremental")
+        )
 
     places = [i for i, r in enumerate(records) if initial(r)]
     rows = sorted((records[i] for i in places), key=lambda r: _short(r.key))
@@ -463,7 +490,9 @@ def _snapshot_rows_by_key(records: list[Parsed]) -> list[Parsed]:
 
 def _keyless_incremental(rec: Parsed) -> bool:
     p = _payload_dict(rec)
-    return bool(p) and rec.key is None and p.get("op") == "r" and (p.get("source") or {}).get("snapshot") == "incremental"
+    return (
+        bool(p) and rec.key is None and p.get("op") == "r" and (p.get("source") or {}).get("snapshot") == "incremental"
+    )
 
 
 def _pairs(headers: list[tuple[str, Any]]) -> list[list[Any]]:

@@ -60,7 +60,9 @@ def compat_outcomes(request: pytest.FixtureRequest) -> Iterator[dict[tuple[str, 
             group = [replace(s, variants=[v for v in s.variants if (s.name, v.name) in selected]) for s in group]
             group = [s for s in group if s.variants]
         if group:
-            outcomes.update(run_group(group, log=print if os.environ.get("WALFLOW_COMPAT_DEBUG") else lambda line: None))
+            outcomes.update(
+                run_group(group, log=print if os.environ.get("WALFLOW_COMPAT_DEBUG") else lambda line: None)
+            )
     _TIMING["seconds"] = time.monotonic() - started
     yield outcomes
 
@@ -86,7 +88,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     rows = [header]
     for s, v, c in sorted(_COUNTS, key=lambda item: (item[0], item[1])):
         aside = ", ".join(f"{rule} {n}" for rule, n in sorted(c.rules.items()) if n and rule not in HARNESS_RULES)
-        rows.append((s, v, str(c.walflow_records), str(c.debezium_records), "yes" if not c.differences and not c.error else "NO", aside))
+        rows.append(
+            (
+                s,
+                v,
+                str(c.walflow_records),
+                str(c.debezium_records),
+                "yes" if not c.differences and not c.error else "NO",
+                aside,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for n, row in enumerate(rows):
         terminalreporter.write_line("  ".join(cell.ljust(w) for cell, w in zip(row, widths)))

@@ -78,7 +78,7 @@ def _consumer_class() -> Any:
             self.sink = sink
 
         @jpype.JOverride
-        def handleBatch(self, records: Any, committer: Any) -> None:  # noqa: N802 - Java's name
+        def handleBatch(self, records: Any, committer: Any) -> None:
             batch = []
             for record in records:
                 key, value = record.key(), record.value()
@@ -99,7 +99,7 @@ def _consumer_class() -> Any:
             self.sink(batch)
 
         @jpype.JOverride
-        def supportsTombstoneEvents(self) -> bool:  # noqa: N802 - Java's name
+        def supportsTombstoneEvents(self) -> bool:
             return True
 
     return Collector
@@ -149,7 +149,7 @@ class Engine:
         @jpype.JImplements(callback)
         class Done:
             @jpype.JOverride
-            def handle(inner, success: bool, message: Any, error: Any) -> None:  # noqa: N805
+            def handle(inner, success: bool, message: Any, error: Any) -> None:
                 if not success:
                     self.error = RuntimeError(f"Debezium engine {name} failed: {message} {error}")
                 with self._cond:
@@ -169,7 +169,7 @@ class Engine:
     def _run(self) -> None:
         try:
             self._engine.run()
-        except BaseException as exc:  # noqa: BLE001 - reported by wait()
+        except BaseException as exc:
             self.error = exc
         finally:
             with self._cond:
@@ -188,7 +188,10 @@ class Engine:
                     raise RuntimeError(f"Debezium engine {self.name} stopped: {self.error}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"Debezium engine {self.name}: condition not met after {timeout} s ({len(self.records)} record(s))")
+                    raise TimeoutError(
+                        f"Debezium engine {self.name}: condition not met after {timeout} s"
+                        f" ({len(self.records)} record(s))"
+                    )
                 self._cond.wait(min(left, 0.5))
             return list(self.records)
 
@@ -200,7 +203,7 @@ class Engine:
                 try:
                     self._engine.close()
                     break
-                except Exception as exc:  # noqa: BLE001 - java.lang.IllegalStateException while tasks start
+                except Exception as exc:
                     if "starting" not in str(exc) or time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)

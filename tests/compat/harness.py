@@ -165,7 +165,10 @@ def _exclude_schema(props: dict[str, Any], schema: str) -> None:
 
 def _with_prefix(props: dict[str, Any], prefix: str) -> dict[str, Any]:
     """``{prefix}`` in a property's value is the run's topic prefix (a transform routing to topics of its own)."""
-    return {k: v.replace("{prefix}", prefix).replace("{bootstrap}", support.bootstrap()) if isinstance(v, str) else v for k, v in props.items()}
+    return {
+        k: v.replace("{prefix}", prefix).replace("{bootstrap}", support.bootstrap()) if isinstance(v, str) else v
+        for k, v in props.items()
+    }
 
 
 def _dbz_properties(run: _Run) -> dict[str, Any]:
@@ -246,7 +249,9 @@ def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[
                     for table in _signal_tables(run):
                         schema, name = table.split(".")
                         conn.execute(
-                            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(sql.Identifier(schema, name)),
+                            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(
+                                sql.Identifier(schema, name)
+                            ),
                             (signal_id, statement.type, data),
                         )
             else:
@@ -260,8 +265,11 @@ NEEDS_VERSION = "needs PostgreSQL {} or newer (this server is {}): make test-pg1
 def _create_walflow_publication(run: _Run) -> None:
     """walflow's publication with the variant's options, made as a DBA makes it (the setup then finds and checks it)."""
     with psycopg.connect(run.database, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES WITH ({})").format(
-            sql.Identifier(run.wf_slot), sql.SQL(run.variant.publication_options)))
+        conn.execute(
+            sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES WITH ({})").format(
+                sql.Identifier(run.wf_slot), sql.SQL(run.variant.publication_options)
+            )
+        )
 
 
 def _state(run: _Run) -> dict[str, str]:
@@ -270,7 +278,9 @@ def _state(run: _Run) -> dict[str, str]:
 
 
 def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
-    kafka = [f"{run.prefix}-signal" for run in runs if "kafka" in str(run.variant.props.get("signal.enabled.channels", ""))]
+    kafka = [
+        f"{run.prefix}-signal" for run in runs if "kafka" in str(run.variant.props.get("signal.enabled.channels", ""))
+    ]
     if kafka:
         # Debezium's channel reads partition 0 of the topic from its start: the topic must exist by then
         admin = AdminClient({"bootstrap.servers": support.bootstrap()})
@@ -283,16 +293,18 @@ def _create_signal_tables(dsn: str, runs: list[_Run]) -> None:
             for table in _signal_tables(run):
                 schema, name = table.split(".")
                 conn.execute(
-                    sql.SQL("CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))").format(
-                        sql.Identifier(schema, name)
-                    )
+                    sql.SQL(
+                        "CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+                    ).format(sql.Identifier(schema, name))
                 )
 
 
 def _sentinel(dsn: str, scenario: str) -> int:
     """Mark the end of ``scenario``'s workload; return the marking transaction's id."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_logical_emit_message(true, %s, %s), pg_current_xact_id()::text::int8", (SENTINEL, scenario)).fetchone()
+        row = conn.execute(
+            "SELECT pg_logical_emit_message(true, %s, %s), pg_current_xact_id()::text::int8", (SENTINEL, scenario)
+        ).fetchone()
     assert row is not None
     return int(row[1])
 
@@ -322,7 +334,10 @@ def _sentinel_seen(records: list[Rec]) -> bool:
 
 def _message_seen(records: list[Rec], prefix: str, content: bytes) -> bool:
     marker = b'"content":"' + base64.b64encode(content) + b'"'
-    return any(r.topic.endswith(".message") and r.value is not None and prefix.encode() in r.value and marker in r.value for r in records)
+    return any(
+        r.topic.endswith(".message") and r.value is not None and prefix.encode() in r.value and marker in r.value
+        for r in records
+    )
 
 
 def _snapshot_rows(records: list[Rec]) -> int:
@@ -358,10 +373,15 @@ def _start(engines: list[Engine], run: _Run) -> Engine:
 def _drop_database(name: str) -> None:
     """Drop a scenario's database and its slots, ending whatever still uses them (an engine that did not stop)."""
     with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            active = conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s AND active", (name,)).fetchone()
+            active = conn.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE database = %s AND active", (name,)
+            ).fetchone()
             if not active or not active[0]:
                 break
             time.sleep(0.1)
@@ -414,7 +434,7 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
             for prefix in prefixes:
                 if topic == f"{prefix}-signal":
                     return None  # the Kafka signal channel's topic: the harness's input, not a connector's output
-                if topic.startswith(prefix) or topic.startswith("__debezium-heartbeat") and topic.endswith(prefix):
+                if topic.startswith(prefix) or (topic.startswith("__debezium-heartbeat") and topic.endswith(prefix)):
                     return prefix
             return None
 
@@ -429,13 +449,17 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
         while len(done) < len(partitions):
             msg = consumer.poll(timeout)
             if msg is None:
-                raise TimeoutError(f"no EOF on {sorted({p.topic for p in partitions} - {t for t, _ in done})} after {timeout} s")
+                raise TimeoutError(
+                    f"no EOF on {sorted({p.topic for p in partitions} - {t for t, _ in done})} after {timeout} s"
+                )
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     done.add((msg.topic(), msg.partition()))
                     continue
                 raise RuntimeError(msg.error().str())
-            per_topic[msg.topic()].append(Rec(msg.topic(), msg.key(), msg.value(), [(k, v) for k, v in (msg.headers() or [])]))
+            per_topic[msg.topic()].append(
+                Rec(msg.topic(), msg.key(), msg.value(), [(k, v) for k, v in (msg.headers() or [])])
+            )
         out: dict[str, list[Rec]] = {prefix: [] for prefix in prefixes}
         for t in topics:
             out[owner(t)].extend(per_topic[t])  # type: ignore[index]
@@ -447,7 +471,9 @@ def read_prefixes(prefixes: list[str], timeout: float = 10.0) -> dict[str, list[
 def _stream(run: _Run) -> None:
     for _ in range(run.scenario.walflow_batches):
         summary = support.stream(run.config, run.database, **_state(run))  # type: ignore[arg-type]
-        assert summary.bookkeeping_transactions == len(summary.bookkeeping_xids), "more bookkeeping transactions than listed"
+        assert summary.bookkeeping_transactions == len(summary.bookkeeping_xids), (
+            "more bookkeeping transactions than listed"
+        )
         run.bookkeeping.update(summary.bookkeeping_xids)
 
 
@@ -472,7 +498,9 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
         for scenario in scenarios:
             if scenario.min_version > version:
                 for variant in scenario.variants:
-                    results[(scenario.name, variant.name)] = NEEDS_VERSION.format(scenario.min_version // 10000, version // 10000)
+                    results[(scenario.name, variant.name)] = NEEDS_VERSION.format(
+                        scenario.min_version // 10000, version // 10000
+                    )
                 continue
             missing = [e for e in scenario.extensions if e not in available]
             if missing:
@@ -487,7 +515,9 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 role = sql.Identifier(privileges.database_role(dsn))
                 for schema in (WALFLOW_SCHEMA, DEBEZIUM_SCHEMA):
                     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-                conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(sql.Identifier(WALFLOW_SCHEMA), role))
+                conn.execute(
+                    sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(sql.Identifier(WALFLOW_SCHEMA), role)
+                )
                 for statement in scenario.setup:
                     conn.execute(adapt(statement))  # type: ignore[arg-type]
             scenario_runs = []
@@ -500,7 +530,9 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             if not scenario.snapshot:
                 for run in scenario_runs:
                     _create_debezium_slot(run)
-                    if not scenario.live and not any(isinstance(step, (Signal, KafkaSignal)) for step in scenario.workload):
+                    if not scenario.live and not any(
+                        isinstance(step, (Signal, KafkaSignal)) for step in scenario.workload
+                    ):
                         # started now, it reads the workload as it is written (its start-up overlaps the rest);
                         # not with signals: an incremental snapshot then would run while the workload still writes
                         run.engine = _start(engines, run)
@@ -516,8 +548,11 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                     step = f"{scenario.name}:{number}"
                     with psycopg.connect(dsn, autocommit=True) as conn:
                         conn.execute("SELECT pg_logical_emit_message(false, %s, %s)", (STEP, step))
+                    marker = step.encode()
                     for run in scenario_runs:
-                        run.engine.wait(lambda records, s=step.encode(): _message_seen(records, STEP, s), timeout=60)  # type: ignore[union-attr]
+                        run.engine.wait(  # type: ignore[union-attr]
+                            lambda records, s=marker: _message_seen(records, STEP, s), timeout=60
+                        )
             else:
                 _execute(dsn, scenario.workload, scenario_runs)
             if scenario.snapshot:
@@ -537,13 +572,22 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
         with psycopg.connect(support.pg_dsn(), autocommit=True) as conn:
             for run in runs:
                 row = conn.execute(
-                    "SELECT (confirmed_flush_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = %s", (run.wf_slot,)
+                    "SELECT (confirmed_flush_lsn - '0/0')::int8 FROM pg_replication_slots WHERE slot_name = %s",
+                    (run.wf_slot,),
                 ).fetchone()
                 run.start_lsn = row[0] if row else None
         for run in runs:
             if run.engine is None:
-                if run.config and run.config.read_only and run.sentinel_xid is not None and not _wait_for_older_transactions(run.sentinel_xid):
-                    log(f"{run.prefix}: a transaction older than {run.sentinel_xid} still runs (pg_stat_activity.backend_xid)")
+                if (
+                    run.config
+                    and run.config.read_only
+                    and run.sentinel_xid is not None
+                    and not _wait_for_older_transactions(run.sentinel_xid)
+                ):
+                    log(
+                        f"{run.prefix}: a transaction older than {run.sentinel_xid} still runs"
+                        " (pg_stat_activity.backend_xid)"
+                    )
                 run.engine = _start(engines, run)
         log(f"workloads written at {time.monotonic() - started:.1f} s")
         with ThreadPoolExecutor(max_workers=4) as pool:  # a batch mostly waits on PostgreSQL and the broker
@@ -570,7 +614,13 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
             internal = {run.config.walflow_state_table, *_signal_tables(run)}  # type: ignore[union-attr]
             internal |= {f"public.{t.split('.')[1]}" for t in internal}
             results[(run.scenario.name, run.variant.name)] = Outcome(
-                run.scenario.name, run.variant.name, run.prefix, walflow, debezium, internal, walflow_start_lsn=run.start_lsn,
+                run.scenario.name,
+                run.variant.name,
+                run.prefix,
+                walflow,
+                debezium,
+                internal,
+                walflow_start_lsn=run.start_lsn,
                 multidim=run.scenario.multidim,
                 parallel_snapshot=int(run.variant.props.get("snapshot.max.threads", 1)) > 1,
                 walflow_bookkeeping=run.bookkeeping,
@@ -579,7 +629,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
         for engine in engines:
             try:
                 engine.close()
-            except Exception as exc:  # noqa: BLE001 - closing is best effort; the outcome is already taken
+            except Exception as exc:
                 log(f"closing Debezium engine {engine.name}: {exc}")
         for dbname in databases:
             _drop_database(dbname)

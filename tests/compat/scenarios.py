@@ -8,10 +8,9 @@ Each scenario is one database; each variant is one connector configuration both 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tests.compat.harness import KafkaSignal, Scenario, Signal, Variant
 from tests.integration.test_types import ALL_CASES, PREAMBLE
+from walflow.resources import package_text
 
 EXTENSIONS = ["CREATE EXTENSION IF NOT EXISTS hstore", "CREATE EXTENSION IF NOT EXISTS citext",
               "CREATE EXTENSION IF NOT EXISTS ltree", "CREATE EXTENSION IF NOT EXISTS isn"]  # fmt: skip
@@ -25,8 +24,8 @@ DEBEZIUM_TABLES = [
     " d_nn decimal(3,2) NOT NULL, n numeric(6,4), nzs numeric(4), nvs numeric, d_int decimal(3,2), dzs_int decimal(4),"
     " dvs_int decimal, n_int numeric(6,4), nzs_int numeric(4), nvs_int numeric, d_nan decimal(3,2), dzs_nan decimal(4),"
     " dvs_nan decimal, n_nan numeric(6,4), nzs_nan numeric(4), nvs_nan numeric)",
-    "CREATE TABLE string_table (pk serial PRIMARY KEY, vc varchar(2), vcv character varying(2), ch character(4), c char(3),"
-    " t text, b bytea, bnn bytea NOT NULL, ct citext)",
+    "CREATE TABLE string_table (pk serial PRIMARY KEY, vc varchar(2), vcv character varying(2), ch character(4),"
+    " c char(3), t text, b bytea, bnn bytea NOT NULL, ct citext)",
     "CREATE TABLE network_address_table (pk serial PRIMARY KEY, i inet)",
     "CREATE TABLE cidr_network_address_table (pk serial PRIMARY KEY, i cidr)",
     "CREATE TABLE macaddr_table (pk serial PRIMARY KEY, m macaddr)",
@@ -36,23 +35,26 @@ DEBEZIUM_TABLES = [
     " bv1 bit varying(1), bv bit varying(2), bv2 bit varying(24), bvl bit varying(64), bvunlimited1 bit varying,"
     " bvunlimited2 bit varying)",
     "CREATE TABLE bytea_binmode_table (pk serial PRIMARY KEY, ba bytea, bytea_array bytea[])",
-    "CREATE TABLE time_table (pk serial PRIMARY KEY, ts timestamp, tsneg timestamp(6) without time zone, ts_ms timestamp(3),"
-    " ts_us timestamp(6), tz timestamptz, date date, date_pinf date, date_ninf date, ti time, tip time(3), ttf time,"
-    " ttz time with time zone, tptz time(3) with time zone, it interval, tsp timestamp(0) with time zone, ts_large timestamp,"
-    " ts_large_us timestamp(6), ts_large_ms timestamp(3), tz_large timestamptz, ts_max timestamp(6), ts_min timestamp(6),"
-    " tz_max timestamptz, tz_min timestamptz, ts_pinf timestamp(6), ts_ninf timestamp(6), tz_pinf timestamptz,"
-    " tz_ninf timestamptz, tz_zero timestamp with time zone)",
+    "CREATE TABLE time_table (pk serial PRIMARY KEY, ts timestamp, tsneg timestamp(6) without time zone,"
+    " ts_ms timestamp(3), ts_us timestamp(6), tz timestamptz, date date, date_pinf date, date_ninf date, ti time,"
+    " tip time(3), ttf time, ttz time with time zone, tptz time(3) with time zone, it interval,"
+    " tsp timestamp(0) with time zone, ts_large timestamp, ts_large_us timestamp(6), ts_large_ms timestamp(3),"
+    " tz_large timestamptz, ts_max timestamp(6), ts_min timestamp(6), tz_max timestamptz, tz_min timestamptz,"
+    " ts_pinf timestamp(6), ts_ninf timestamp(6), tz_pinf timestamptz, tz_ninf timestamptz,"
+    " tz_zero timestamp with time zone)",
     "CREATE TABLE text_table (pk serial PRIMARY KEY, j json, jb jsonb, x xml, u uuid)",
     "CREATE TABLE geom_table (pk serial PRIMARY KEY, p point)",
-    "CREATE TABLE range_table (pk serial PRIMARY KEY, unbounded_exclusive_tsrange tsrange, bounded_inclusive_tsrange tsrange,"
-    " unbounded_exclusive_tstzrange tstzrange, bounded_inclusive_tstzrange tstzrange, unbounded_exclusive_daterange daterange,"
-    " bounded_exclusive_daterange daterange, int4_number_range int4range, numerange numrange, int8_number_range int8range)",
+    "CREATE TABLE range_table (pk serial PRIMARY KEY, unbounded_exclusive_tsrange tsrange,"
+    " bounded_inclusive_tsrange tsrange, unbounded_exclusive_tstzrange tstzrange,"
+    " bounded_inclusive_tstzrange tstzrange, unbounded_exclusive_daterange daterange,"
+    " bounded_exclusive_daterange daterange, int4_number_range int4range, numerange numrange,"
+    " int8_number_range int8range)",
     "CREATE TABLE array_table (pk serial PRIMARY KEY, int_array int[], bigint_array bigint[], text_array text[],"
     " char_array char(10)[], varchar_array varchar(10)[], date_array date[], numeric_array numeric(10, 2)[],"
-    " varnumeric_array numeric[3], citext_array citext[], inet_array inet[], cidr_array cidr[], macaddr_array macaddr[],"
-    " tsrange_array tsrange[], tstzrange_array tstzrange[], daterange_array daterange[], int4range_array int4range[],"
-    " numerange_array numrange[], int8range_array int8range[], uuid_array uuid[], json_array json[], jsonb_array jsonb[],"
-    " oid_array oid[])",
+    " varnumeric_array numeric[3], citext_array citext[], inet_array inet[], cidr_array cidr[],"
+    " macaddr_array macaddr[], tsrange_array tsrange[], tstzrange_array tstzrange[], daterange_array daterange[],"
+    " int4range_array int4range[], numerange_array numrange[], int8range_array int8range[], uuid_array uuid[],"
+    " json_array json[], jsonb_array jsonb[], oid_array oid[])",
     "CREATE TABLE custom_table (pk serial PRIMARY KEY, lt ltree, i isbn NOT NULL, n text, lt_array ltree[])",
     "CREATE TABLE hstore_table (pk serial PRIMARY KEY, hs hstore)",
     "CREATE TABLE hstore_table_mul (pk serial PRIMARY KEY, hs hstore, hsarr hstore[])",
@@ -63,9 +65,10 @@ DEBEZIUM_TABLES = [
     " cmoney money NOT NULL, cbits bit(3) NOT NULL, csmallint smallint NOT NULL, cinteger integer NOT NULL,"
     " cbigint bigint NOT NULL, creal real NOT NULL, cbool bool NOT NULL, cfloat8 float8 NOT NULL,"
     " cnumeric numeric(6,2) NOT NULL, cvarchar varchar(5) NOT NULL, cbox box NOT NULL, ccircle circle NOT NULL,"
-    " cinterval interval NOT NULL, cline line NOT NULL, clseg lseg NOT NULL, cpath path NOT NULL, cpoint point NOT NULL,"
-    " cpolygon polygon NOT NULL, cchar char NOT NULL, ctext text NOT NULL, cjson json NOT NULL, cxml xml NOT NULL,"
-    " cuuid uuid NOT NULL, cvarbit varbit(3) NOT NULL, cinet inet NOT NULL, ccidr cidr NOT NULL, cmacaddr macaddr NOT NULL)",
+    " cinterval interval NOT NULL, cline line NOT NULL, clseg lseg NOT NULL, cpath path NOT NULL,"
+    " cpoint point NOT NULL, cpolygon polygon NOT NULL, cchar char NOT NULL, ctext text NOT NULL, cjson json NOT NULL,"
+    " cxml xml NOT NULL, cuuid uuid NOT NULL, cvarbit varbit(3) NOT NULL, cinet inet NOT NULL, ccidr cidr NOT NULL,"
+    " cmacaddr macaddr NOT NULL)",
     # PostgreSQL 15's negative scales (not in Debezium's test DDL): multiples of 100
     "CREATE TABLE negative_scale_table (pk serial PRIMARY KEY, n numeric(5,-2))",
     'CREATE SCHEMA "Quoted_"" . Schema"',
@@ -73,15 +76,15 @@ DEBEZIUM_TABLES = [
 ]
 
 DEBEZIUM_ROWS = [
-    "INSERT INTO numeric_table (si, i, bi, r, db, r_int, db_int, r_nan, db_nan, r_pinf, db_pinf, r_ninf, db_ninf, ss, bs, b, o)"
-    " VALUES (1, 123456, 1234567890123, 3.3, 4.44, 3, 4, 'NaN', 'NaN', 'Infinity', 'Infinity', '-Infinity', '-Infinity',"
-    " 1, 123, true, 4000000000)",
-    "INSERT INTO numeric_decimal_table (d, dzs, dvs, d_nn, n, nzs, nvs, d_int, dzs_int, dvs_int, n_int, nzs_int, nvs_int,"
-    " d_nan, dzs_nan, dvs_nan, n_nan, nzs_nan, nvs_nan) VALUES (1.1, 10.11, 10.1111, 3.30, 22.22, 22.2, 22.2222,"
-    " 1, 10, 10, 22, 22, 22, 'NaN', 'NaN', 'NaN', 'NaN', 'NaN', 'NaN')",
-    "INSERT INTO numeric_decimal_table (d, dzs, dvs, d_nn, n, nzs, nvs, d_int, dzs_int, dvs_int, n_int, nzs_int, nvs_int,"
-    " d_nan, dzs_nan, dvs_nan, n_nan, nzs_nan, nvs_nan) VALUES (1.1, 10.11, 10.1111, 3.30, 22.22, 22.2, 22.2222,"
-    " 1, 10, 10, 22, 22, 22, null, null, 'Infinity', null, null, '-Infinity')",
+    "INSERT INTO numeric_table (si, i, bi, r, db, r_int, db_int, r_nan, db_nan, r_pinf, db_pinf, r_ninf, db_ninf, ss,"
+    " bs, b, o) VALUES (1, 123456, 1234567890123, 3.3, 4.44, 3, 4, 'NaN', 'NaN', 'Infinity', 'Infinity', '-Infinity',"
+    " '-Infinity', 1, 123, true, 4000000000)",
+    "INSERT INTO numeric_decimal_table (d, dzs, dvs, d_nn, n, nzs, nvs, d_int, dzs_int, dvs_int, n_int, nzs_int,"
+    " nvs_int, d_nan, dzs_nan, dvs_nan, n_nan, nzs_nan, nvs_nan) VALUES (1.1, 10.11, 10.1111, 3.30, 22.22, 22.2,"
+    " 22.2222, 1, 10, 10, 22, 22, 22, 'NaN', 'NaN', 'NaN', 'NaN', 'NaN', 'NaN')",
+    "INSERT INTO numeric_decimal_table (d, dzs, dvs, d_nn, n, nzs, nvs, d_int, dzs_int, dvs_int, n_int, nzs_int,"
+    " nvs_int, d_nan, dzs_nan, dvs_nan, n_nan, nzs_nan, nvs_nan) VALUES (1.1, 10.11, 10.1111, 3.30, 22.22, 22.2,"
+    " 22.2222, 1, 10, 10, 22, 22, 22, null, null, 'Infinity', null, null, '-Infinity')",
     "INSERT INTO string_table (vc, vcv, ch, c, t, b, bnn, ct) VALUES ('\u017e\u0161', 'bb', 'cdef', 'abc', 'some text',"
     " '\\x000102'::bytea, '\\x030405'::bytea, 'Hello World')",
     "INSERT INTO network_address_table (i) VALUES ('192.168.2.0/12')",
@@ -98,55 +101,63 @@ DEBEZIUM_ROWS = [
     " '000000110000001000000001'::bit(24), '1000000000000000000000000000000000000000000000000000000000000000'::bit(64),"
     " '101', '111011010001000110000001000000001')",
     "INSERT INTO bitbin_table (bv1, bv, bvunlimited1) VALUES ('0', '0', '0000')",
-    "INSERT INTO bytea_binmode_table (ba, bytea_array) VALUES ('\\x010203'::bytea, ARRAY['\\x000102'::bytea, '\\x030405'::bytea])",
-    "INSERT INTO time_table (ts, tsneg, ts_ms, ts_us, tz, date, date_pinf, date_ninf, ti, tip, ttf, ttz, tptz, it, ts_large,"
-    " ts_large_us, ts_large_ms, tz_large, ts_max, ts_min, tz_max, tz_min, ts_pinf, ts_ninf, tz_pinf, tz_ninf, tz_zero) VALUES"
-    " ('2016-11-04T13:51:30.123456'::timestamp, '1936-10-25T22:10:12.608'::timestamp, '2016-11-04T13:51:30.123456'::timestamp,"
-    " '2016-11-04T13:51:30.123456'::timestamp, '2016-11-04T13:51:30.123456+02:00'::timestamptz, '2016-11-04'::date,"
-    " 'infinity'::date, '-infinity'::date, '13:51:30'::time, '13:51:30.123'::time, '24:00:00'::time,"
-    " '13:51:30.123789+02:00'::timetz, '13:51:30.123+02:00'::timetz, 'P1Y2M3DT4H5M6.78S'::interval,"
-    " '21016-11-04T13:51:30.123456'::timestamp, '21016-11-04T13:51:30.123457'::timestamp,"
-    " '21016-11-04T13:51:30.124'::timestamp, '21016-11-04T13:51:30.123456+07:00'::timestamptz,"
-    " '294247-01-01T23:59:59.999999'::timestamp, '4713-12-31T23:59:59.999999 BC'::timestamp,"
-    " '294247-01-01T23:59:59.999999+00:00'::timestamptz, '4714-12-31T23:59:59.999999Z BC'::timestamptz,"
-    " 'infinity'::timestamp, '-infinity'::timestamp, 'infinity'::timestamptz, '-infinity'::timestamptz,"
-    " '21016-11-04T13:51:30.000000+07:00'::timestamptz)",
-    "INSERT INTO text_table (j, jb, x, u) VALUES ('{\"bar\": \"baz\"}'::json, '{\"bar\": \"baz\"}'::jsonb,"
+    "INSERT INTO bytea_binmode_table (ba, bytea_array) VALUES ('\\x010203'::bytea, ARRAY['\\x000102'::bytea,"
+    " '\\x030405'::bytea])",
+    "INSERT INTO time_table (ts, tsneg, ts_ms, ts_us, tz, date, date_pinf, date_ninf, ti, tip, ttf, ttz, tptz, it,"
+    " ts_large, ts_large_us, ts_large_ms, tz_large, ts_max, ts_min, tz_max, tz_min, ts_pinf, ts_ninf, tz_pinf, tz_ninf,"
+    " tz_zero) VALUES ('2016-11-04T13:51:30.123456'::timestamp, '1936-10-25T22:10:12.608'::timestamp,"
+    " '2016-11-04T13:51:30.123456'::timestamp, '2016-11-04T13:51:30.123456'::timestamp,"
+    " '2016-11-04T13:51:30.123456+02:00'::timestamptz, '2016-11-04'::date, 'infinity'::date, '-infinity'::date,"
+    " '13:51:30'::time, '13:51:30.123'::time, '24:00:00'::time, '13:51:30.123789+02:00'::timetz,"
+    " '13:51:30.123+02:00'::timetz, 'P1Y2M3DT4H5M6.78S'::interval, '21016-11-04T13:51:30.123456'::timestamp,"
+    " '21016-11-04T13:51:30.123457'::timestamp, '21016-11-04T13:51:30.124'::timestamp,"
+    " '21016-11-04T13:51:30.123456+07:00'::timestamptz, '294247-01-01T23:59:59.999999'::timestamp,"
+    " '4713-12-31T23:59:59.999999 BC'::timestamp, '294247-01-01T23:59:59.999999+00:00'::timestamptz,"
+    " '4714-12-31T23:59:59.999999Z BC'::timestamptz, 'infinity'::timestamp, '-infinity'::timestamp,"
+    " 'infinity'::timestamptz, '-infinity'::timestamptz, '21016-11-04T13:51:30.000000+07:00'::timestamptz)",
+    'INSERT INTO text_table (j, jb, x, u) VALUES (\'{"bar": "baz"}\'::json, \'{"bar": "baz"}\'::jsonb,'
     " '<foo>bar</foo><foo>bar</foo>'::xml, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid)",
     "INSERT INTO geom_table (p) VALUES ('(1,1)'::point)",
     "INSERT INTO range_table (unbounded_exclusive_tsrange, bounded_inclusive_tsrange, unbounded_exclusive_tstzrange,"
-    " bounded_inclusive_tstzrange, unbounded_exclusive_daterange, bounded_exclusive_daterange, int4_number_range, numerange,"
-    " int8_number_range) VALUES ('[2019-03-31 15:30:00, infinity)', '[2019-03-31 15:30:00, 2019-04-30 15:30:00]',"
+    " bounded_inclusive_tstzrange, unbounded_exclusive_daterange, bounded_exclusive_daterange, int4_number_range,"
+    " numerange, int8_number_range)"
+    " VALUES ('[2019-03-31 15:30:00, infinity)', '[2019-03-31 15:30:00, 2019-04-30 15:30:00]',"
     " '[2017-06-05 11:29:12.549426+00,)', '[2017-06-05 11:29:12.549426+00, 2017-06-05 12:34:56.789012+00]',"
     " '[2019-03-31, infinity)', '[2019-03-31, 2019-04-30)', '[1000,6000)', '[5.3,6.3)', '[1000000,6000000)')",
-    "INSERT INTO array_table (int_array, bigint_array, text_array, char_array, varchar_array, date_array, numeric_array,"
-    " varnumeric_array, citext_array, inet_array, cidr_array, macaddr_array, tsrange_array, tstzrange_array, daterange_array,"
-    " int4range_array, numerange_array, int8range_array, uuid_array, json_array, jsonb_array, oid_array) VALUES ('{1,2,3}',"
-    " '{1550166368505037572}', '{\"one\",\"two\",\"three\"}', '{\"cone\",\"ctwo\",\"cthree\"}', '{\"vcone\",\"vctwo\",\"vcthree\"}',"
+    "INSERT INTO array_table (int_array, bigint_array, text_array, char_array, varchar_array, date_array,"
+    " numeric_array, varnumeric_array, citext_array, inet_array, cidr_array, macaddr_array, tsrange_array,"
+    " tstzrange_array, daterange_array, int4range_array, numerange_array, int8range_array, uuid_array, json_array,"
+    " jsonb_array, oid_array) VALUES ('{1,2,3}',"
+    ' \'{1550166368505037572}\', \'{"one","two","three"}\', \'{"cone","ctwo","cthree"}\','
+    ' \'{"vcone","vctwo","vcthree"}\','
     " '{2016-11-04,2016-11-05,2016-11-06}', '{1.2,3.4,5.6}', '{1.1,2.22,3.333}', '{\"four\",\"five\",\"six\"}',"
-    " '{\"192.168.2.0/12\",\"192.168.1.1\",\"192.168.0.2/1\"}', '{\"192.168.100.128/25\", \"192.168.0.0/25\", \"192.168.1.0/24\"}',"
-    " '{\"08:00:2b:01:02:03\", \"08-00-2b-01-02-03\", \"08002b:010203\"}',"
-    " '{\"[2019-03-31 15:30:00, infinity)\", \"[2019-03-31 15:30:00, 2019-04-30 15:30:00]\"}',"
-    " '{\"[2017-06-05 11:29:12.549426+00,)\", \"[2017-06-05 11:29:12.549426+00, 2017-06-05 12:34:56.789012+00]\"}',"
-    " '{\"[2019-03-31, infinity)\", \"[2019-03-31, 2019-04-30)\"}', '{\"[1,6)\", \"[1,4)\"}', '{\"[5.3,6.3)\", \"[10.0,20.0)\"}',"
-    " '{\"[1000000,6000000)\", \"[5000,9000)\"}', '{\"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\", \"f0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\"}',"
-    " ARRAY['{\"bar\": \"baz\"}','{\"foo\": \"qux\"}']::json[], ARRAY['{\"bar\": \"baz\"}','{\"foo\": \"qux\"}']::jsonb[], '{3,4000000000}')",
+    ' \'{"192.168.2.0/12","192.168.1.1","192.168.0.2/1"}\', \'{"192.168.100.128/25", "192.168.0.0/25",'
+    ' "192.168.1.0/24"}\', \'{"08:00:2b:01:02:03", "08-00-2b-01-02-03", "08002b:010203"}\','
+    ' \'{"[2019-03-31 15:30:00, infinity)", "[2019-03-31 15:30:00, 2019-04-30 15:30:00]"}\','
+    ' \'{"[2017-06-05 11:29:12.549426+00,)", "[2017-06-05 11:29:12.549426+00, 2017-06-05 12:34:56.789012+00]"}\','
+    ' \'{"[2019-03-31, infinity)", "[2019-03-31, 2019-04-30)"}\', \'{"[1,6)", "[1,4)"}\', \'{"[5.3,6.3)",'
+    ' "[10.0,20.0)"}\', \'{"[1000000,6000000)", "[5000,9000)"}\', \'{"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",'
+    ' "f0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"}\', ARRAY[\'{"bar": "baz"}\',\'{"foo": "qux"}\']::json[],'
+    ' ARRAY[\'{"bar": "baz"}\',\'{"foo": "qux"}\']::jsonb[], \'{3,4000000000}\')',
     "INSERT INTO array_table (int_array) VALUES (NULL)",
-    "INSERT INTO custom_table (lt, i, n, lt_array) VALUES ('Top.Collections.Pictures.Astronomy.Galaxies', '978-0-393-04002-9',"
-    " NULL, '{\"Ship.Frigate\",\"Ship.Destroyer\"}')",
-    "INSERT INTO hstore_table (hs) VALUES ('\"key\" => \"val\"'::hstore)",
-    "INSERT INTO hstore_table_mul (hs, hsarr) VALUES ('\"key1\" => \"val1\",\"key2\" => \"val2\",\"key3\" => \"val3\"',"
-    " ARRAY['\"key4\" => \"val4\",\"key5\" => NULL'::hstore, '\"key6\" => \"val6\"'])",
-    "INSERT INTO hstore_table_mul (hs) VALUES ('a=>1, b=>2, c=>3, d=>4, e=>5, f=>6, g=>7, h=>8, i=>9, j=>10, k=>11, l=>12,"
-    " m=>13, n=>14, o=>15, p=>16, q=>17, longer_key=>\"x y\", \"\"=>empty')",
-    "INSERT INTO hstore_table_with_special (hs) VALUES ('\"key_#1\" => \"val 1\",\"key 2\" =>\" ##123 78\"')",
+    "INSERT INTO custom_table (lt, i, n, lt_array) VALUES ('Top.Collections.Pictures.Astronomy.Galaxies',"
+    " '978-0-393-04002-9',"
+    ' NULL, \'{"Ship.Frigate","Ship.Destroyer"}\')',
+    'INSERT INTO hstore_table (hs) VALUES (\'"key" => "val"\'::hstore)',
+    'INSERT INTO hstore_table_mul (hs, hsarr) VALUES (\'"key1" => "val1","key2" => "val2","key3" => "val3"\','
+    ' ARRAY[\'"key4" => "val4","key5" => NULL\'::hstore, \'"key6" => "val6"\'])',
+    "INSERT INTO hstore_table_mul (hs) VALUES ('a=>1, b=>2, c=>3, d=>4, e=>5, f=>6, g=>7, h=>8, i=>9, j=>10, k=>11,"
+    " l=>12,"
+    ' m=>13, n=>14, o=>15, p=>16, q=>17, longer_key=>"x y", ""=>empty\')',
+    'INSERT INTO hstore_table_with_special (hs) VALUES (\'"key_#1" => "val 1","key 2" =>" ##123 78"\')',
     "INSERT INTO circle_table (ccircle) VALUES ('((10, 20),10)'::circle)",
-    "INSERT INTO not_null_table (val, created_at, created_at_tz, ctime, ctime_tz, cdate, cmoney, cbits, csmallint, cinteger,"
-    " cbigint, creal, cbool, cfloat8, cnumeric, cvarchar, cbox, ccircle, cinterval, cline, clseg, cpath, cpoint, cpolygon,"
-    " cchar, ctext, cjson, cxml, cuuid, cvarbit, cinet, ccidr, cmacaddr) VALUES (10.5, '2020-01-02 03:04:05',"
-    " '2020-01-02 03:04:05+01', '01:02:03', '01:02:03+02', '2020-01-02', 12.5, B'101', 1, 2, 3, 4.5, true, 6.5, 7.25, 'abc',"
-    " '(1,1),(0,0)', '<(1,1),1>', '1 day', '{1,2,3}', '[(0,0),(1,1)]', '((0,0),(1,1))', '(1,2)', '((0,0),(1,0),(1,1))', 'x',"
-    " 'text', '{}', '<a/>', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', B'10', '10.0.0.1', '10.0.0.0/8', '08:00:2b:01:02:03')",
+    "INSERT INTO not_null_table (val, created_at, created_at_tz, ctime, ctime_tz, cdate, cmoney, cbits, csmallint,"
+    " cinteger, cbigint, creal, cbool, cfloat8, cnumeric, cvarchar, cbox, ccircle, cinterval, cline, clseg, cpath,"
+    " cpoint, cpolygon, cchar, ctext, cjson, cxml, cuuid, cvarbit, cinet, ccidr, cmacaddr) VALUES (10.5,"
+    " '2020-01-02 03:04:05', '2020-01-02 03:04:05+01', '01:02:03', '01:02:03+02', '2020-01-02', 12.5, B'101', 1, 2, 3,"
+    " 4.5, true, 6.5, 7.25, 'abc', '(1,1),(0,0)', '<(1,1),1>', '1 day', '{1,2,3}', '[(0,0),(1,1)]', '((0,0),(1,1))',"
+    " '(1,2)', '((0,0),(1,0),(1,1))', 'x', 'text', '{}', '<a/>', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', B'10',"
+    " '10.0.0.1', '10.0.0.0/8', '08:00:2b:01:02:03')",
     'INSERT INTO "Quoted_"" . Schema"."Quoted_"" . Table" ("Quoted_"" . Text_Column") VALUES (\'some text\')',
     "INSERT INTO negative_scale_table (n) VALUES (1234567), (-99900), (NULL)",
     # before images: an update and deletes under REPLICA IDENTITY DEFAULT (the old tuple holds only the key)
@@ -172,10 +183,12 @@ NN_CASES = [
 ]
 NN_COLUMNS = ", ".join(f'"{c.id}" {c.ddl} NOT NULL' for c in NN_CASES)
 GOLDEN_ROWS = [
-    f"INSERT INTO golden (pk, {', '.join(chr(34) + c.id + chr(34) for c in ALL_CASES)}) VALUES (1, {', '.join(c.literal for c in ALL_CASES)})",
+    f"INSERT INTO golden (pk, {', '.join(chr(34) + c.id + chr(34) for c in ALL_CASES)})"
+    f" VALUES (1, {', '.join(c.literal for c in ALL_CASES)})",
     "INSERT INTO golden (pk) VALUES (2)",
     "DELETE FROM golden WHERE pk = 2",
-    f"INSERT INTO golden_nn (pk, {', '.join(chr(34) + c.id + chr(34) for c in NN_CASES)}) VALUES (1, {', '.join(c.literal for c in NN_CASES)})",
+    f"INSERT INTO golden_nn (pk, {', '.join(chr(34) + c.id + chr(34) for c in NN_CASES)})"
+    f" VALUES (1, {', '.join(c.literal for c in NN_CASES)})",
     "DELETE FROM golden_nn",
 ]
 
@@ -192,20 +205,43 @@ TYPE_ROWS = [*DEBEZIUM_ROWS, *GOLDEN_ROWS]
 #: connector pair of its own, and a Debezium connector costs seconds to start).
 MODES = [
     Variant("defaults"),
-    Variant("double_adaptive_us_base64_map", {"decimal.handling.mode": "double", "time.precision.mode": "adaptive_time_microseconds",
-                                              "binary.handling.mode": "base64", "hstore.handling.mode": "map"}),
-    Variant("string_connect_hex_interval", {"decimal.handling.mode": "string", "time.precision.mode": "connect",
-                                            "binary.handling.mode": "hex", "interval.handling.mode": "string"}),
+    Variant(
+        "double_adaptive_us_base64_map",
+        {
+            "decimal.handling.mode": "double",
+            "time.precision.mode": "adaptive_time_microseconds",
+            "binary.handling.mode": "base64",
+            "hstore.handling.mode": "map",
+        },
+    ),
+    Variant(
+        "string_connect_hex_interval",
+        {
+            "decimal.handling.mode": "string",
+            "time.precision.mode": "connect",
+            "binary.handling.mode": "hex",
+            "interval.handling.mode": "string",
+        },
+    ),
     # money with more fraction digits than the server prints (padded), and below with fewer (rounded)
-    Variant("url_safe_unknown_no_schemas", {"binary.handling.mode": "base64-url-safe", "include.unknown.datatypes": True,
-                                            "key.converter.schemas.enable": False, "value.converter.schemas.enable": False,
-                                            "money.fraction.digits": 3}),
+    Variant(
+        "url_safe_unknown_no_schemas",
+        {
+            "binary.handling.mode": "base64-url-safe",
+            "include.unknown.datatypes": True,
+            "key.converter.schemas.enable": False,
+            "value.converter.schemas.enable": False,
+            "money.fraction.digits": 3,
+        },
+    ),
     # every column's source type, length and scale (and what a truncation or a mask means for each type)
     Variant("propagate_all", {"datatype.propagate.source.type": ".+", "money.fraction.digits": 1}),
 ]
 
 #: the golden columns holding arrays of more than one dimension (declared so, or a 2-D value in an int[] column)
-MULTIDIM = {f"public.{t}.{c}" for t in ("golden", "golden_nn") for c in ("int_array_2d", "text_array_2d", "int_array_2d_in_1d")}
+MULTIDIM = {
+    f"public.{t}.{c}" for t in ("golden", "golden_nn") for c in ("int_array_2d", "text_array_2d", "int_array_2d_in_1d")
+}
 
 TYPES_STREAM = Scenario("types_stream", setup=TYPE_SETUP, workload=TYPE_ROWS, variants=MODES, multidim=MULTIDIM)
 
@@ -230,7 +266,8 @@ BASIC = Scenario(
     ],
     workload=[
         "INSERT INTO t VALUES (1,'x',1.5,1)",
-        "BEGIN; INSERT INTO t VALUES (2,'y',NULL,2); INSERT INTO t VALUES (3,'z',3,3); UPDATE t SET a='yy' WHERE id=2; COMMIT",
+        "BEGIN; INSERT INTO t VALUES (2,'y',NULL,2); INSERT INTO t VALUES (3,'z',3,3); UPDATE t SET a='yy' WHERE id=2;"
+        " COMMIT",
         "UPDATE t SET id=10 WHERE id=1",
         "DELETE FROM t WHERE id=3",
         "INSERT INTO nokey VALUES (1,'a'),(2,'b')",
@@ -249,8 +286,16 @@ BASIC = Scenario(
 
 SNAPSHOT = Scenario(
     "snapshot",
-    setup=["CREATE TABLE t (id int PRIMARY KEY, a text NOT NULL)", "CREATE TABLE one (id int PRIMARY KEY)", "CREATE TABLE nokey (v int)"],
-    workload=["INSERT INTO t SELECT g, 'r'||g FROM generate_series(1,3) g", "INSERT INTO one VALUES (1)", "INSERT INTO nokey VALUES (5),(6)"],
+    setup=[
+        "CREATE TABLE t (id int PRIMARY KEY, a text NOT NULL)",
+        "CREATE TABLE one (id int PRIMARY KEY)",
+        "CREATE TABLE nokey (v int)",
+    ],
+    workload=[
+        "INSERT INTO t SELECT g, 'r'||g FROM generate_series(1,3) g",
+        "INSERT INTO one VALUES (1)",
+        "INSERT INTO nokey VALUES (5),(6)",
+    ],
     snapshot=True,
     after_snapshot=["INSERT INTO t VALUES (100,'after')"],
     variants=[Variant("heartbeat_txmeta", {"heartbeat.interval.ms": 500, "provide.transaction.metadata": True})],
@@ -275,8 +320,16 @@ INCREMENTAL = Scenario(
         "DELETE FROM t WHERE id = 2",
     ],
     variants=[
-        Variant("chunk2", {"signal.data.collection": "x", "incremental.snapshot.chunk.size": 2, "notification.enabled.channels": "sink",
-                           "notification.sink.topic.name": "{prefix}.notifications"}, expect_snapshot_rows=17),
+        Variant(
+            "chunk2",
+            {
+                "signal.data.collection": "x",
+                "incremental.snapshot.chunk.size": 2,
+                "notification.enabled.channels": "sink",
+                "notification.sink.topic.name": "{prefix}.notifications",
+            },
+            expect_snapshot_rows=17,
+        ),
         Variant("chunk1000", {"signal.data.collection": "x"}, expect_snapshot_rows=17),
     ],
 )
@@ -290,9 +343,17 @@ KAFKA_SIGNALS = Scenario(
         KafkaSignal("execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"}),
     ],
     variants=[
-        Variant("kafka", {"signal.data.collection": "x", "signal.enabled.channels": "source,kafka",
-                          "signal.kafka.bootstrap.servers": "{bootstrap}", "incremental.snapshot.chunk.size": 3},
-                expect_snapshot_rows=5, debezium={"signal.poll.interval.ms": 100}),
+        Variant(
+            "kafka",
+            {
+                "signal.data.collection": "x",
+                "signal.enabled.channels": "source,kafka",
+                "signal.kafka.bootstrap.servers": "{bootstrap}",
+                "incremental.snapshot.chunk.size": 3,
+            },
+            expect_snapshot_rows=5,
+            debezium={"signal.poll.interval.ms": 100},
+        ),
     ],
     walflow_batches=2,
 )
@@ -305,9 +366,18 @@ READ_ONLY_SIGNALS = Scenario(
     setup=KAFKA_SIGNALS.setup,
     workload=KAFKA_SIGNALS.workload,
     variants=[
-        Variant("kafka", {"read.only": True, "signal.enabled.channels": "kafka", "signal.kafka.bootstrap.servers": "{bootstrap}",
-                          "incremental.snapshot.chunk.size": 3},
-                walflow={"walflow.state.conn.id": "compat_state", "walflow.state.table": "public.walflow_compat_state"}, expect_snapshot_rows=5, debezium={"signal.poll.interval.ms": 100}),
+        Variant(
+            "kafka",
+            {
+                "read.only": True,
+                "signal.enabled.channels": "kafka",
+                "signal.kafka.bootstrap.servers": "{bootstrap}",
+                "incremental.snapshot.chunk.size": 3,
+            },
+            walflow={"walflow.state.conn.id": "compat_state", "walflow.state.table": "public.walflow_compat_state"},
+            expect_snapshot_rows=5,
+            debezium={"signal.poll.interval.ms": 100},
+        ),
     ],
     walflow_batches=2,
 )
@@ -336,12 +406,22 @@ INCREMENTAL_FILTERS = Scenario(
     workload=[
         "INSERT INTO t SELECT g, 'r' || g, g % 3 FROM generate_series(1, 9) g",
         "INSERT INTO nokey SELECT g, 'v' || g FROM generate_series(1, 4) g",
-        Signal("execute-snapshot", {"data-collections": ["public.t"], "type": "incremental",
-                                    "additional-conditions": [{"data-collection": "public.t", "filter": "k = 1"}]}),
+        Signal(
+            "execute-snapshot",
+            {
+                "data-collections": ["public.t"],
+                "type": "incremental",
+                "additional-conditions": [{"data-collection": "public.t", "filter": "k = 1"}],
+            },
+        ),
         Signal("execute-snapshot", {"data-collections": ["public.nokey"], "type": "incremental", "surrogate-key": "u"}),
     ],
     # Debezium emits 3 rows of t and 2 of nokey (see compare.DELIBERATE["incremental-keyless"])
-    variants=[Variant("conditions", {"signal.data.collection": "x", "incremental.snapshot.chunk.size": 2}, expect_snapshot_rows=5)],
+    variants=[
+        Variant(
+            "conditions", {"signal.data.collection": "x", "incremental.snapshot.chunk.size": 2}, expect_snapshot_rows=5
+        )
+    ],
 )
 
 # -- replica identities, keys, key changes, deletes and tombstones (Debezium's RecordsStreamProducerIT steps) ------
@@ -412,19 +492,24 @@ IDENTITIES = Scenario(
     variants=[
         Variant("defaults"),
         Variant("txmeta", {"provide.transaction.metadata": True}),
-        Variant("key_columns_no_tombstones", {"message.key.columns": "public.keyless_full:v;public.id_full:a,b;public.uniq_only:b",
-                                              "tombstones.on.delete": False}),
+        Variant(
+            "key_columns_no_tombstones",
+            {
+                "message.key.columns": "public.keyless_full:v;public.id_full:a,b;public.uniq_only:b",
+                "tombstones.on.delete": False,
+            },
+        ),
     ],
 )
 
-# -- unchanged TOASTed values (text, arrays, bytea, hstore, jsonb, a masked column) -------------------------------------
+# -- unchanged TOASTed values (text, arrays, bytea, hstore, jsonb, a masked column) ------------------------------------
 BIG = "(SELECT string_agg(md5(i::text || 'salt'), '') FROM generate_series(1, 300) i)"
 TOAST = Scenario(
     "toast",
     setup=[
         "CREATE EXTENSION IF NOT EXISTS hstore",
-        "CREATE TABLE toast (id int PRIMARY KEY, n int, doc text, tags text[], blob bytea, hs hstore, js jsonb, secret text,"
-        " nums int[], dn text NOT NULL)",
+        "CREATE TABLE toast (id int PRIMARY KEY, n int, doc text, tags text[], blob bytea, hs hstore, js jsonb,"
+        " secret text, nums int[], dn text NOT NULL)",
         "CREATE TABLE toast_full (id int PRIMARY KEY, n int, doc text, hs hstore)",
         "ALTER TABLE toast_full REPLICA IDENTITY FULL",
         "CREATE TABLE toast_arrays (id int PRIMARY KEY, n int, dates date[], bigs int8[], uuids uuid[], blobs bytea[],"
@@ -433,45 +518,67 @@ TOAST = Scenario(
     ],
     workload=[
         f"INSERT INTO toast VALUES (1, 0, {BIG}, ARRAY[{BIG}, 'x'], convert_to({BIG}, 'UTF8'),"
-        f" hstore('k', {BIG}), jsonb_build_object('k', {BIG}), {BIG}, (SELECT array_agg(i) FROM generate_series(1, 3000) i), {BIG})",
+        f" hstore('k', {BIG}), jsonb_build_object('k', {BIG}), {BIG},"
+        f" (SELECT array_agg(i) FROM generate_series(1, 3000) i), {BIG})",
         "UPDATE toast SET n = 1",
         "UPDATE toast SET n = 2, doc = 'small'",
         "DELETE FROM toast",
         f"INSERT INTO toast_full VALUES (1, 0, {BIG}, hstore('k', {BIG}))",
         "UPDATE toast_full SET n = 1",
         "INSERT INTO toast_arrays SELECT 1, 0, array_agg(date '2020-01-01' + i), array_agg(i::int8 * 1000003),"
-        " array_agg(md5(i::text)::uuid), array_agg(decode(md5(i::text), 'hex')), array_agg(i * 1.5), array_agg(('10.0.' ||"
-        " (i % 250) || '.' || (i % 200))::inet), array_agg(jsonb_build_object('i', i)), array_agg(i % 2 = 0),"
-        " array_agg(timestamp '2020-01-01' + i * interval '1 hour'), array_agg(left('v' || md5(i::text), 20)),"
-        " xmlelement(name x, string_agg(md5(i::text), '')), to_tsvector(string_agg(md5(i::text), ' ')),"
-        " (repeat('9', 3000) || '.5')::numeric, NULL FROM generate_series(1, 1500) i",
+        " array_agg(md5(i::text)::uuid), array_agg(decode(md5(i::text), 'hex')), array_agg(i * 1.5),"
+        " array_agg(('10.0.' || (i % 250) || '.' || (i % 200))::inet), array_agg(jsonb_build_object('i', i)),"
+        " array_agg(i % 2 = 0), array_agg(timestamp '2020-01-01' + i * interval '1 hour'),"
+        " array_agg(left('v' || md5(i::text), 20)), xmlelement(name x, string_agg(md5(i::text), '')),"
+        " to_tsvector(string_agg(md5(i::text), ' ')), (repeat('9', 3000) || '.5')::numeric,"
+        " NULL FROM generate_series(1, 1500) i",
         "UPDATE toast_arrays SET n = 1",
         "UPDATE toast_arrays SET n = 2, secret = 'visible'",
     ],
     variants=[
         Variant("defaults"),
         Variant("hstore_map_hex", {"hstore.handling.mode": "map", "binary.handling.mode": "hex"}),
-        Variant("masked", {"column.mask.with.6.chars": r"public\.toast.*\.secret", "unavailable.value.placeholder": "hex:00ff",
-                            "binary.handling.mode": "base64"}),
+        Variant(
+            "masked",
+            {
+                "column.mask.with.6.chars": r"public\.toast.*\.secret",
+                "unavailable.value.placeholder": "hex:00ff",
+                "binary.handling.mode": "base64",
+            },
+        ),
     ],
 )
 
 #: the reselect post processor: TOASTed values an update left out and nulls, read again (columns that never change
 #: afterwards, and rows never deleted: both connectors read the row's current state, each at its own time)
-_RESELECT = {"post.processors": "reselector", "reselector.type": "io.debezium.processors.reselect.ReselectColumnsPostProcessor"}
+_RESELECT = {
+    "post.processors": "reselector",
+    "reselector.type": "io.debezium.processors.reselect.ReselectColumnsPostProcessor",
+}
 RESELECT = Scenario(
     "reselect",
-    setup=["CREATE TABLE r (id int PRIMARY KEY, n int, doc text, tags text[], blob bytea, js jsonb, note text, dflt int DEFAULT 5)"],
+    setup=[
+        "CREATE TABLE r (id int PRIMARY KEY, n int, doc text, tags text[], blob bytea, js jsonb, note text,"
+        " dflt int DEFAULT 5)"
+    ],
     workload=[
-        f"INSERT INTO r VALUES (1, 0, {BIG}, ARRAY[{BIG}, 'x'], convert_to({BIG}, 'UTF8'), jsonb_build_object('k', {BIG}), NULL, NULL)",
+        f"INSERT INTO r VALUES (1, 0, {BIG}, ARRAY[{BIG}, 'x'], convert_to({BIG}, 'UTF8'), jsonb_build_object('k',"
+        f" {BIG}), NULL, NULL)",
         "UPDATE r SET n = 1",
         "INSERT INTO r (id, n) VALUES (2, 0)",
         "UPDATE r SET n = 3 WHERE id = 2",
     ],
     variants=[
         Variant("reselect", _RESELECT),
-        Variant("unavailable_only", {**_RESELECT, "reselector.reselect.null.values": False, "reselector.reselect.columns.include.list": r"public\.r:(doc|blob)",
-                                     "binary.handling.mode": "hex"}),
+        Variant(
+            "unavailable_only",
+            {
+                **_RESELECT,
+                "reselector.reselect.null.values": False,
+                "reselector.reselect.columns.include.list": r"public\.r:(doc|blob)",
+                "binary.handling.mode": "hex",
+            },
+        ),
     ],
 )
 
@@ -514,7 +621,7 @@ DDL = Scenario(
 
 # -- keys as each DDL left them (walflow's DDL event trigger installed): RecordsStreamProducerIT's replica identity and
 # primary key steps, read live by Debezium, in one batch by walflow ----------------------------------------------------
-DDL_FACTS_SQL = (Path(__file__).resolve().parents[2] / "include" / "sql" / "ddl_facts.sql").read_text()
+DDL_FACTS_SQL = package_text("walflow.source.sql", "ddl_facts.sql")
 DDL_KEYS = Scenario(
     "ddl_keys",
     setup=[
@@ -556,7 +663,7 @@ FILTERS = Scenario(
         'CREATE TABLE "my-table" (id int PRIMARY KEY, "1st col" text, "caf\u00e9" int)',
     ],
     workload=[
-        'INSERT INTO "my-table" VALUES (1, \'one\', 2)',
+        "INSERT INTO \"my-table\" VALUES (1, 'one', 2)",
         "INSERT INTO a VALUES (1, 'anne', 'hunter2', 'anne@example.org', 12.5, 'a long note here', 'odd', 1234, 'ab')",
         "INSERT INTO b VALUES (1, 1)",
         "INSERT INTO other.c VALUES (1, 1)",
@@ -572,14 +679,42 @@ FILTERS = Scenario(
         "TRUNCATE b",
     ],
     variants=[
-        Variant("table_include", {"table.include.list": r"public\.a,public\.nokey", "provide.transaction.metadata": True}),
+        Variant(
+            "table_include", {"table.include.list": r"public\.a,public\.nokey", "provide.transaction.metadata": True}
+        ),
         Variant("schema_include", {"schema.include.list": "other", "provide.transaction.metadata": True}),
-        Variant("excludes", {"table.exclude.list": r"public\.b", "column.exclude.list": r"public\.a\.secret,public\.a\.pin",
-                             "skipped.operations": "u,d"}),
-        Variant("columns_include", {"column.include.list": r"public\.a\.(id|name),public\.b\..*,other\.c\.v,public\.nokey\.y",
-                                    "skipped.operations": "none", "skip.messages.without.change": True}),
-        Variant("key_columns_create_skipped", {"message.key.columns": r"public\.a:name,email;public\.nokey:x;(.*)\.c:v",
-                                               "skipped.operations": "c"}),
+        # Java's regular expressions as Debezium reads them: a class intersection, an escaped comma inside a list item
+        # (the counted repetition), case-insensitive lists, \Q...\E in an include list and in a RegexRouter
+        Variant(
+            "java_patterns",
+            {
+                "table.include.list": r"public\.[a-z&&[^b]]{1\,1}, PUBLIC\.NOKEY, public\.\Qmy-table\E",
+                "transforms": "rename",
+                "transforms.rename.type": "org.apache.kafka.connect.transforms.RegexRouter",
+                "transforms.rename.regex": r"(.*)\Q.public.\E(.*)",
+                "transforms.rename.replacement": "$1.routed.$2",
+            },
+        ),
+        Variant(
+            "excludes",
+            {
+                "table.exclude.list": r"public\.b",
+                "column.exclude.list": r"public\.a\.secret,public\.a\.pin",
+                "skipped.operations": "u,d",
+            },
+        ),
+        Variant(
+            "columns_include",
+            {
+                "column.include.list": r"public\.a\.(id|name),public\.b\..*,other\.c\.v,public\.nokey\.y",
+                "skipped.operations": "none",
+                "skip.messages.without.change": True,
+            },
+        ),
+        Variant(
+            "key_columns_create_skipped",
+            {"message.key.columns": r"public\.a:name,email;public\.nokey:x;(.*)\.c:v", "skipped.operations": "c"},
+        ),
         Variant(
             "column_rules",
             {
@@ -590,14 +725,31 @@ FILTERS = Scenario(
                 "datatype.propagate.source.type": "INT4",
             },
         ),
-        Variant("sanitize", {"sanitize.field.names": True, "topic.delimiter": "_", "provide.transaction.metadata": True,
-                             "heartbeat.interval.ms": 300}),
-        Variant("avro_names", {"field.name.adjustment.mode": "avro", "schema.name.adjustment.mode": "avro", "extended.headers.enabled": False}),
-        Variant("avro_unicode_names", {"field.name.adjustment.mode": "avro_unicode", "schema.name.adjustment.mode": "avro_unicode"}),
+        Variant(
+            "sanitize",
+            {
+                "sanitize.field.names": True,
+                "topic.delimiter": "_",
+                "provide.transaction.metadata": True,
+                "heartbeat.interval.ms": 300,
+            },
+        ),
+        Variant(
+            "avro_names",
+            {
+                "field.name.adjustment.mode": "avro",
+                "schema.name.adjustment.mode": "avro",
+                "extended.headers.enabled": False,
+            },
+        ),
+        Variant(
+            "avro_unicode_names",
+            {"field.name.adjustment.mode": "avro_unicode", "schema.name.adjustment.mode": "avro_unicode"},
+        ),
     ],
 )
 
-# -- transaction metadata across tables (the END's HashMap order), filtered transactions, origins --------------------------
+# -- transaction metadata across tables (the END's HashMap order), filtered transactions, origins ----------------------
 TRANSACTIONS = Scenario(
     "transactions",
     setup=[
@@ -607,7 +759,8 @@ TRANSACTIONS = Scenario(
     workload=[
         "BEGIN; " + " ".join(f"INSERT INTO t{i} VALUES (1, {i});" for i in range(1, 16)) + " COMMIT",
         "BEGIN; INSERT INTO t3 VALUES (2, 2); INSERT INTO t1 VALUES (2, 2); INSERT INTO t3 VALUES (3, 3);"
-        " SELECT pg_logical_emit_message(true, 'in-tx', 'a'); SELECT pg_logical_emit_message(true, 'in-tx', 'b'); COMMIT",
+        " SELECT pg_logical_emit_message(true, 'in-tx', 'a'); SELECT pg_logical_emit_message(true, 'in-tx', 'b');"
+        " COMMIT",
         "INSERT INTO skipped VALUES (1)",
         # a transaction replayed from a replication origin (origins are the cluster's: one per test database)
         "SELECT pg_replication_origin_create('compat_' || current_database())",
@@ -618,12 +771,18 @@ TRANSACTIONS = Scenario(
     ],
     variants=[
         Variant("txmeta", {"provide.transaction.metadata": True, "table.exclude.list": r"public\.skipped"}),
-        Variant("custom_topic", {"provide.transaction.metadata": True, "topic.transaction": "tx-meta",
-                                 "message.prefix.include.list": "in-.*,walflow.compat.*"}),
+        Variant(
+            "custom_topic",
+            {
+                "provide.transaction.metadata": True,
+                "topic.transaction": "tx-meta",
+                "message.prefix.include.list": "in-.*,walflow.compat.*",
+            },
+        ),
     ],
 )
 
-# -- initial snapshots: table order, markers, several threads, empty tables, keyless tables, overrides ------------------
+# -- initial snapshots: table order, markers, several threads, empty tables, keyless tables, overrides -----------------
 SNAPSHOT_MODES = Scenario(
     "snapshot_modes",
     setup=[
@@ -632,7 +791,7 @@ SNAPSHOT_MODES = Scenario(
         "CREATE TABLE m_one (id int PRIMARY KEY, v text NOT NULL)",
         "CREATE TABLE k_less (v int, w text)",
         "ALTER TABLE k_less REPLICA IDENTITY FULL",
-        "CREATE TABLE \"Mixed Case\" (id int PRIMARY KEY, \"Value\" text)",
+        'CREATE TABLE "Mixed Case" (id int PRIMARY KEY, "Value" text)',
     ],
     workload=[
         "INSERT INTO z_first SELECT g, 'z' || g FROM generate_series(1, 5) g",
@@ -647,17 +806,43 @@ SNAPSHOT_MODES = Scenario(
         Variant("include_order", {"table.include.list": r"public\.z_first,public\.m_one,public\.a_empty"}),
         Variant("threads", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}),
         # reader processes on key ranges of one or two rows (the last one empty): markers moved to the range ends
-        Variant("key_ranges", {"snapshot.max.threads": 2, "snapshot.fetch.size": 2}, walflow={"walflow.snapshot.range.rows": 1}),
+        Variant(
+            "key_ranges",
+            {"snapshot.max.threads": 2, "snapshot.fetch.size": 2},
+            walflow={"walflow.snapshot.range.rows": 1},
+        ),
         # Debezium's PostgreSQL connector reads no row counts: sorting by them keeps the order
-        Variant("one_row_first", {"table.include.list": r"public\.m_one,public\.z_first", "snapshot.tables.order.by.row.count": "descending"}),
-        Variant("override", {"snapshot.select.statement.overrides": "public.z_first",
-                             "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2",
-                             # Debezium's configuration_based mode, as walflow reads it: snapshot then stream ('always')
-                             "snapshot.mode": "configuration_based", "snapshot.mode.configuration.based.snapshot.data": True,
-                             "snapshot.mode.configuration.based.start.stream": True}),
-        Variant("include_collection", {"snapshot.include.collection.list": r"public\.z_first", "tombstones.on.delete": False,
-                                       "notification.enabled.channels": "sink,log", "notification.sink.topic.name": "{prefix}.notifications"}),
-        Variant("notifications", {"notification.enabled.channels": "sink", "notification.sink.topic.name": "{prefix}.notifications"}),
+        Variant(
+            "one_row_first",
+            {
+                "table.include.list": r"public\.m_one,public\.z_first",
+                "snapshot.tables.order.by.row.count": "descending",
+            },
+        ),
+        Variant(
+            "override",
+            {
+                "snapshot.select.statement.overrides": "public.z_first",
+                "snapshot.select.statement.overrides.public.z_first": "SELECT * FROM public.z_first WHERE id > 2",
+                # Debezium's configuration_based mode, as walflow reads it: snapshot then stream ('always')
+                "snapshot.mode": "configuration_based",
+                "snapshot.mode.configuration.based.snapshot.data": True,
+                "snapshot.mode.configuration.based.start.stream": True,
+            },
+        ),
+        Variant(
+            "include_collection",
+            {
+                "snapshot.include.collection.list": r"public\.z_first",
+                "tombstones.on.delete": False,
+                "notification.enabled.channels": "sink,log",
+                "notification.sink.topic.name": "{prefix}.notifications",
+            },
+        ),
+        Variant(
+            "notifications",
+            {"notification.enabled.channels": "sink", "notification.sink.topic.name": "{prefix}.notifications"},
+        ),
     ],
 )
 
@@ -682,7 +867,9 @@ POSTGIS_STREAM = Scenario(
     workload=[*POSTGIS_ROWS, "DELETE FROM postgis_table", "DELETE FROM postgis_array_table"],
     extensions=("postgis",),
 )
-POSTGIS_SNAPSHOT = Scenario("postgis_snapshot", setup=POSTGIS_SETUP, workload=POSTGIS_ROWS, snapshot=True, extensions=("postgis",))
+POSTGIS_SNAPSHOT = Scenario(
+    "postgis_snapshot", setup=POSTGIS_SETUP, workload=POSTGIS_ROWS, snapshot=True, extensions=("postgis",)
+)
 
 #: A partitioned table: which tables the snapshot reads and which topics the partitions' changes go to.
 PARTITIONED = Scenario(
@@ -694,12 +881,16 @@ PARTITIONED = Scenario(
     ],
     workload=["INSERT INTO m VALUES (1, '2024-05-01', 'a'), (2, '2025-02-01', 'b')"],
     snapshot=True,
-    after_snapshot=["INSERT INTO m VALUES (3, '2024-06-01', 'c')", "UPDATE m SET v = 'bb' WHERE id = 2", "DELETE FROM m WHERE id = 1"],
+    after_snapshot=[
+        "INSERT INTO m VALUES (3, '2024-06-01', 'c')",
+        "UPDATE m SET v = 'bb' WHERE id = 2",
+        "DELETE FROM m WHERE id = 1",
+    ],
     # publish.via.partition.root: the partitions' changes on the root's topic
     variants=[Variant("default"), Variant("via_root", {"publish.via.partition.root": True})],
 )
 
-# -- single message transforms: Debezium's and Kafka Connect's, with predicates, on the initial snapshot and the stream --
+# -- single message transforms (Debezium's, Kafka Connect's), with predicates, on the initial snapshot and the stream
 _T = "org.apache.kafka.connect.transforms."
 _UNWRAP = "io.debezium.transforms.ExtractNewRecordState"
 TRANSFORMS = Scenario(
@@ -712,11 +903,13 @@ TRANSFORMS = Scenario(
         "CREATE TABLE skipme (id int PRIMARY KEY)",
         "CREATE TABLE nokey (x int, y text)",
         "ALTER TABLE nokey REPLICA IDENTITY FULL",
-        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, aggregateid varchar(255) NOT NULL,"
-        " type varchar(255) NOT NULL, payload jsonb, version int NOT NULL DEFAULT 1)",
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL,"
+        " aggregateid varchar(255) NOT NULL, type varchar(255) NOT NULL, payload jsonb,"
+        " version int NOT NULL DEFAULT 1)",
     ],
     workload=[
-        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c01', 'Order', 'o-1', 'OrderCreated', '{\"total\": 12.5}')",
+        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c01', 'Order', 'o-1', 'OrderCreated',"
+        " '{\"total\": 12.5}')",
         "INSERT INTO customers VALUES (1, 'anne', 'hunter2', 1234, 'a note', true, 2.5, '2024-05-01 10:11:12.345',"
         " '1969-12-31 23:59:59.999999')",
         "INSERT INTO customers (id, name, score) VALUES (2, 'bob', NULL)",
@@ -727,8 +920,8 @@ TRANSFORMS = Scenario(
     ],
     snapshot=True,
     after_snapshot=[
-        "BEGIN; INSERT INTO customers VALUES (3, 'cy', 's3', 7, 'n3', false, NULL, '2000-01-01 00:00:00', '2000-01-01 00:00:00.000001');"
-        " UPDATE customers SET name = 'annie', pin = NULL WHERE id = 1; COMMIT",
+        "BEGIN; INSERT INTO customers VALUES (3, 'cy', 's3', 7, 'n3', false, NULL, '2000-01-01 00:00:00',"
+        " '2000-01-01 00:00:00.000001'); UPDATE customers SET name = 'annie', pin = NULL WHERE id = 1; COMMIT",
         "DELETE FROM customers WHERE id = 2",
         "INSERT INTO part_a VALUES (2, 'a2')",
         "UPDATE part_b SET v = 'b1x' WHERE id = 1",
@@ -737,8 +930,15 @@ TRANSFORMS = Scenario(
         "INSERT INTO nokey VALUES (2, 'two')",
         "DELETE FROM nokey WHERE x = 1",
         "TRUNCATE part_a",
-        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c02', 'Order', 'o-1', 'OrderPaid', '{\"paid\": true}', 2),"
-        " ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c03', 'Customer', 'c-9', 'CustomerGone', NULL, 2)",
+        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c02', 'Order', 'o-1', 'OrderPaid',"
+        " '{\"paid\": true}', 2), ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c03', 'Customer', 'c-9', 'CustomerGone', NULL, 2)",
+        # a payload for table.expand.json.payload: nested objects, arrays of objects with differing fields, numbers
+        # of each width, nulls and an empty array (left out of the schema)
+        "INSERT INTO outbox VALUES ('7e1ed0ad-67c4-4bc7-9a0b-4c2cba8e2c04', 'Order', 'o-2', 'OrderShipped',"
+        ' \'{"id": 7, "big": 9007199254740993000, "items": [{"sku": "a", "qty": 2},'
+        ' {"sku": "b", "qty": 1, "note": "x"}], "tags": ["x", null, "y"],'
+        ' "none": null, "empty": [], "ratio": 0.25, "nested": {"deep": {"k": "v"}},'
+        ' "ok": false, "nums": [1, 2, 3]}\', 3)',
         "UPDATE outbox SET type = 'changed' WHERE aggregateid = 'c-9'",
         "DELETE FROM outbox WHERE aggregateid = 'c-9'",
         # an incremental snapshot through the chains of the variants with a signal table (unwrap_rewrite)
@@ -767,8 +967,12 @@ TRANSFORMS = Scenario(
             },
             expect_snapshot_rows=2,
         ),
-        # one plain ExtractNewRecordState: walflow writes created and updated rows without building the envelope's record
-        Variant("unwrap_plain", {"transforms": "unwrap", "transforms.unwrap.type": _UNWRAP, "key.converter.schemas.enable": False}),
+        # one plain ExtractNewRecordState:
+        # walflow writes created and updated rows without building the envelope's record
+        Variant(
+            "unwrap_plain",
+            {"transforms": "unwrap", "transforms.unwrap.type": _UNWRAP, "key.converter.schemas.enable": False},
+        ),
         Variant(
             "routed_tombstones",
             {
@@ -789,17 +993,43 @@ TRANSFORMS = Scenario(
                 "predicates.others.pattern": r".*\.(parts|nokey)",
             },
         ),
-        # the outbox pattern: the payload alone on outbox.event.<aggregatetype>, then with fields in the value and headers
-        Variant("outbox", {"table.include.list": r"public\.outbox", "transforms": "outbox",
-                           "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-                           "transforms.outbox.route.topic.replacement": "{prefix}.outbox.event.${routedByValue}"}),
-        Variant("outbox_fields", {"table.include.list": r"public\.outbox", "transforms": "outbox",
-                                  "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
-                                  "transforms.outbox.route.topic.regex": "(?<kind>.*)",
-                                  "transforms.outbox.route.topic.replacement": "{prefix}.${kind}s",
-                                  "transforms.outbox.table.fields.additional.placement": "type:header:eventType,aggregatetype:envelope:kind,version:envelope",
-                                  "transforms.outbox.route.tombstone.on.empty.payload": True,
-                                  "transforms.outbox.table.field.event.schema.version": "version"}),
+        # the outbox pattern: the payload alone on outbox.event.<aggregatetype>,
+        # then with fields in the value and headers
+        Variant(
+            "outbox",
+            {
+                "table.include.list": r"public\.outbox",
+                "transforms": "outbox",
+                "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                "transforms.outbox.route.topic.replacement": "{prefix}.outbox.event.${routedByValue}",
+            },
+        ),
+        # the payload expanded from its JSON text into a structure with an inferred schema
+        Variant(
+            "outbox_expand",
+            {
+                "table.include.list": r"public\.outbox",
+                "transforms": "outbox",
+                "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                "transforms.outbox.route.topic.replacement": "{prefix}.outbox.event.${routedByValue}",
+                "transforms.outbox.table.expand.json.payload": True,
+            },
+        ),
+        Variant(
+            "outbox_fields",
+            {
+                "table.include.list": r"public\.outbox",
+                "transforms": "outbox",
+                "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+                "transforms.outbox.route.topic.regex": "(?<kind>.*)",
+                "transforms.outbox.route.topic.replacement": "{prefix}.${kind}s",
+                "transforms.outbox.table.fields.additional.placement": (
+                    "type:header:eventType,aggregatetype:envelope:kind,version:envelope"
+                ),
+                "transforms.outbox.route.tombstone.on.empty.payload": True,
+                "transforms.outbox.table.field.event.schema.version": "version",
+            },
+        ),
         Variant(
             "kafka_chain",
             {
@@ -861,12 +1091,21 @@ GENERATED = Scenario(
         "INSERT INTO g (id, price, qty, label) VALUES (1, 2.50, 4, 'a'), (2, 10, 1, 'b')",
     ],
     snapshot=True,
-    after_snapshot=["INSERT INTO g (id, price, qty) VALUES (3, 1.25, 8)", "UPDATE g SET qty = qty + 1 WHERE id = 1", "DELETE FROM g WHERE id = 2"],
-    variants=[Variant("default"), Variant("full_identity_unwrap", {"transforms": "unwrap",
-              "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"})],
+    after_snapshot=[
+        "INSERT INTO g (id, price, qty) VALUES (3, 1.25, 8)",
+        "UPDATE g SET qty = qty + 1 WHERE id = 1",
+        "DELETE FROM g WHERE id = 2",
+    ],
+    variants=[
+        Variant("default"),
+        Variant(
+            "full_identity_unwrap",
+            {"transforms": "unwrap", "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState"},
+        ),
+    ],
 )
 
-# -- PostgreSQL 18's publish_generated_columns = stored: the stream carries the generated columns' values ----------------
+# -- PostgreSQL 18's publish_generated_columns = stored: the stream carries the generated columns' values --------------
 GENERATED_PUBLISHED = Scenario(
     "generated_published",
     setup=[
@@ -874,16 +1113,44 @@ GENERATED_PUBLISHED = Scenario(
         " total numeric(12,2) GENERATED ALWAYS AS (price * qty) STORED, label text)",
         "INSERT INTO g (id, price, qty, label) VALUES (1, 2.50, 4, 'a'), (2, 10, 1, 'b')",
     ],
-    workload=["INSERT INTO g (id, price, qty) VALUES (3, 1.25, 8)", "UPDATE g SET qty = qty + 1 WHERE id = 1", "DELETE FROM g WHERE id = 2",
-              "ALTER TABLE g REPLICA IDENTITY FULL", "UPDATE g SET price = 3 WHERE id = 3", "DELETE FROM g WHERE id = 3"],
+    workload=[
+        "INSERT INTO g (id, price, qty) VALUES (3, 1.25, 8)",
+        "UPDATE g SET qty = qty + 1 WHERE id = 1",
+        "DELETE FROM g WHERE id = 2",
+        "ALTER TABLE g REPLICA IDENTITY FULL",
+        "UPDATE g SET price = 3 WHERE id = 3",
+        "DELETE FROM g WHERE id = 3",
+    ],
     variants=[Variant("stored", publication_options="publish_generated_columns = stored")],
     min_version=180000,
 )
 
 GROUPS = [
-    [BASIC, SNAPSHOT, INCREMENTAL, INCREMENTAL_FILTERS, IDENTITIES, TOAST, TRANSACTIONS, DDL, POSTGIS_STREAM, POSTGIS_SNAPSHOT],
+    [
+        BASIC,
+        SNAPSHOT,
+        INCREMENTAL,
+        INCREMENTAL_FILTERS,
+        IDENTITIES,
+        TOAST,
+        TRANSACTIONS,
+        DDL,
+        POSTGIS_STREAM,
+        POSTGIS_SNAPSHOT,
+    ],
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
-    [SNAPSHOT_MODES, PARTITIONED, DDL_KEYS, TRANSFORMS, KAFKA_SIGNALS, READ_ONLY_SIGNALS, RESELECT, BLOCKING, GENERATED, GENERATED_PUBLISHED],
+    [
+        SNAPSHOT_MODES,
+        PARTITIONED,
+        DDL_KEYS,
+        TRANSFORMS,
+        KAFKA_SIGNALS,
+        READ_ONLY_SIGNALS,
+        RESELECT,
+        BLOCKING,
+        GENERATED,
+        GENERATED_PUBLISHED,
+    ],
 ]
 #: the connector pairs marked long: make test leaves them out for its time, make test-long runs them (CI runs both).
 #: They are the third group, and the second group's other modes: make test compares the types in the default modes

@@ -26,16 +26,23 @@ PAIRS = [(s.name, v.name) for group in GROUPS for s in group for v in s.variants
     [pytest.param(s, v, marks=pytest.mark.long) if (s, v) in LONG_PAIRS else (s, v) for s, v in PAIRS],
     ids=[f"{s}-{v}" for s, v in PAIRS],
 )
-def test_identical_to_debezium(comparisons: dict[tuple[str, str], Comparison | str], scenario: str, variant: str) -> None:
+def test_identical_to_debezium(
+    comparisons: dict[tuple[str, str], Comparison | str], scenario: str, variant: str
+) -> None:
     comparison = comparisons[(scenario, variant)]
     if isinstance(comparison, str) and comparison.startswith(NEEDS_VERSION.split("{")[0]):
         pytest.skip(comparison)  # the version matrix runs it: not a dependency CI could lack
     if isinstance(comparison, str) and "postgis" in comparison and wheel_server():
         pytest.skip(WHEEL_WITHOUT_POSTGIS)
     if isinstance(comparison, str):
-        unavailable(f"{scenario}/{variant} cannot run: {comparison}", "install the extension's Debian package (PostGIS: postgresql-15-postgis-3)")
+        unavailable(
+            f"{scenario}/{variant} cannot run: {comparison}",
+            "install the extension's Debian package (PostGIS: postgresql-15-postgis-3)",
+        )
     assert comparison.error is None, comparison.error
-    assert comparison.debezium_records > 0, f"Debezium emitted nothing for {scenario}/{variant}: the scenario tests nothing"
+    assert comparison.debezium_records > 0, (
+        f"Debezium emitted nothing for {scenario}/{variant}: the scenario tests nothing"
+    )
     assert not comparison.differences, report(f"{scenario}/{variant}", comparison)
 
 

@@ -26,7 +26,7 @@ from tests.support import (
     unique,
 )
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = int(os.environ.get("WALFLOW_CLUSTER_WORKERS", "1"))
 
@@ -37,9 +37,15 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
     name = unique("clus")
     warehouse = tmp_path / "warehouse"
     env = airflow_connector(
-        tmp_path, name, database, kafka_bootstrap, f"walflow.lake.catalog.conn.id: {name}_catalog", f"walflow.lake.warehouse: {warehouse}",
+        tmp_path,
+        name,
+        database,
+        kafka_bootstrap,
+        f"walflow.lake.catalog.conn.id: {name}_catalog",
+        f"walflow.lake.warehouse: {warehouse}",
         # the cluster's executors run in JVMs of their own: a small heap each, the tests' quick JIT
-        "walflow.lake.spark.conf: " + json.dumps({**TEST_SPARK_CONF, "spark.executor.memory": "700m", "spark.executor.cores": "1"}),
+        "walflow.lake.spark.conf: "
+        + json.dumps({**TEST_SPARK_CONF, "spark.executor.memory": "700m", "spark.executor.cores": "1"}),
     )
     for key, value in {**env, **jdbc_catalog_env(name, catalog_database)}.items():
         monkeypatch.setenv(key, value)
@@ -52,7 +58,10 @@ def test_stream_dag_applies_on_a_standalone_cluster_through_a_jdbc_catalog(
         conn.execute("DELETE FROM items WHERE id % 5 = 0")
 
     with standalone_cluster(workers=WORKERS) as cluster:
-        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": cluster.master_url, "extra": {"deploy-mode": "client"}}))
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_SPARK_DEFAULT",
+            json.dumps({"conn_type": "spark", "host": cluster.master_url, "extra": {"deploy-mode": "client"}}),
+        )
         run_dag(f"{name}__stream")
         state = cluster.state()
         assert sum(w["state"] == "ALIVE" for w in state["workers"]) == WORKERS

@@ -32,7 +32,11 @@ def test_the_tests_runtime_is_not_the_demos() -> None:
     assert Path(os.environ["WALFLOW_WAREHOUSE"]).resolve().is_relative_to(state)
     demo_env = DEMO_STATE / "env.sh"
     if demo_env.exists():  # the demo's runtime is up too: another cluster and broker
-        exported = dict(line.removeprefix("export ").split("=", 1) for line in demo_env.read_text().splitlines() if line.startswith("export "))
+        exported = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in demo_env.read_text().splitlines()
+            if line.startswith("export ")
+        )
         assert exported["WALFLOW_PG_PORT"].strip("'") != os.environ["WALFLOW_PG_PORT"]
         assert exported["WALFLOW_KAFKA_BOOTSTRAP"].strip("'") != os.environ["WALFLOW_KAFKA_BOOTSTRAP"]
 
@@ -43,4 +47,6 @@ def test_the_demo_runtime_lists_only_the_repositorys_dags() -> None:
         pytest.skip("no demo runtime on this machine (`make demo` makes one): nothing the tests could have left there")
     with sqlite3.connect(database) as conn:
         listed = {row[0] for row in conn.execute("SELECT dag_id FROM dag")}
-    assert listed <= repository_dag_ids(), f"DAGs that are not the repository's: {sorted(listed - repository_dag_ids())}"
+    assert listed <= repository_dag_ids(), (
+        f"DAGs that are not the repository's: {sorted(listed - repository_dag_ids())}"
+    )

@@ -29,15 +29,29 @@ CATALOG_SECRET = "catalog-token-" + uuid.uuid4().hex
 
 
 @pytest.fixture()
-def lake_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """A connector whose lake catalog (the warehouse's Hadoop catalog) is given by an Airflow Connection of Iceberg
-    catalog properties with a credential, as a REST catalog's would be: the job gets them through its environment."""
+def lake_connector(
+    tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """A connector whose lake catalog (the warehouse's Hadoop catalog) is given by an Airflow Connection of walflow's
+    own type, ``walflow_iceberg``, as its form saves it (the catalog type and warehouse fields, one more property in
+    the extras) with a credential, as a REST catalog's would be: the job gets them through its environment."""
     name = unique("lake")
     env = airflow_connector(
-        tmp_path, name, database, kafka_bootstrap, "skipped.operations: none", "walflow.lake.changelog: true",
-        "walflow.lake.maintain.snapshot.retention.hours: 0", f"walflow.lake.catalog.conn.id: {name}_catalog",
+        tmp_path,
+        name,
+        database,
+        kafka_bootstrap,
+        "skipped.operations: none",
+        "walflow.lake.changelog: true",
+        "walflow.lake.maintain.snapshot.retention.hours: 0",
+        f"walflow.lake.catalog.conn.id: {name}_catalog",
     )
-    catalog = {"conn_type": "generic", "password": CATALOG_SECRET, "extra": {"type": "hadoop", "warehouse": os.environ["WALFLOW_WAREHOUSE"]}}
+    form = {
+        "extra__walflow_iceberg__catalog_type": "hadoop",
+        "warehouse": os.environ["WALFLOW_WAREHOUSE"],
+        "cache-enabled": "false",
+    }
+    catalog = {"conn_type": "walflow_iceberg", "password": CATALOG_SECRET, "extra": form}
     env[f"AIRFLOW_CONN_{name.upper()}_CATALOG"] = json.dumps(catalog)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -54,10 +68,14 @@ def source_rows(dsn: str, table: str) -> dict[Any, dict[str, Any]]:
 def assert_lake_equals_source(name: str, dsn: str, table: str) -> None:
     source = source_rows(dsn, table)
     lake = {r["id"]: r for r in lake_rows(name, f"public__{table}")}
-    assert set(lake) == set(source), f"{table}: keys differ: lake-only {set(lake) - set(source)}, source-only {set(source) - set(lake)}"
+    assert set(lake) == set(source), (
+        f"{table}: keys differ: lake-only {set(lake) - set(source)}, source-only {set(source) - set(lake)}"
+    )
     for key, row in source.items():
         for column, value in row.items():
-            assert lake[key][column] == value, f"{table}[{key}].{column}: lake {lake[key][column]!r} != source {value!r}"
+            assert lake[key][column] == value, (
+                f"{table}[{key}].{column}: lake {lake[key][column]!r} != source {value!r}"
+            )
 
 
 def assert_changelog_complete(name: str, table: str) -> None:
@@ -65,7 +83,9 @@ def assert_changelog_complete(name: str, table: str) -> None:
     from tests.support import read_topic
 
     events = [(r.partition, r.offset) for r in read_topic(f"{name}.public.{table}") if r.value is not None]
-    logged = sorted((r["_walflow_partition"], r["_walflow_offset"]) for r in lake_rows(name, f"public__{table}__changelog"))
+    logged = sorted(
+        (r["_walflow_partition"], r["_walflow_offset"]) for r in lake_rows(name, f"public__{table}__changelog")
+    )
     assert logged == sorted(events), f"changelog of {table}: {len(logged)} rows for {len(events)} events"
 
 
@@ -76,14 +96,26 @@ BIG = "(SELECT string_agg(md5(i::text || 'x'), '') FROM generate_series(1, 400) 
 def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd: pytest.CaptureFixture[str]) -> None:
     name, dsn = lake_connector["name"], lake_connector["dsn"]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), opened date, seen timestamptz, doc text)")
+        conn.execute(
+            "CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), opened date,"
+            " seen timestamptz, doc text)"
+        )
         conn.execute("CREATE TABLE events (id bigint PRIMARY KEY, kind text, at timestamp)")
-        conn.execute("INSERT INTO accounts SELECT g, 'o' || g, g * 1.5, date '2020-01-01' + g, now(), NULL FROM generate_series(1, 300) g")
-        conn.execute("INSERT INTO events SELECT g, 'k', timestamp '2024-01-01' + g * interval '1 minute' FROM generate_series(1, 50) g")
+        conn.execute(
+            "INSERT INTO accounts SELECT g, 'o' || g, g * 1.5, date '2020-01-01' + g, now(),"
+            " NULL FROM generate_series(1, 300) g"
+        )
+        conn.execute(
+            "INSERT INTO events SELECT g, 'k', timestamp '2024-01-01' + g * interval '1 minute'"
+            " FROM generate_series(1, 50) g"
+        )
         # tables for migrations that change rows without change events (issue 45)
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
         conn.execute("CREATE TABLE ledger (id int PRIMARY KEY, amount int, note varchar(20), feel mood)")
-        conn.execute("INSERT INTO ledger SELECT g, g * 10, 'n' || g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood FROM generate_series(1, 40) g")
+        conn.execute(
+            "INSERT INTO ledger SELECT g, g * 10, 'n' || g, CASE WHEN g % 2 = 0 THEN 'sad' ELSE 'ok' END::mood FROM"
+            " generate_series(1, 40) g"
+        )
         conn.execute("CREATE TABLE refresh (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO refresh SELECT g, 'old' || g FROM generate_series(1, 10) g")
     run_dag(f"{name}__setup")  # initial snapshot
@@ -104,10 +136,15 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd
         # migrations no event carries: a rewrite with USING (every key changes too), an enum value renamed, a full
         # refresh (the table dropped and created again in one transaction with its rows): the stream re-reads those
         # tables and the lake sweeps what it held from before, in this one DAG run
-        conn.execute("ALTER TABLE ledger ALTER COLUMN id TYPE bigint USING id * 1000, ALTER COLUMN note TYPE text USING upper(note)")
+        conn.execute(
+            "ALTER TABLE ledger ALTER COLUMN id TYPE bigint USING id * 1000, ALTER COLUMN note TYPE text USING"
+            " upper(note)"
+        )
         conn.execute("ALTER TYPE mood RENAME VALUE 'sad' TO 'unhappy'")
-        conn.execute("BEGIN; DROP TABLE refresh; CREATE TABLE refresh (id int PRIMARY KEY, v text); "
-                     "INSERT INTO refresh SELECT g, 'new' || g FROM generate_series(5, 15) g; COMMIT")
+        conn.execute(
+            "BEGIN; DROP TABLE refresh; CREATE TABLE refresh (id int PRIMARY KEY, v text); "
+            "INSERT INTO refresh SELECT g, 'new' || g FROM generate_series(5, 15) g; COMMIT"
+        )
     run_dag(f"{name}__stream")  # stream + apply
     assert_lake_equals_source(name, dsn, "accounts")
     assert_lake_equals_source(name, dsn, "events")
@@ -119,18 +156,27 @@ def test_workload_reaches_the_lake_exactly(lake_connector: dict[str, str], capfd
     assert isinstance(lake[5]["balance"], Decimal)
     assert_changelog_complete(name, "accounts")
     ranges = {r["id"]: (r["valid_to"], r["_walflow_overflow"]) for r in lake_rows(name, "public__ranges")}
-    assert ranges == {1: (dt.datetime(9999, 12, 31, 23, 59, 59, 999999), [("valid_to", "infinity")]), 2: (dt.datetime(2024, 1, 1), None)}
-    history = sorted((r for r in lake_rows(name, "public__accounts__changelog") if r["id"] == 10), key=lambda r: r["_walflow_offset"])
+    assert ranges == {
+        1: (dt.datetime(9999, 12, 31, 23, 59, 59, 999999), [("valid_to", "infinity")]),
+        2: (dt.datetime(2024, 1, 1), None),
+    }
+    history = sorted(
+        (r for r in lake_rows(name, "public__accounts__changelog") if r["id"] == 10), key=lambda r: r["_walflow_offset"]
+    )
     assert [r["_walflow_op"] for r in history] == ["r", "u", "u"] and history[-1]["owner"] == "toasted row"
 
     # `walflow status` sees the slot, the last batch and the lake's commits
-    from walflow.runtime.cli import render, status
+    from walflow.admin.cli import render
+    from walflow.airflow.status import status
 
     report = status(name, dsn=dsn)
     assert report["source"]["exists"] and report["source"]["last_batch"]["events"] > 0
     lake_tables = {t["table"]: t for t in report["lake"]["tables"]}
     assert lake_tables[f"{name}.public__accounts"]["rows"] == len(source_rows(dsn, "accounts"))
     assert lake_tables[f"{name}.public__accounts"]["offsets"]
+    # the stream DAG applied what it streamed: nothing between the lake's offsets and the topic's end
+    assert lake_tables[f"{name}.public__accounts"]["records_behind"] == 0, lake_tables
+    assert report["state"] == "flowing", report["problems"]
     assert "retained WAL" in render(report)
 
     # merge-on-read: every apply into a table with rows adds a delete file and a data file
@@ -175,7 +221,9 @@ def _files(name: str, table: str) -> dict[str, int]:
 
     from walflow.lake import read_hadoop_table
 
-    files = read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], name, table).inspect.files().column("content").to_pylist()
+    files = (
+        read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], name, table).inspect.files().column("content").to_pylist()
+    )
     return {"data": files.count(0), "delete": files.count(1) + files.count(2)}
 
 
@@ -200,7 +248,13 @@ def test_a_record_the_lake_cannot_apply_fails_at_once_and_is_accepted_on_purpose
     topic = f"{name}.public.t"
     producer = Producer({"bootstrap.servers": bootstrap()})
     delivered: list[int] = []
-    producer.produce(topic, b"this is not a change event", b"not a key", partition=0, on_delivery=lambda err, msg: delivered.append(msg.offset()))
+    producer.produce(
+        topic,
+        b"this is not a change event",
+        b"not a key",
+        partition=0,
+        on_delivery=lambda err, msg: delivered.append(msg.offset()),
+    )
     producer.flush(10)
     (offset,) = delivered
     run = build_connector_dags()[f"{name}__stream"].test()

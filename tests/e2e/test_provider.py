@@ -25,8 +25,25 @@ def test_airflow_lists_walflow_as_a_provider_and_loads_its_plugin_from_the_packa
             for module in entry["python-modules"]:
                 importlib.import_module(module)
 
+    # the lake catalog's Connection type: its hook, and the form fields the UI builds without importing it
+    manager = ProvidersManager()
+    hook = manager.hooks["walflow_iceberg"]
+    assert (
+        hook is not None
+        and hook.hook_class_name == "walflow.airflow.hooks.WalflowIcebergCatalogHook"
+        and hook.package_name == "walflow"
+    )
+    fields = {
+        k: v.field for k, v in manager.connection_form_widgets.items() if k.startswith("extra__walflow_iceberg__")
+    }
+    assert set(fields) == {"extra__walflow_iceberg__catalog_type", "extra__walflow_iceberg__warehouse"}, fields
+    assert "rest" in fields["extra__walflow_iceberg__catalog_type"]["schema"]["enum"]
+    assert manager.field_behaviours["walflow_iceberg"]["relabeling"]["host"] == "Catalog URI"
+
     (plugin,) = [p for p in plugins_manager.get_plugin_info() if p["name"] == "walflow"]
-    assert "walflow.airflow.plugin:WalflowPlugin" in str(plugin["source"]), plugin["source"]  # the entry point, not a file
+    assert "walflow.airflow.plugin:WalflowPlugin" in str(plugin["source"]), plugin[
+        "source"
+    ]  # the entry point, not a file
     timetables = plugins_manager.get_timetables_plugins()
     assert "walflow.airflow.timetables.BackfillOnlyTimetable" in timetables, sorted(timetables)
     assert plugins_manager.get_import_errors() == {}  # loaded once: no "already registered" from a plugins-folder copy

@@ -11,15 +11,17 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from sandbox import replicas as pair
 from tests.integration.test_standby import PASSWORD, ROLE, _nudge, _on_primary, prepare_primary
 from tests.support import pg_dsn, producer, read_topic, replay, run_dag, unique
-from walflow.runtime import replicas as pair
 
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture()
-def read_only_connector(tmp_path: Path, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, pair.Replicas]]:
+def read_only_connector(
+    tmp_path: Path, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, pair.Replicas]]:
     """A PostgreSQL 18 pair (:func:`tests.integration.test_standby.prepare_primary`), a state database on the test
     runtime's server, and a connector file whose Connections name the standby (as the role that may write nothing),
     the state database and the broker."""
@@ -33,16 +35,18 @@ def read_only_connector(tmp_path: Path, kafka_bootstrap: str, monkeypatch: pytes
         settings = [
             f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", "publication.name: ro_pub",
             "publication.autocreate.mode: disabled", "table.include.list: public.t", "read.only: true",
-            f"walflow.state.conn.id: {name}_state", "signal.enabled.channels: kafka", "incremental.snapshot.chunk.size: 100",
-            "walflow.lake.enabled: false", f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka",
+            f"walflow.state.conn.id: {name}_state", "signal.enabled.channels: kafka",
+            "incremental.snapshot.chunk.size: 100", "walflow.lake.enabled: false",
+            f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka",
             "walflow.snapshot.poke.seconds: 1",
         ]  # fmt: skip
         (tmp_path / f"{name}.yaml").write_text("\n".join(settings))
         source = dict(p.split("=", 1) for p in pg_dsn(state).split())
         connections = {
-            "PG": {"conn_type": "postgres", "host": "127.0.0.1", "port": replicas.standby_port, "login": ROLE, "password": PASSWORD, "schema": "postgres"},
-            "STATE": {"conn_type": "postgres", "host": source["host"], "port": int(source["port"]), "login": source["user"],
-                      "password": source["password"], "schema": state},
+            "PG": {"conn_type": "postgres", "host": "127.0.0.1", "port": replicas.standby_port, "login": ROLE,
+                   "password": PASSWORD, "schema": "postgres"},
+            "STATE": {"conn_type": "postgres", "host": source["host"], "port": int(source["port"]),
+                      "login": source["user"], "password": source["password"], "schema": state},
             "KAFKA": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}},
         }  # fmt: skip
         for suffix, value in connections.items():
@@ -55,7 +59,9 @@ def read_only_connector(tmp_path: Path, kafka_bootstrap: str, monkeypatch: pytes
             conn.execute(f'DROP DATABASE IF EXISTS "{state}" WITH (FORCE)')
 
 
-def test_setup_stream_and_snapshot_dags_of_a_read_only_connector(read_only_connector: tuple[str, pair.Replicas]) -> None:
+def test_setup_stream_and_snapshot_dags_of_a_read_only_connector(
+    read_only_connector: tuple[str, pair.Replicas],
+) -> None:
     from walflow.airflow.dag_factory import build_connector_dags
     from walflow.capture.stream import StreamBatch
     from walflow.config.files import resolve

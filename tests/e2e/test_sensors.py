@@ -47,7 +47,6 @@ def test_trigger_serialize_round_trip() -> None:
     assert "password" not in repr(kwargs).lower()
 
 
-
 def test_sensors_defer_by_default_where_airflow_is_configured_so() -> None:
     """``deferrable`` defaults to Airflow's ``[operators] default_deferrable``, as in Airflow's own providers."""
     import subprocess
@@ -61,14 +60,20 @@ def test_sensors_defer_by_default_where_airflow_is_configured_so() -> None:
     )
     for setting, expected in (("true", "True True False"), ("false", "False False False")):
         env = {**os.environ, "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": setting}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True
+        ).stdout
         assert out.strip().splitlines()[-1] == expected
 
 
 @pytest.fixture()
-def wal_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def wal_connector(
+    tmp_path: Path, database: str, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     name = unique("wal")
-    for key, value in airflow_connector(tmp_path, name, database, kafka_bootstrap, "snapshot.mode: no_data", "walflow.lake.enabled: false").items():
+    for key, value in airflow_connector(
+        tmp_path, name, database, kafka_bootstrap, "snapshot.mode: no_data", "walflow.lake.enabled: false"
+    ).items():
         monkeypatch.setenv(key, value)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
@@ -79,7 +84,11 @@ def wal_connector(tmp_path: Path, database: str, kafka_bootstrap: str, monkeypat
 
 def write(dsn: str, rows: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(coalesce((SELECT max(id) FROM t), 0) + 1, coalesce((SELECT max(id) FROM t), 0) + %s) g", (rows,))
+        conn.execute(
+            "INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(coalesce((SELECT max(id) FROM t), 0) + 1,"
+            " coalesce((SELECT max(id) FROM t), 0) + %s) g",
+            (rows,),
+        )
 
 
 def pending(dsn: str, slot: str) -> int:
@@ -107,13 +116,20 @@ def test_sensor_returns_once_writes_pass_the_threshold(wal_connector: dict[str, 
     assert result["reason"] == "max_wait" and time.monotonic() - started >= 1
 
 
-
-def test_snapshot_trigger_ends_with_an_error_when_the_state_cannot_be_read(wal_connector: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshot_trigger_ends_with_an_error_when_the_state_cannot_be_read(
+    wal_connector: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A state table the trigger cannot read is an error event at once (waiting cannot make it appear), which fails
     the sensor with the cause and what to check; a server it cannot reach is tried again at each poll."""
     name = wal_connector["name"]
     monkeypatch.setenv("AIRFLOW_CONN_WALFLOW_NOWHERE", "postgresql://nobody:secret@127.0.0.1:9/none")
-    unreachable = WalflowSnapshotTrigger(signal_id="adhoc-1", connector=name, state_table=("public", "walflow_state"), postgres_conn_id="walflow_nowhere", poll_interval=0.2)
+    unreachable = WalflowSnapshotTrigger(
+        signal_id="adhoc-1",
+        connector=name,
+        state_table=("public", "walflow_state"),
+        postgres_conn_id="walflow_nowhere",
+        poll_interval=0.2,
+    )
 
     async def still_waiting_after(seconds: float) -> bool:
         task = asyncio.ensure_future(anext(unreachable.run()))
@@ -124,13 +140,21 @@ def test_snapshot_trigger_ends_with_an_error_when_the_state_cannot_be_read(wal_c
 
     assert asyncio.run(still_waiting_after(1.5)), "the trigger gave up on a server it could not reach"
     trigger = WalflowSnapshotTrigger(
-        signal_id="adhoc-1", connector=name, state_table=("public", "no_such_state"), postgres_conn_id=f"{name}_pg", poll_interval=0.2
+        signal_id="adhoc-1",
+        connector=name,
+        state_table=("public", "no_such_state"),
+        postgres_conn_id=f"{name}_pg",
+        poll_interval=0.2,
     )
     classpath, kwargs = trigger.serialize()
     assert WalflowSnapshotTrigger(**kwargs).serialize() == (classpath, kwargs)
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), 30)).payload
     assert event["status"] == "error" and event["signal_id"] == "adhoc-1"
-    assert "public.no_such_state" in event["error"] and "does not exist" in event["error"] and "walflow.state.table" in event["error"]
+    assert (
+        "public.no_such_state" in event["error"]
+        and "does not exist" in event["error"]
+        and "walflow.state.table" in event["error"]
+    )
     from airflow.sdk.exceptions import AirflowException
 
     sensor = WalflowSnapshotSensor(task_id="wait", connector=name, signal_id="adhoc-1", deferrable=True)
@@ -140,12 +164,16 @@ def test_snapshot_trigger_ends_with_an_error_when_the_state_cannot_be_read(wal_c
 
 # pending WAL is the whole server's: another test writing beside this one would fire the trigger early
 @pytest.mark.disruptive
-def test_deferrable_sensor_defers_and_its_trigger_fires_on_threshold_and_deadline(wal_connector: dict[str, Any]) -> None:
+def test_deferrable_sensor_defers_and_its_trigger_fires_on_threshold_and_deadline(
+    wal_connector: dict[str, Any],
+) -> None:
     from airflow.sdk.exceptions import TaskDeferred
 
     name, dsn, slot = wal_connector["name"], wal_connector["dsn"], wal_connector["config"].slot_name
     threshold = pending(dsn, slot) + 256 * 1024
-    sensor = WalflowPendingWalSensor(task_id="wait", connector=name, min_bytes=threshold, max_wait=60, poke_interval=0.2, deferrable=True)
+    sensor = WalflowPendingWalSensor(
+        task_id="wait", connector=name, min_bytes=threshold, max_wait=60, poke_interval=0.2, deferrable=True
+    )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
     trigger = deferred.value.trigger
@@ -167,14 +195,18 @@ def test_deferrable_sensor_defers_and_its_trigger_fires_on_threshold_and_deadlin
     assert sensor.execute_complete({}, event)["reason"] == "threshold"
 
     # a deadline a second away and a threshold nobody reaches: the trigger fires at the deadline
-    late = WalflowPendingWalTrigger(slot_name=slot, min_bytes=1 << 40, postgres_conn_id=f"{name}_pg", deadline=time.time() + 1.5, poll_interval=0.2)
+    late = WalflowPendingWalTrigger(
+        slot_name=slot, min_bytes=1 << 40, postgres_conn_id=f"{name}_pg", deadline=time.time() + 1.5, poll_interval=0.2
+    )
     started = time.monotonic()
     event = asyncio.run(run_until_event(late))
     assert event["status"] == "deadline" and time.monotonic() - started >= 1.0
     assert sensor.execute_complete({}, event)["reason"] == "max_wait"
 
     # a slot that does not exist ends the wait with an error, which fails the task
-    gone = WalflowPendingWalTrigger(slot_name="no_such_slot", min_bytes=1, postgres_conn_id=f"{name}_pg", poll_interval=0.2)
+    gone = WalflowPendingWalTrigger(
+        slot_name="no_such_slot", min_bytes=1, postgres_conn_id=f"{name}_pg", poll_interval=0.2
+    )
     event = asyncio.run(asyncio.wait_for(anext(gone.run()), 30)).payload
     assert event["status"] == "error" and "does not exist" in event["message"]
     from airflow.sdk.exceptions import AirflowException
@@ -183,7 +215,9 @@ def test_deferrable_sensor_defers_and_its_trigger_fires_on_threshold_and_deadlin
         sensor.execute_complete({}, event)
 
 
-def test_on_demand_stream_dag_waits_then_streams(wal_connector: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_on_demand_stream_dag_waits_then_streams(
+    wal_connector: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With the opt-in (``walflow.stream.trigger.wal.bytes``), the factory's stream DAG runs ``@continuous`` and
     waits in a deferred sensor before streaming; Airflow runs it (dag.test runs the trigger in-process).
 

@@ -64,12 +64,19 @@ def _chromium() -> bool:
         return False
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"], env=env, capture_output=True, timeout=900)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"],
+        env=env,
+        capture_output=True,
+        timeout=900,
+    )
     return CHROMIUM.exists()
 
 
 def _unavailable(reason: str) -> None:
-    unavailable(reason, "install Debian's chromium (apt-get install chromium) and the pinned playwright (requirements.txt)")
+    unavailable(
+        reason, "install Debian's chromium (apt-get install chromium) and the pinned playwright (requirements.txt)"
+    )
 
 
 def _free_port() -> int:
@@ -132,18 +139,38 @@ class Api:
             if sum(r["state"] in ("success", "failed") for r in runs) >= done:
                 return runs
             if time.monotonic() > deadline:
-                raise AssertionError(f"{dag_id}: runs still not finished after {timeout} s: {[(r['dag_run_id'], r['state']) for r in runs]}")
+                raise AssertionError(
+                    f"{dag_id}: runs still not finished after {timeout} s:"
+                    f" {[(r['dag_run_id'], r['state']) for r in runs]}"
+                )
             time.sleep(1)
 
 
 def _forget_dags(api: Api, name: str) -> None:
     """Delete this test's DAGs (and their runs) from the tests' Airflow database: an unpaused stream DAG left there
     would have every later scheduler of that database start its runs, whose DAG file is gone with this test."""
-    for suffix in ("setup", "stream", "snapshot"):
+    for suffix in ("setup", "stream", "snapshot", "monitor"):
         try:
             api(f"/api/v2/dags/{quote(f'{name}__{suffix}', safe='')}", method="DELETE")
         except OSError:
             pass  # the API server is gone: the DAGs stay, paused ones harmless, and the next run's names differ
+
+
+def sign_in(page: Any, url: str, password: str) -> None:
+    """Open ``url``, which sends a visitor to the UI's login page, and sign in there as the runtime's admin with the
+    password `make up` printed. The timeouts are for a loaded machine: make test-long runs this beside five other
+    lanes on two cores, where the UI may take far longer than Playwright's defaults (5 s for an assertion, 30 s for an
+    action) to render a dialog or a log."""
+    from playwright.sync_api import expect
+
+    page.set_default_timeout(90_000)
+    expect.set_options(timeout=60_000)
+    page.goto(url, wait_until="networkidle", timeout=120_000)
+    page.wait_for_url("**/auth/login**", timeout=60_000)
+    page.locator("input[name=username]").fill("admin")
+    page.locator("input[type=password]").fill(password)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
 
 
 @pytest.fixture()
@@ -160,8 +187,13 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
     # the sensor pokes every 3 s: with 1 s, Airflow's scheduler once queued the rescheduled try before it had read
     # the executor's report of the first one, and then failed the task ("finished with state success, but the task
     # instance's state attribute is queued"), a race of Airflow's, not of the sensor
-    settings = ("snapshot.mode: no_data", "signal.data.collection: public.walflow_signal", "walflow.lake.enabled: false",
-                "walflow.snapshot.poke.seconds: 3", "incremental.snapshot.chunk.size: 20")
+    settings = (
+        "snapshot.mode: no_data",
+        "signal.data.collection: public.walflow_signal",
+        "walflow.lake.enabled: false",
+        "walflow.snapshot.poke.seconds: 3",
+        "incremental.snapshot.chunk.size: 20",
+    )
     port = _free_port()
     env = {
         **os.environ,
@@ -178,7 +210,13 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
     subprocess.run(["airflow", "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=300)
     log = (tmp_path / "airflow.log").open("w")
     processes = [
-        subprocess.Popen(["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)], env=env, stdout=log, stderr=log, start_new_session=True),
+        subprocess.Popen(
+            ["airflow", "api-server", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        ),
         subprocess.Popen(["airflow", "scheduler"], env=env, stdout=log, stderr=log, start_new_session=True),
     ]
     base = f"http://127.0.0.1:{port}"
@@ -226,8 +264,12 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     # the embedded runtime asks for credentials: the API without a token, a wrong password, both refused
     for request in (
         urllib.request.Request(f"{base}/api/v2/dags"),
-        urllib.request.Request(f"{base}/auth/token", data=json.dumps({"username": "admin", "password": "guess"}).encode(),
-                               method="POST", headers={"Content-Type": "application/json"}),
+        urllib.request.Request(
+            f"{base}/auth/token",
+            data=json.dumps({"username": "admin", "password": "guess"}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        ),
     ):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=10)
@@ -236,23 +278,22 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
-        # make test-long runs this beside five other lanes on two cores: the UI may take far longer than Playwright's
-        # defaults (5 s for an assertion, 30 s for an action) to render a dialog or a log while the machine is busy
-        page.set_default_timeout(90_000)
-        expect.set_options(timeout=60_000)
-        # the UI sends a visitor to its login page; the runtime's admin signs in with the password `make up` printed
-        page.goto(f"{base}/dags?tags={name}", wait_until="networkidle", timeout=120_000)
-        page.wait_for_url("**/auth/login**", timeout=60_000)
-        page.locator("input[name=username]").fill("admin")
-        page.locator("input[type=password]").fill(api.password)
-        page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
+        sign_in(page, f"{base}/dags?tags={name}", api.password)
         page.goto(f"{base}/dags?tags={name}", wait_until="networkidle", timeout=120_000)
         expect(page.get_by_text(snapshot_id)).to_be_visible()
         page.screenshot(path=str(shots / "dag-list.png"))
         page.goto(f"{base}/dags/{stream_id}", wait_until="networkidle", timeout=120_000)
+        # "networkidle" can come before the page has drawn (CI shot a blank 5.7 kB page once): the shot waits for the
+        # DAG's header, its run figures and the grid's task row
+        expect(page.get_by_text("Latest Run").first).to_be_visible()
+        expect(page.get_by_text("Failed Runs").first).to_be_visible()
+        expect(page.get_by_text("stream", exact=True).first).to_be_visible()
         page.screenshot(path=str(shots / "stream-grid.png"))
-        page.goto(f"{base}/dags/{stream_id}/runs/{quote(stream_run, safe='')}/tasks/stream", wait_until="networkidle", timeout=120_000)
+        page.goto(
+            f"{base}/dags/{stream_id}/runs/{quote(stream_run, safe='')}/tasks/stream",
+            wait_until="networkidle",
+            timeout=120_000,
+        )
         expect(page.get_by_text("batch done").first).to_be_visible(timeout=60_000)
         expect(page.get_by_text("streaming metrics").first).to_be_visible()
         page.screenshot(path=str(shots / "stream-task-log.png"))
@@ -302,9 +343,24 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
 
     # backfills still get one run per interval of the DAG's schedule (dry run: the scheduler would run them)
     backfill = subprocess.run(
-        ["airflow", "backfill", "create", "--dag-id", snapshot_id, "--from-date", "2024-03-01", "--to-date", "2024-03-03",
-         "--dag-run-conf", json.dumps({"data_collections": ["public.items"]}), "--dry-run"],
-        env=airflow["env"], capture_output=True, text=True, timeout=300,
+        [
+            "airflow",
+            "backfill",
+            "create",
+            "--dag-id",
+            snapshot_id,
+            "--from-date",
+            "2024-03-01",
+            "--to-date",
+            "2024-03-03",
+            "--dag-run-conf",
+            json.dumps({"data_collections": ["public.items"]}),
+            "--dry-run",
+        ],
+        env=airflow["env"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert backfill.returncode == 0, backfill.stderr[-2000:]
     for day in ("2024-03-01", "2024-03-02", "2024-03-03"):
@@ -313,6 +369,88 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
         assert (shots / shot).stat().st_size > 10_000
 
 
+@pytest.mark.long
+def test_the_walflow_page_shows_the_connectors_as_walflow_status_does(airflow: dict[str, Any]) -> None:
+    """The walflow page of Airflow's UI, behind Airflow's login: the overview and the connector's page, while its
+    stream DAG runs, show what `walflow status --json` prints and what the database says (slot position, last
+    batch), and the page's route refuses a request without a session."""
+    from playwright.sync_api import expect, sync_playwright
+
+    name, dsn, base, api = airflow["name"], airflow["dsn"], airflow["base"], airflow["api"]
+    stream_id = f"{name}__stream"
+    shots = artifacts()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE items SET v = 'seen' WHERE id <= 7")
+    api(f"/api/v2/dags/{stream_id}", {"is_paused": False}, "PATCH")
+    api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
+    api.wait_for_runs(stream_id, 1)
+    # the route is Airflow's: no session, no status
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{base}/walflow/api/status", timeout=30)
+    assert refused.value.code == 401, refused.value
+
+    def cli(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            ["walflow", "status", "--json", *args], env=airflow["env"], capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+        return dict(json.loads(done.stdout))
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        sign_in(page, f"{base}/walflow/", api.password)  # the page is behind Airflow's own login
+        # the page in Airflow's navigation (an external view: the UI frames the plugin's page)
+        page.goto(f"{base}/plugin/walflow", wait_until="networkidle", timeout=120_000)
+        frame = page.frame_locator("iframe").first
+        row = frame.locator(f"tr[data-connector='{name}']")
+        expect(row).to_be_visible()
+        page.screenshot(path=str(shots / "walflow-overview.png"))
+        everything = cli()
+        (listed,) = [c for c in everything["connectors"] if c["connector"] == name]
+        expect(row.locator("[data-state]").first).to_have_text(listed["state"])
+        expect(row.get_by_role("link", name=stream_id)).to_be_visible()
+
+        # the connector's page (opened by its link), against the CLI and the database
+        for _attempt in range(3):
+            page.goto(f"{base}/walflow/connectors/{quote(name, safe='')}", wait_until="networkidle", timeout=120_000)
+            expect(page.locator("body[data-loaded]")).to_be_attached()
+            shown = {
+                key: page.locator(f"[data-fact='{key}']").first.inner_text()
+                for key in ("confirmed_flush_lsn", "restart_lsn", "wal_status")
+            }
+            status = cli(name, "--history-hours", "24")
+            with psycopg.connect(dsn) as conn:
+                confirmed, restart, wal_status = conn.execute(
+                    "SELECT confirmed_flush_lsn::text, restart_lsn::text, wal_status FROM pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    (name,),
+                ).fetchone()
+            newest_shown = page.locator("#batches tbody tr").first.get_attribute("data-batch")
+            newest_listed = str((status["source"].get("history") or [{}])[-1].get("number"))
+            if shown["confirmed_flush_lsn"] == status["source"]["confirmed_flush_lsn"] == confirmed and (
+                newest_shown == newest_listed
+            ):
+                break  # else a scheduled batch ran between the three reads (moving the slot or not): read them again
+        assert shown == {"confirmed_flush_lsn": confirmed, "restart_lsn": restart, "wal_status": wal_status}
+        assert status["source"]["confirmed_flush_lsn"] == confirmed
+        history = status["source"]["history"]
+        assert history and history[-1]["number"] == status["source"]["last_batch"]["number"]
+        newest = page.locator("#batches tbody tr").first
+        expect(newest).to_have_attribute("data-batch", str(history[-1]["number"]))
+        expect(newest.locator("td").nth(2)).to_have_text(str(history[-1]["events"]))
+        expect(page.locator("[data-plot]")).to_have_count(3)
+        expect(page.locator(f"tr[data-dag='{stream_id}']")).to_be_visible()
+        expect(page.locator(".state").first).to_have_text(status["state"])
+        page.screenshot(path=str(shots / "walflow-connector.png"), full_page=True)
+        browser.close()
+    for shot in ("walflow-overview.png", "walflow-connector.png"):
+        assert (shots / shot).stat().st_size > 10_000
+
+
 def _signals(dsn: str) -> list[dict[str, Any]]:
     with psycopg.connect(dsn) as conn:
-        return [json.loads(data) for (data,) in conn.execute("SELECT data FROM walflow_signal WHERE type = 'execute-snapshot'").fetchall()]
+        return [
+            json.loads(data)
+            for (data,) in conn.execute("SELECT data FROM walflow_signal WHERE type = 'execute-snapshot'").fetchall()
+        ]

@@ -1,4 +1,5 @@
-"""Test-only hooks for the lake job: SIGKILL it at one of its points (``WALFLOW_APPLY_HOOKS=tests.faults.apply_kill:KillAt``).
+"""Test-only hooks for the lake job: SIGKILL it at one of its points
+(``WALFLOW_APPLY_HOOKS=tests.faults.apply_kill:KillAt``).
 
 ``WALFLOW_APPLY_FAULT=<point>[:<n>]`` names the point (one of :data:`walflow.lake.hooks.POINTS`) and which visit of
 it (the n-th table to reach it); ``WALFLOW_APPLY_FAULT_FILE`` a file where the point is written just before the

@@ -11,7 +11,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not RESULTS:
         return
     header = ("scenario", "iterations", "changes written", "changes found", "duplicates", "result")
-    rows = [header] + [tuple(str(r[k]) for k in ("scenario", "iterations", "written", "found", "duplicates", "result")) for r in RESULTS]
+    rows = [header] + [
+        tuple(str(r[k]) for k in ("scenario", "iterations", "written", "found", "duplicates", "result"))
+        for r in RESULTS
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     terminalreporter.section("walflow fault scenarios")
     for n, row in enumerate(rows):

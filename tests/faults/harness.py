@@ -56,10 +56,15 @@ class Writer(threading.Thread):
                     for _ in range(self.rng.randint(1, 4)):
                         op = self.rng.random()
                         if op < 0.5:
-                            cur.execute("INSERT INTO t VALUES (%s, %s, %s)", (self.next_id, self.rng.randint(0, 999), "w"))
+                            cur.execute(
+                                "INSERT INTO t VALUES (%s, %s, %s)", (self.next_id, self.rng.randint(0, 999), "w")
+                            )
                             self.next_id += 1
                         elif op < 0.85:
-                            cur.execute("UPDATE t SET v = v + 1, note = 'u' WHERE id = (SELECT id FROM t ORDER BY random() LIMIT 1)")
+                            cur.execute(
+                                "UPDATE t SET v = v + 1, note = 'u' WHERE id = (SELECT id FROM t ORDER BY random()"
+                                " LIMIT 1)"
+                            )
                         else:
                             cur.execute("DELETE FROM t WHERE id = (SELECT id FROM t ORDER BY random() LIMIT 1)")
                         changes += cur.rowcount
@@ -101,7 +106,12 @@ def check_topic(records: list[Any], dsn: str) -> tuple[int, int]:
         if rec.value is None:
             continue
         p = rec.payload
-        ident = (p["source"].get("lsn"), orjson.dumps(rec.key_payload, option=orjson.OPT_SORT_KEYS), p["op"], p["source"].get("txId"))
+        ident = (
+            p["source"].get("lsn"),
+            orjson.dumps(rec.key_payload, option=orjson.OPT_SORT_KEYS),
+            p["op"],
+            p["source"].get("txId"),
+        )
         if p["op"] == "r":
             ident += (orjson.dumps(p["after"], option=orjson.OPT_SORT_KEYS),)
         # Two fields may differ on a redelivery, as with Debezium: the envelope's ts_ms (when the event was
@@ -115,7 +125,11 @@ def check_topic(records: list[Any], dsn: str) -> tuple[int, int]:
             duplicates += 1
             if p["op"] != "r" and seen[ident] != content:
                 first = seen[ident]
-                diff = {k: (first.get(k), content.get(k)) for k in set(first) | set(content) if first.get(k) != content.get(k)}
+                diff = {
+                    k: (first.get(k), content.get(k))
+                    for k in set(first) | set(content)
+                    if first.get(k) != content.get(k)
+                }
                 if "source" in diff:
                     a, b = diff.pop("source")
                     diff.update({f"source.{k}": (a.get(k), b.get(k)) for k in set(a) | set(b) if a.get(k) != b.get(k)})
@@ -129,7 +143,9 @@ def check_topic(records: list[Any], dsn: str) -> tuple[int, int]:
     missing = set(source) - set(state)
     extra = set(state) - set(source)
     wrong = [k for k in source if k in state and state[k] != source[k]]
-    assert not (missing or extra or wrong), f"topic replay differs from the source: {len(missing)} missing, {len(extra)} extra, {len(wrong)} wrong"
+    assert not (missing or extra or wrong), (
+        f"topic replay differs from the source: {len(missing)} missing, {len(extra)} extra, {len(wrong)} wrong"
+    )
     return found, duplicates
 
 
@@ -139,15 +155,30 @@ def check_lake(spark: Any, config: Any, dsn: str, warehouse: str) -> None:
 
     namespace = config.walflow_lake_namespace or config.topic_prefix
     apply_lake(spark, config, warehouse)
-    lake = {r["id"]: {"id": r["id"], "v": r["v"], "note": r["note"]} for r in lake_rows(namespace, table_name("public", "t"), warehouse)}
+    lake = {
+        r["id"]: {"id": r["id"], "v": r["v"], "note": r["note"]}
+        for r in lake_rows(namespace, table_name("public", "t"), warehouse)
+    }
     source = source_rows(dsn)
-    assert lake == source, f"lake differs from the source: {len(set(source) ^ set(lake))} keys differ, {sum(1 for k in source if lake.get(k) != source[k])} rows differ"
+    assert lake == source, (
+        f"lake differs from the source: {len(set(source) ^ set(lake))} keys differ,"
+        f" {sum(1 for k in source if lake.get(k) != source[k])} rows differ"
+    )
 
 
 def record(scenario: str, iterations: int, written: int, found: int, duplicates: int, result: str = "pass") -> None:
     # a change whose COMMIT was cut off by a restart may have committed: found can exceed written, never trail it
     assert found >= written, f"{scenario}: {written} changes committed but only {found} reached Kafka"
-    RESULTS.append({"scenario": scenario, "iterations": iterations, "written": written, "found": found, "duplicates": duplicates, "result": result})
+    RESULTS.append(
+        {
+            "scenario": scenario,
+            "iterations": iterations,
+            "written": written,
+            "found": found,
+            "duplicates": duplicates,
+            "result": result,
+        }
+    )
 
 
 @contextmanager
@@ -156,8 +187,16 @@ def scenario(name: str, iterations: int) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        RESULTS.append({"scenario": name, "iterations": iterations, "written": "-", "found": "-", "duplicates": "-",
-                        "result": f"FAIL ({type(exc).__name__})"})
+        RESULTS.append(
+            {
+                "scenario": name,
+                "iterations": iterations,
+                "written": "-",
+                "found": "-",
+                "duplicates": "-",
+                "result": f"FAIL ({type(exc).__name__})",
+            }
+        )
         raise
 
 

@@ -6,7 +6,7 @@ replays to the new primary's table, nothing committed is missing, and the only d
 what the synchronized slot had not yet confirmed. Without it, the stream stops with an error that names the lost
 slot and the way back, and a setup with ``snapshot.mode: when_needed`` re-reads the table into a new slot.
 
-Each iteration runs on a new PostgreSQL 18 pair (:mod:`walflow.runtime.replicas`); ``make test`` runs 3 iterations,
+Each iteration runs on a new PostgreSQL 18 pair (:mod:`sandbox.replicas`); ``make test`` runs 3 iterations,
 ``make test-faults`` 20. The state table is in the source, so it fails over with the data.
 """
 
@@ -20,15 +20,15 @@ from typing import Any
 import psycopg
 import pytest
 
+from sandbox import replicas as pair
 from tests.faults.harness import ITERATIONS, Writer, all_records, check_topic, record, scenario, seed_table
 from tests.support import producer, unique
 from walflow.capture.setup import ConnectorSetup
 from walflow.capture.stream import StreamBatch
 from walflow.config.connector import ConnectorConfig, parse_config
 from walflow.errors import SlotError, SourceUnavailableError, WalflowError
-from walflow.runtime import replicas as pair
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.replicas]
 
 #: where the primary dies inside the batch: at the BEGIN of its n-th transaction (some of its records handed to the
 #: producer already), before the flush, and after Kafka acknowledged them but before the slot moved (every record of
@@ -50,7 +50,9 @@ class Primary:
             return
         if stage == "before_produce":
             self._begins += 1
-        if (self.stage == "mid-batch" and stage == "before_produce" and self._begins == self.nth) or stage == self.stage:
+        if (
+            self.stage == "mid-batch" and stage == "before_produce" and self._begins == self.nth
+        ) or stage == self.stage:
             self.killed = True
             pair.stop(self.replicas, "primary", "immediate")
 
@@ -67,8 +69,9 @@ def _prepare(replicas: pair.Replicas, failover: bool) -> ConnectorConfig:
         conn.execute(f"GRANT CREATE ON SCHEMA public TO {ROLE}")
         conn.execute(f'CREATE PUBLICATION "{name}" FOR TABLE t')
     config = parse_config({
-        "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name, "publication.autocreate.mode": "disabled",
-        "table.include.list": "public.t", "slot.failover": failover, "walflow.batch.max.events": 400,
+        "name": name, "topic.prefix": name, "slot.name": name, "publication.name": name,
+        "publication.autocreate.mode": "disabled", "table.include.list": "public.t", "slot.failover": failover,
+        "walflow.batch.max.events": 400,
     })  # fmt: skip
     ConnectorSetup(config, replicas.dsn("primary", user=ROLE, password=PASSWORD), producer).run()
     return config
@@ -82,11 +85,17 @@ def _synchronized(replicas: pair.Replicas, slot: str, config: ConnectorConfig, d
     """Stream until the standby's copy of the slot is persistent and has caught up with a position the primary's
     slot confirmed (the slot synchronization worker runs every 0.2 to 30 s)."""
     deadline = time.monotonic() + timeout
-    with psycopg.connect(replicas.dsn("primary"), autocommit=True) as primary, psycopg.connect(replicas.dsn("standby"), autocommit=True) as standby:
-        target = primary.execute("SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()[0]
+    with (
+        psycopg.connect(replicas.dsn("primary"), autocommit=True) as primary,
+        psycopg.connect(replicas.dsn("standby"), autocommit=True) as standby,
+    ):
+        target = primary.execute(
+            "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()[0]
         while time.monotonic() < deadline:
             row = standby.execute(
-                "SELECT NOT temporary AND synced AND confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                "SELECT NOT temporary AND synced AND confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE"
+                " slot_name = %s",
                 (target, slot),
             ).fetchone()
             if row and row[0]:
@@ -142,7 +151,11 @@ def _iteration(rng: random.Random, failover: bool) -> tuple[int, int, int, str]:
         after = Writer(replicas.dsn("standby"), rng.randrange(1 << 30), first_id=5_000_000, pause=0.002)
         before = 0
         if not failover:
-            with pytest.raises(SlotError, match=rf"replication slot '{config.slot_name}' does not exist.*after a failover.*'when_needed'.*slot\.failover: true"):
+            with pytest.raises(
+                SlotError,
+                match=rf"replication slot '{config.slot_name}' does not exist.*after a failover"
+                r".*'when_needed'.*slot\.failover: true",
+            ):
                 _batch(config, new)
             # The way back: a new snapshot into a new slot. What the topic held before it may include transactions
             # the old primary decoded and the standby never received (a slot without failover is not held back by
@@ -173,7 +186,13 @@ def test_failover_to_a_standby_with_a_failover_slot() -> None:
         for _ in range(iterations):
             w, f, d, stage = _iteration(rng, failover=True)
             written, found, duplicates, stages = written + w, found + f, duplicates + d, stages | {stage}
-        record(f"failover to the standby, slot.failover ({', '.join(sorted(stages))})", iterations, written, found, duplicates)
+        record(
+            f"failover to the standby, slot.failover ({', '.join(sorted(stages))})",
+            iterations,
+            written,
+            found,
+            duplicates,
+        )
 
 
 @pytest.mark.long
@@ -199,7 +218,9 @@ def test_a_failover_slot_whose_standby_is_away_fails_the_batch_instead_of_waitin
             conn.execute("INSERT INTO t VALUES (2000000, 1, 'before the standby went away')")
         pair.stop(replicas, "standby")
         started = time.monotonic()
-        with pytest.raises(SourceUnavailableError, match=r"'walflow_standby' in synchronized_standby_slots.*not streaming now"):
+        with pytest.raises(
+            SourceUnavailableError, match=r"'walflow_standby' in synchronized_standby_slots.*not streaming now"
+        ):
             _batch(config, dsn)
         assert time.monotonic() - started < 10
         pair.start(replicas, "standby")

@@ -16,7 +16,7 @@ SIGNALS = "public.walflow_signal"
 
 @pytest.fixture()
 def connector_role(database: str) -> Iterator[dict[str, str]]:
-    """Apply include/sql/roles.sql with psql as the superuser, for two tables that two applications' roles own,
+    """Apply walflow/source/sql/roles.sql with psql as the superuser, for two tables that two applications' roles own,
     with the signal table, a signal-writer role and a reader role; yield the new roles' DSNs and the connector
     role's password (unique to the test)."""
     role = unique("walflow_role").lower()
@@ -29,14 +29,23 @@ def connector_role(database: str) -> Iterator[dict[str, str]]:
         conn.execute("CREATE TABLE audit (id int PRIMARY KEY, note text)")  # not captured: keeps its owner
         conn.execute("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 250) g")
         for app in apps:
-            conn.execute(f'CREATE ROLE "{app}" LOGIN PASSWORD \'{PASSWORD}\'')
+            conn.execute(f"CREATE ROLE \"{app}\" LOGIN PASSWORD '{PASSWORD}'")
         # two applications, each owning its tables
         conn.execute(f'ALTER TABLE customers OWNER TO "{apps[0]}"')
         conn.execute(f'ALTER TABLE audit OWNER TO "{apps[0]}"')
         conn.execute(f'ALTER TABLE orders OWNER TO "{apps[1]}"')
-        conn.execute(f'CREATE ROLE "{writers}" LOGIN PASSWORD \'{PASSWORD}\'')  # the trusted users who may start ad-hoc snapshots
+        conn.execute(
+            f"CREATE ROLE \"{writers}\" LOGIN PASSWORD '{PASSWORD}'"
+        )  # the trusted users who may start ad-hoc snapshots
     roles_sql = lambda **extra: apply_roles_sql(  # noqa: E731
-        database, role, "public.customers,public.orders", password=password, reader=reader, signal_table=SIGNALS, signal_writers=writers, **extra
+        database,
+        role,
+        "public.customers,public.orders",
+        password=password,
+        reader=reader,
+        signal_table=SIGNALS,
+        signal_writers=writers,
+        **extra,
     )
     roles_sql()
     roles_sql()  # safe to run again
@@ -54,9 +63,16 @@ def connector_role(database: str) -> Iterator[dict[str, str]]:
         }
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
-            for slot in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()").fetchall():
+            for slot in conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
+            ).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", slot)
-            groups = [r for (r,) in conn.execute("SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchall()]
+            groups = [
+                r
+                for (r,) in conn.execute(
+                    "SELECT rolname FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)
+                ).fetchall()
+            ]
             names = ", ".join(f'"{n}"' for n in (role, *groups, writers, reader, *apps))
             conn.execute(f"REASSIGN OWNED BY {names} TO CURRENT_USER")
             conn.execute(f"DROP OWNED BY {names}")

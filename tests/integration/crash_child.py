@@ -26,9 +26,9 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     if "WALFLOW_TEST_ROUND_ROWS" in os.environ:  # rounds of a known size, whatever the default
-        import walflow.capture.stream
+        import walflow.capture.stream.rounds
 
-        walflow.capture.stream.ROUND_ROWS = int(os.environ["WALFLOW_TEST_ROUND_ROWS"])
+        walflow.capture.stream.rounds.ROUND_ROWS = int(os.environ["WALFLOW_TEST_ROUND_ROWS"])
     config = parse_config(raw)
     if stage.startswith("snapshot"):
         setup(config, dsn, fault_hook=hook)

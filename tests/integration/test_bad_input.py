@@ -36,7 +36,9 @@ def run_sql(dsn: str, *statements: str) -> None:
 
 def slot_position(dsn: str, slot: str) -> str | None:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        row = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
     return row[0] if row else None
 
 
@@ -57,7 +59,7 @@ def _as_postgres(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def replica_server() -> Iterator[str]:
     """A tiny second cluster with wal_level=replica, from the same binaries as the embedded one; yields its DSN."""
-    from walflow.runtime.embedded import pg_bindir
+    from sandbox.embedded import pg_bindir
 
     bindir = pg_bindir()
     root = Path("/var/tmp") / f"walflow-test-replica-{uuid.uuid4().hex[:8]}"
@@ -66,10 +68,17 @@ def replica_server() -> Iterator[str]:
         shutil.chown(root, "postgres", "postgres")
     data, port = root / "data", free_port()
     try:
-        init = _as_postgres([str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+        init = _as_postgres(
+            [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]
+        )
         assert init.returncode == 0, init.stderr
-        options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={root} -c wal_level=replica -c fsync=off -c shared_buffers=16MB"
-        start = _as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-t", "60", "-o", options, "start"])
+        options = (
+            f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={root} -c wal_level=replica"
+            " -c fsync=off -c shared_buffers=16MB"
+        )
+        start = _as_postgres(
+            [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-t", "60", "-o", options, "start"]
+        )
         assert start.returncode == 0, start.stderr
         yield f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
     finally:
@@ -124,7 +133,9 @@ def test_kafka_unreachable_before_the_initial_snapshot_creates_no_slot(database:
 def test_captured_table_dropped_or_renamed_while_streaming(database: str) -> None:
     run_sql(database, "CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, v text)")
     hand_over(database, "a", "b")  # a 'filtered' publication names only tables its creator owns
-    config = connector(unique("ddl"), **{"table.include.list": r"public\.a,public\.b", "publication.autocreate.mode": "filtered"})
+    config = connector(
+        unique("ddl"), **{"table.include.list": r"public\.a,public\.b", "publication.autocreate.mode": "filtered"}
+    )
     prepare_source(config, database)
     run_sql(
         database,
@@ -137,7 +148,11 @@ def test_captured_table_dropped_or_renamed_while_streaming(database: str) -> Non
     )
     summary = stream(config, database)
     # every change made while the table was captured is delivered, decoded with the table's definition then
-    assert [(r.op, r.key_payload["id"]) for r in read_topic(f"{config.topic_prefix}.public.a")] == [("c", 1), ("c", 2), ("u", 2)]
+    assert [(r.op, r.key_payload["id"]) for r in read_topic(f"{config.topic_prefix}.public.a")] == [
+        ("c", 1),
+        ("c", 2),
+        ("u", 2),
+    ]
     assert [(r.op, r.key_payload["id"]) for r in read_topic(f"{config.topic_prefix}.public.b")] == [("c", 1)]
     # after the rename the table is public.c, which the include list does not capture: filtered, not streamed
     assert read_topic(f"{config.topic_prefix}.public.c") == [] and summary.filtered == 1
@@ -160,7 +175,11 @@ def test_oversized_signal_is_logged_with_its_id_and_skipped(database: str, caplo
     from walflow.source.signals import MAX_SIGNAL_BYTES, signal_status
 
     # a signal table of the user's own, whose data column (text) accepts more than walflow reads
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "CREATE TABLE signals (id text PRIMARY KEY, type text NOT NULL, data text)")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "CREATE TABLE signals (id text PRIMARY KEY, type text NOT NULL, data text)",
+    )
     config = connector(unique("bigsig"), **{"signal.data.collection": "public.signals", "snapshot.mode": "no_data"})
     setup(config, database)
     huge = '{"data-collections": ["public.t"], "pad": "' + "x" * (MAX_SIGNAL_BYTES + 1) + '"}'
@@ -185,15 +204,26 @@ def test_table_without_primary_key_receiving_updates(database: str, caplog: pyte
     config = connector(unique("nopk"), **{"snapshot.mode": "no_data"})
     with caplog.at_level("WARNING"):
         setup(config, database)
-    assert any("nopk has no primary key" in r.getMessage() and "REPLICA IDENTITY FULL" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert any(
+        "nopk has no primary key" in r.getMessage() and "REPLICA IDENTITY FULL" in r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING"
+    )
     run_sql(database, "INSERT INTO nopk VALUES ('b', 2)")
     # default identity: PostgreSQL itself refuses the change, so nothing is half-applied
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="does not have a replica identity and publishes updates"):
+    with pytest.raises(
+        psycopg.errors.ObjectNotInPrerequisiteState, match="does not have a replica identity and publishes updates"
+    ):
         run_sql(database, "UPDATE nopk SET n = 20 WHERE msg = 'b'")
     with psycopg.connect(database) as conn:
         assert conn.execute("SELECT n FROM nopk WHERE msg = 'b'").fetchone() == (2,)
     # FULL identity: updates and deletes are captured, with a null key and the whole old row in 'before'
-    run_sql(database, "ALTER TABLE nopk REPLICA IDENTITY FULL", "UPDATE nopk SET n = 20 WHERE msg = 'b'", "DELETE FROM nopk WHERE msg = 'a'")
+    run_sql(
+        database,
+        "ALTER TABLE nopk REPLICA IDENTITY FULL",
+        "UPDATE nopk SET n = 20 WHERE msg = 'b'",
+        "DELETE FROM nopk WHERE msg = 'a'",
+    )
     stream(config, database)
     records = read_topic(f"{config.topic_prefix}.public.nopk")
     assert [r.op for r in records] == ["c", "u", "d", None]  # a tombstone with a null key, as Debezium sends
@@ -214,7 +244,14 @@ def test_awkward_names_streamed_end_to_end(database: str) -> None:
         f"CREATE TABLE {qualified} ({ident(key_col)} int PRIMARY KEY, {ident(val_col)} text)",
     )
     hand_over(database, qualified)
-    config = connector(unique("names"), **{"publication.autocreate.mode": "filtered", "table.include.list": r"Sch .*\.Tåb .*", "snapshot.mode": "no_data"})
+    config = connector(
+        unique("names"),
+        **{
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": r"Sch .*\.Tåb .*",
+            "snapshot.mode": "no_data",
+        },
+    )
     setup(config, database)
     run_sql(
         database,

@@ -17,10 +17,14 @@ from walflow.config.connector import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.faults
+
 
 def confirmed_lsn(dsn: str, slot: str) -> str:
     with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()[0]
+        return conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()[0]
 
 
 @pytest.mark.parametrize("stage", ["before_produce", "produced", "flushed"])
@@ -33,7 +37,9 @@ def test_killed_batch_is_redelivered_in_full(database: str, stage: str) -> None:
     prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
         for i in range(5):
-            conn.execute("INSERT INTO t SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g", (i * 1000, i * 1000 + 999))
+            conn.execute(
+                "INSERT INTO t SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g", (i * 1000, i * 1000 + 999)
+            )
         conn.execute("UPDATE t SET v = 'changed' WHERE id % 10 = 0")
         conn.execute("DELETE FROM t WHERE id % 13 = 0")
     before = confirmed_lsn(database, config.slot_name)

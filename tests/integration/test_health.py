@@ -12,7 +12,8 @@ import pytest
 
 from tests.privileges import as_connector
 from tests.support import connector, setup, stream, unique
-from walflow.runtime.cli import render, status
+from walflow.admin.cli import render
+from walflow.airflow.status import status
 from walflow.source.connection import connect
 from walflow.source.health import HealthLimits, assess_slot_health, pending_wal_bytes, slot_health
 from walflow.source.pgoutput import str_to_lsn
@@ -21,7 +22,11 @@ from walflow.source.state import StateStore
 
 def write(dsn: str, rows: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, %s) g ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v || 'y'", (rows,))
+        conn.execute(
+            "INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, %s) g ON CONFLICT (id) DO UPDATE SET v ="
+            " EXCLUDED.v || 'y'",
+            (rows,),
+        )
 
 
 def state_of(dsn: str, config: Any) -> dict[str, Any]:
@@ -69,7 +74,9 @@ def test_slot_health_follows_writes_and_batches(database: str) -> None:
     assert caught_up.seconds_since_confirmed is not None and 0 <= caught_up.seconds_since_confirmed < 60
     # the same record, judged an hour later, is stale
     with connect(as_connector(database)) as conn:
-        later = slot_health(conn, config.slot_name, state_of(database, config), now_ms=caught_up.confirmed_at_ms + 3_600_000)
+        later = slot_health(
+            conn, config.slot_name, state_of(database, config), now_ms=caught_up.confirmed_at_ms + 3_600_000
+        )
     warnings, _ = assess_slot_health(later, HealthLimits(warn_seconds_since_confirmed=600))
     assert later.seconds_since_confirmed == 3600.0 and any("3600 s ago" in w for w in warnings)
 
@@ -92,13 +99,55 @@ def test_status_shows_health_and_limits(database: str, tmp_path: Path, monkeypat
     report = status(name, dsn=as_connector(database))
     source = report["source"]
     assert source["exists"] and source["seconds_since_confirmed"] is not None and source["retained_wal_bytes"] > 1000
-    assert any("retains" in w and "walflow.slot.max.retained.wal.bytes=1000" in w for w in source["warnings"]) and source["error"] is None
+    assert (
+        any("retains" in w and "walflow.slot.max.retained.wal.bytes=1000" in w for w in source["warnings"])
+        and source["error"] is None
+    )
+    assert report["state"] == "behind" and report["problems"][0]["reason"].startswith(f"connector {name!r}: slot")
     text = render(report)
-    assert "last confirmed" in text and "s ago" in text and "WARNING: slot" in text
+    assert "last confirmed" in text and "s ago" in text and f"behind: connector {name!r}: slot" in text
     # the command's exit status, for monitoring: 0 with warnings only, 1 once the slot is gone
-    from walflow.runtime.cli import main
+    from walflow.admin.cli import main
 
     assert main(["status", name, "--dsn", as_connector(database)]) == 0
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot(%s)", (config.slot_name,))
     assert main(["status", name, "--dsn", as_connector(database)]) == 1
+
+
+def test_batch_history_is_a_bounded_ring(database: str) -> None:
+    """Every batch adds its line to the connector's history, in the same statement as its record; the history keeps
+    the last walflow.status.history.batches lines, and a history made smaller since drops the rest at its next
+    turn."""
+    from walflow.capture.batches import HISTORY_PREFIX, batch_history
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    config = connector(unique("ring"), **{"snapshot.mode": "no_data", "walflow.status.history.batches": "3"})
+    setup(config, database)
+
+    def history() -> list[dict[str, Any]]:
+        with connect(as_connector(database)) as conn:
+            store = StateStore(conn, config.name, config.state_table)
+            assert len(store.prefixed(HISTORY_PREFIX)) == len(batch_history(store))
+            return batch_history(store)
+
+    for batch in range(1, 8):
+        write(database, 10 * batch)
+        summary = stream(config, database)
+        lines = history()
+        assert [line["number"] for line in lines] == list(range(max(1, batch - 2), batch + 1))
+        assert lines[-1]["events"] == summary.events and lines[-1]["advanced_to"] == summary.advanced_to
+    assert len(history()) == 3
+    smaller = config.model_copy(update={"walflow_status_history_batches": 2})
+    stream(smaller, database)  # batch 8: 8 % 2 == 0, a turn of the smaller ring
+    assert [line["number"] for line in history()] == [7, 8]
+    # what walflow status and the UI page show of it: the lines of the last hours, oldest first
+    report = status_of(config, database)
+    assert [line["number"] for line in report["source"]["history"]] == [7, 8]
+
+
+def status_of(config: Any, database: str) -> dict[str, Any]:
+    from walflow.airflow.status import connector_status
+
+    return connector_status(config, dsn=as_connector(database), history_hours=1, lake=False)

@@ -1,5 +1,5 @@
 """Hostile and oversized input, as an attacker and as a careless user would send it (the connector runs as the
-least-privilege role of include/sql/roles.sql): no smuggled statement runs, no secret leaks, no record stops the
+least-privilege role of walflow/source/sql/roles.sql): no smuggled statement runs, no secret leaks, no record stops the
 slot for good, no drift goes unnoticed, no pattern stalls the task."""
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from walflow.capture.stream import StreamBatch
 from walflow.config.files import load_all, load_config
 from walflow.errors import ConfigError, DriftError, PatternError, RecordTooLargeError, SourceError
 from walflow.kafka import EventProducer, producer_settings
+
+# most of these run DAGs through Airflow; the one that needs the lake job is marked spark by its fixture
+pytestmark = pytest.mark.airflow
 
 SIGNALS = "public.walflow_signal"
 
@@ -50,7 +53,9 @@ def run_sql_params(dsn: str, text: str, *params: Any) -> None:
 
 
 def signal_status(dsn: str, config: Any, signal_id: str) -> dict[str, Any]:
-    rows = query(dsn, "SELECT value FROM walflow_state WHERE connector = %s AND key = %s", config.name, f"signal:{signal_id}")
+    rows = query(
+        dsn, "SELECT value FROM walflow_state WHERE connector = %s AND key = %s", config.name, f"signal:{signal_id}"
+    )
     assert rows, f"no status recorded for signal {signal_id}"
     return rows[0][0]
 
@@ -61,7 +66,12 @@ def slot_lsn(dsn: str, slot: str) -> str | None:
 
 
 def signals_connector(dsn: str, **overrides: Any) -> Any:
-    raw = {"signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 100, **overrides}
+    raw = {
+        "signal.data.collection": SIGNALS,
+        "snapshot.mode": "no_data",
+        "incremental.snapshot.chunk.size": 100,
+        **overrides,
+    }
     config = connector(unique("hostile"), **raw)
     setup(config, dsn)
     return config
@@ -83,21 +93,41 @@ def test_statements_in_a_condition_never_run(database: str) -> None:
     )
     # the role owns the captured tables (a 'filtered' publication needs it), so a statement it runs could drop them
     hand_over(database, "orders", "victim")
-    config = signals_connector(database, **{"publication.autocreate.mode": "filtered", "table.include.list": r"public\.orders,public\.victim"})
-    smuggled = send_signal(database, "execute-snapshot", {
-        "data-collections": ["public.orders"],
-        "additional-condition": "1=1); DELETE FROM public.victim; DROP TABLE public.orders CASCADE; SELECT (1",
-    })
-    union = send_signal(database, "execute-snapshot", {
-        "data-collections": ["public.orders"],
-        "additional-condition": "true) UNION SELECT id::text, secret FROM public.victim WHERE (true",
-    })
-    per_table = send_signal(database, "execute-snapshot", {
-        "data-collections": ["public.orders"],
-        "additional-conditions": [{"data-collection": "public.orders", "filter": "true); DELETE FROM public.victim; SELECT (1"}],
-    })
-    function = send_signal(database, "execute-snapshot", {"data-collections": ["public.orders"], "additional-condition": "public.evil()"})
-    good = send_signal(database, "execute-snapshot", {"data-collections": ["public.orders"], "additional-condition": "id <= 5"})
+    config = signals_connector(
+        database, **{"publication.autocreate.mode": "filtered", "table.include.list": r"public\.orders,public\.victim"}
+    )
+    smuggled = send_signal(
+        database,
+        "execute-snapshot",
+        {
+            "data-collections": ["public.orders"],
+            "additional-condition": "1=1); DELETE FROM public.victim; DROP TABLE public.orders CASCADE; SELECT (1",
+        },
+    )
+    union = send_signal(
+        database,
+        "execute-snapshot",
+        {
+            "data-collections": ["public.orders"],
+            "additional-condition": "true) UNION SELECT id::text, secret FROM public.victim WHERE (true",
+        },
+    )
+    per_table = send_signal(
+        database,
+        "execute-snapshot",
+        {
+            "data-collections": ["public.orders"],
+            "additional-conditions": [
+                {"data-collection": "public.orders", "filter": "true); DELETE FROM public.victim; SELECT (1"}
+            ],
+        },
+    )
+    function = send_signal(
+        database, "execute-snapshot", {"data-collections": ["public.orders"], "additional-condition": "public.evil()"}
+    )
+    good = send_signal(
+        database, "execute-snapshot", {"data-collections": ["public.orders"], "additional-condition": "id <= 5"}
+    )
     for _ in range(10):
         summary = stream(config, database)
         if not summary.events and not summary.snapshot_rows:
@@ -116,12 +146,22 @@ def test_statements_in_a_condition_never_run(database: str) -> None:
 
 
 # -- 2. the snapshot form renders no Connection ----------------------------------------------------------------------
-def test_the_snapshot_form_renders_no_connection_secret(database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+def test_the_snapshot_form_renders_no_connection_secret(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     from walflow.airflow.dag_factory import build_connector_dags
 
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, updated_at timestamp)")
     name = unique("form")
-    env = airflow_connector(tmp_path, name, database, bootstrap(), f"signal.data.collection: {SIGNALS}", "walflow.lake.enabled: false", "snapshot.mode: no_data")
+    env = airflow_connector(
+        tmp_path,
+        name,
+        database,
+        bootstrap(),
+        f"signal.data.collection: {SIGNALS}",
+        "walflow.lake.enabled: false",
+        "snapshot.mode: no_data",
+    )
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     password = json.loads(env[f"AIRFLOW_CONN_{name.upper()}_PG"])["password"]
@@ -129,7 +169,10 @@ def test_the_snapshot_form_renders_no_connection_secret(database: str, tmp_path:
     assert dags[f"{name}__setup"].test().state == "success"
     snapshot = dags[f"{name}__snapshot"]
     leak = snapshot.test(
-        run_conf={"data_collections": ["public.t"], "additional_condition": "'{{ conn." + f"{name}_pg" + ".password }}' <> ''"},
+        run_conf={
+            "data_collections": ["public.t"],
+            "additional_condition": "'{{ conn." + f"{name}_pg" + ".password }}' <> ''",
+        },
         mark_success_pattern="wait_for_snapshot",
     )
     assert leak.state == "failed"
@@ -146,16 +189,24 @@ def test_the_snapshot_form_renders_no_connection_secret(database: str, tmp_path:
     # (each kind is refused in tests/unit/test_expressions.py; one goes through the form here)
     for bomb in ("{{ 9**9**9 }}",):
         started = time.monotonic()
-        refused = snapshot.test(run_conf={"data_collections": ["public.t"], "additional_condition": f"id::text = '{bomb}'"},
-                                mark_success_pattern="wait_for_snapshot")
+        refused = snapshot.test(
+            run_conf={"data_collections": ["public.t"], "additional_condition": f"id::text = '{bomb}'"},
+            mark_success_pattern="wait_for_snapshot",
+        )
         assert refused.state == "failed" and time.monotonic() - started < 30, bomb
     assert query(database, f"SELECT count(*) FROM {SIGNALS}") == [(1,)]
     # a condition that would act passes the form (it is one expression) and fails its signal in the stream
-    killer = snapshot.test(run_conf={"data_collections": ["public.t"], "additional_condition": "pg_terminate_backend(pg_backend_pid())"},
-                           mark_success_pattern="wait_for_snapshot")
+    killer = snapshot.test(
+        run_conf={"data_collections": ["public.t"], "additional_condition": "pg_terminate_backend(pg_backend_pid())"},
+        mark_success_pattern="wait_for_snapshot",
+    )
     assert killer.state == "success"
     assert dags[f"{name}__stream"].test().state == "success"
-    (status,) = query(database, "SELECT value FROM walflow_state WHERE key LIKE 'signal:%%' AND value->>'error' LIKE '%%pg_terminate_backend%%'")[0]
+    (status,) = query(
+        database,
+        "SELECT value FROM walflow_state WHERE key LIKE 'signal:%%'"
+        " AND value->>'error' LIKE '%%pg_terminate_backend%%'",
+    )[0]
     assert status["status"] == "failed" and "VOLATILE" in status["error"]
     assert dags[f"{name}__stream"].test().state == "success"  # the stream goes on: no backend was terminated
     out = capfd.readouterr()
@@ -179,13 +230,22 @@ def test_oversized_record_stops_before_it_and_loses_nothing(database: str) -> No
     with pytest.raises(RecordTooLargeError) as raised:
         stream(config, database)
     message = str(raised.value)
-    for part in ("table public.big", '"id":2', "LSN ", "2000", "message.max.bytes=1000000", "max.message.bytes", "largest column is 'v'", "column.truncate.to"):
+    for part in (
+        "table public.big",
+        '"id":2',
+        "LSN ",
+        "2000",
+        "message.max.bytes=1000000",
+        "max.message.bytes",
+        "largest column is 'v'",
+        "column.truncate.to",
+    ):
         assert part in message, (part, message)
     # the transaction before it was delivered and confirmed; the slot waits at the oversized one
     after = slot_lsn(database, config.slot_name)
     assert after != before
     assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.big")] == [1]
-    with pytest.raises(RecordTooLargeError, match="table public.big"):  # the same, not a stuck or skipped slot
+    with pytest.raises(RecordTooLargeError, match=r"table public\.big"):  # the same, not a stuck or skipped slot
         stream(config, database)
     assert slot_lsn(database, config.slot_name) == after
 
@@ -241,7 +301,11 @@ def test_a_value_the_stream_cannot_convert_stops_before_its_transaction_with_the
     run_sql(database, "CREATE TABLE conv (id int PRIMARY KEY, n bigint)")
     config = connector(unique("conv"))
     setup(config, database)
-    for statement in ("INSERT INTO conv VALUES (1, 1)", "INSERT INTO conv VALUES (2, 13)", "INSERT INTO conv VALUES (3, 3)"):
+    for statement in (
+        "INSERT INTO conv VALUES (1, 1)",
+        "INSERT INTO conv VALUES (2, 13)",
+        "INSERT INTO conv VALUES (3, 3)",
+    ):
         run_sql(database, statement)
     monkeypatch.setattr(events, "build_converter", refusing_13)
     for _ in range(2):  # the same place each time: not a stuck or a skipped slot
@@ -253,10 +317,21 @@ def test_a_value_the_stream_cannot_convert_stops_before_its_transaction_with_the
         assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.conv")] == [1]
     # the batch's state is saved before it fails: the next batch's source.sequence starts where the slot is
     with psycopg.connect(database) as conn:
-        slot_at = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone()[0]
-        (last,) = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'last_batch'", (config.name,)).fetchone()
+        slot_at = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+        ).fetchone()[0]
+        (last,) = conn.execute(
+            "SELECT value FROM walflow_state WHERE connector = %s AND key = 'last_batch'", (config.name,)
+        ).fetchone()
     assert last["confirmed_to"] == slot_at and last["stopped_by"] == "value not convertible", last
-    past = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "column.exclude.list": r"public\.conv\.n"})
+    past = connector(
+        config.name,
+        **{
+            "slot.name": config.slot_name,
+            "publication.name": config.publication_name,
+            "column.exclude.list": r"public\.conv\.n",
+        },
+    )
     stream(past, database)
     records = read_topic(f"{config.topic_prefix}.public.conv")
     assert [r.key_payload["id"] for r in records] == [1, 2, 3] and "n" not in records[1].payload["after"]
@@ -276,7 +351,9 @@ def test_a_slot_or_topic_prefix_belongs_to_one_connector(database: str, tmp_path
     with pytest.raises(DriftError, match=f"topic prefix '{first.topic_prefix}' belongs to connector '{first.name}'"):
         setup(same_prefix, database)
     # refused before anything was created
-    assert query(database, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", same_prefix.slot_name) == [(0,)]
+    assert query(database, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", same_prefix.slot_name) == [
+        (0,)
+    ]
     run_sql(database, "INSERT INTO t VALUES (1)")
     assert stream(first, database).events == 1  # the owner streams on
 
@@ -295,8 +372,12 @@ def test_a_table_dropped_from_a_filtered_publication_is_put_back(database: str) 
     setup(config, database)
     run_sql(database, f"ALTER PUBLICATION {config.publication_name} DROP TABLE b")
     summary = stream(config, database)
-    assert any("lacked table(s) public.b" in w and "incremental snapshot" in w for w in summary.warnings), summary.warnings
-    assert query(database, "SELECT tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", config.publication_name) == [("a",), ("b",)]
+    assert any("lacked table(s) public.b" in w and "incremental snapshot" in w for w in summary.warnings), (
+        summary.warnings
+    )
+    assert query(
+        database, "SELECT tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", config.publication_name
+    ) == [("a",), ("b",)]
     run_sql(database, "INSERT INTO b VALUES (1)")
     assert stream(config, database).events == 1
 
@@ -307,7 +388,9 @@ def test_a_table_dropped_from_an_unmanaged_publication_fails_with_the_fix(databa
     run_sql(database, f"CREATE PUBLICATION {config.publication_name} FOR TABLE a, b")  # the DBA's publication
     setup(config, database)
     run_sql(database, f"ALTER PUBLICATION {config.publication_name} DROP TABLE b")
-    with pytest.raises(DriftError, match=rf"public\.b left publication .*ALTER PUBLICATION {config.publication_name} ADD TABLE"):
+    with pytest.raises(
+        DriftError, match=rf"public\.b left publication .*ALTER PUBLICATION {config.publication_name} ADD TABLE"
+    ):
         stream(config, database)
 
 
@@ -317,11 +400,19 @@ def test_a_recreated_table_with_another_key_type_is_refused_until_accepted(datab
     setup(config, database)
     run_sql(database, "INSERT INTO t VALUES (1, 'int key')")
     assert stream(config, database).events == 1
-    run_sql(database, "INSERT INTO t VALUES (2, 'before the drop')", "DROP TABLE t", "CREATE TABLE t (id text PRIMARY KEY, v text)",
-            "INSERT INTO t VALUES ('x', 'text key')")
+    run_sql(
+        database,
+        "INSERT INTO t VALUES (2, 'before the drop')",
+        "DROP TABLE t",
+        "CREATE TABLE t (id text PRIMARY KEY, v text)",
+        "INSERT INTO t VALUES ('x', 'text key')",
+    )
     with pytest.raises(DriftError, match=r"key of table public\.t changed from \(id int32\) to \(id string\)"):
         stream(config, database)
-    assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [1, 2]  # confirmed up to the drop
+    assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [
+        1,
+        2,
+    ]  # confirmed up to the drop
     setup(config, database)  # accepts the new key
     assert stream(config, database).events == 1
     # the new table is another relation under the name: with the lake on, the batch that found it re-reads it (its row
@@ -336,7 +427,12 @@ def test_tables_sharing_a_topic_are_refused(database: str) -> None:
     with pytest.raises(DriftError, match=r"""'public\.a"b' and 'public\.a_b' -> topic"""):
         setup(config, database)
     assert slot_lsn(database, config.slot_name) is None
-    run_sql(database, 'DROP TABLE "a""b"', 'CREATE TABLE "αβ" (id int PRIMARY KEY)', 'CREATE TABLE "γδ" (id int PRIMARY KEY)')
+    run_sql(
+        database,
+        'DROP TABLE "a""b"',
+        'CREATE TABLE "αβ" (id int PRIMARY KEY)',
+        'CREATE TABLE "γδ" (id int PRIMARY KEY)',
+    )
     with pytest.raises(DriftError, match=r"'public\.αβ' and 'public\.γδ'"):
         setup(config, database)
     # a table created later that collides stops the stream before its events mix with another table's
@@ -351,9 +447,13 @@ def test_tables_sharing_a_topic_are_refused(database: str) -> None:
 # -- 6. runaway patterns and queries ---------------------------------------------------------------------------------
 @pytest.mark.timeout(120)
 def test_runaway_patterns_are_bounded(database: str) -> None:
-    schema = "a" * 60
-    run_sql(database, f"CREATE SCHEMA {schema}", f"CREATE TABLE {schema}.t (id int PRIMARY KEY)",
-            "CREATE TABLE orders_in_the_warehouse_of_the_north (id int PRIMARY KEY)")
+    schema = "_" * 60
+    run_sql(
+        database,
+        f"CREATE SCHEMA {schema}",
+        f"CREATE TABLE {schema}.t (id int PRIMARY KEY)",
+        "CREATE TABLE orders_in_the_warehouse_of_the_north (id int PRIMARY KEY)",
+    )
     # the reported pattern: minutes of backtracking in Python's re on such names; bounded now
     started = time.monotonic()
     config = connector(unique("regex"), **{"table.include.list": r"(?:[a-z_.]+)+\d", "snapshot.mode": "no_data"})
@@ -361,7 +461,7 @@ def test_runaway_patterns_are_bounded(database: str) -> None:
     assert stream(config, database).events == 0
     assert time.monotonic() - started < 60
     # a pattern that exceeds the bound on a name fails clearly, naming the pattern, the list and the name
-    runaway = r"(?:(?:a|a)|(?:a|aa))+!"
+    runaway = r"(?:(?:_|_)|(?:_|__))+!"
     config = connector(unique("regex"), **{"schema.include.list": runaway, "snapshot.mode": "no_data"})
     with pytest.raises(PatternError, match=r"'schema\.include\.list'.*took more than .* of CPU time"):
         setup(config, database)
@@ -378,7 +478,9 @@ def test_snapshot_queries_have_a_statement_timeout(database: str) -> None:
     config = signals_connector(database, **{"database.query.timeout.ms": 500})
     # an expression that only computes (IMMUTABLE functions), but for seconds per row
     slow = "md5(repeat(md5(id::text), 5000000)) IS NOT NULL"
-    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": slow})
+    signal_id = send_signal(
+        database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": slow}
+    )
     started = time.monotonic()
     stream(config, database)
     assert time.monotonic() - started < 30
@@ -416,7 +518,9 @@ def test_a_database_not_in_utf8_is_named_as_the_cause() -> None:
     try:
         run_sql(pg_dsn(name), "CREATE TABLE t (id int PRIMARY KEY)")
         config = connector(unique("ascii"))
-        with pytest.raises(SourceError, match=rf"database '{name}' uses encoding SQL_ASCII; walflow needs UTF8") as raised:
+        with pytest.raises(
+            SourceError, match=rf"database '{name}' uses encoding SQL_ASCII; walflow needs UTF8"
+        ) as raised:
             ConnectorSetup(config, pg_dsn(name), lambda: None).run()
         assert "wal_level" not in str(raised.value)
     finally:
@@ -439,7 +543,7 @@ def test_an_oversized_logical_message_names_its_prefix_and_position(database: st
 
 # -- 8. names are data: '%', braces, quotes and every other character PostgreSQL allows ---------------------------
 ODD_SCHEMA = 'Sch%s {x} "q" \\'
-ODD_TABLE = "T%d{0}'s \"t\" . ü"
+ODD_TABLE = 'T%d{0}\'s "t" . ü'
 ODD_KEY = "k%s{}"
 ODD_COLUMN = 'v%d {x} "q"'
 ODD_TYPE = "dom%d{z}"
@@ -464,7 +568,8 @@ def test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_l
         database,
         f"CREATE SCHEMA {ident(ODD_SCHEMA)}",
         f"CREATE DOMAIN {ident(ODD_SCHEMA)}.{ident(ODD_TYPE)} AS integer",
-        f"CREATE TABLE {table} ({ident(ODD_KEY)} {ident(ODD_SCHEMA)}.{ident(ODD_TYPE)} PRIMARY KEY, {ident(ODD_COLUMN)} text)",
+        f"CREATE TABLE {table} ({ident(ODD_KEY)} {ident(ODD_SCHEMA)}.{ident(ODD_TYPE)} PRIMARY KEY,"
+        f" {ident(ODD_COLUMN)} text)",
         f"INSERT INTO {table} SELECT g, 'v%' || g FROM generate_series(1, 250) g",
     )
     config = signals_connector(database, **{"snapshot.mode": "initial"})  # the initial snapshot pages by the odd key
@@ -477,10 +582,14 @@ def test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_l
     )
     assert stream(config, database).events >= 4
     # an incremental snapshot of the table, chunked by the odd key, with a condition naming the odd column
-    signal_id = send_signal(database, "execute-snapshot", {
-        "data-collections": [regex.escape(f"{ODD_SCHEMA}.{ODD_TABLE}")],
-        "additional-condition": f"{ident(ODD_COLUMN)} LIKE 'v%' OR {ident(ODD_KEY)} > 900",
-    })
+    signal_id = send_signal(
+        database,
+        "execute-snapshot",
+        {
+            "data-collections": [regex.escape(f"{ODD_SCHEMA}.{ODD_TABLE}")],
+            "additional-condition": f"{ident(ODD_COLUMN)} LIKE 'v%' OR {ident(ODD_KEY)} > 900",
+        },
+    )
     for _ in range(10):
         summary = stream(config, database)
         if not summary.events and not summary.snapshot_rows:
@@ -489,7 +598,10 @@ def test_names_with_placeholder_signs_braces_and_quotes_work_from_setup_to_the_l
     assert status["status"] == "completed" and status["rows"] == 248, status  # 250 - 3 changed + key 1000
 
     source = {row[0]: row[1] for row in query(database, f"SELECT {ident(ODD_KEY)}, {ident(ODD_COLUMN)} FROM {table}")}
-    topic = f"{config.topic_prefix}.{regex.sub(r'[^A-Za-z0-9._-]', '_', ODD_SCHEMA)}.{regex.sub(r'[^A-Za-z0-9._-]', '_', ODD_TABLE)}"
+    topic = (
+        f"{config.topic_prefix}.{regex.sub(r'[^A-Za-z0-9._-]', '_', ODD_SCHEMA)}"
+        f".{regex.sub(r'[^A-Za-z0-9._-]', '_', ODD_TABLE)}"
+    )
     events = {json.loads(key)[ODD_KEY]: after[ODD_COLUMN] for key, after in replay(read_topic(topic)).items()}
     assert events == source
     apply_lake(spark, config)
@@ -507,7 +619,13 @@ def login_role(database: str, *grants: str) -> Iterator[str]:
     role = f"w_{uuid.uuid4().hex[:8]}"
     run_sql(database, f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'", *(g.format(role=role) for g in grants))
     try:
-        yield " ".join([*(p for p in database.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+        yield " ".join(
+            [
+                *(p for p in database.split() if not p.startswith(("user=", "password="))),
+                f"user={role}",
+                f"password={PASSWORD}",
+            ]
+        )
     finally:
         run_sql(database, f"DROP OWNED BY {role}", f"DROP ROLE {role}")
 
@@ -519,7 +637,11 @@ def signal_writer(database: str) -> Any:
 
 def slots(database: str) -> list[tuple[str, str]]:
     """This test database's slots, and every physical slot of the server (other tests' logical slots come and go)."""
-    return query(database, "SELECT slot_name, slot_type FROM pg_replication_slots WHERE database = current_database() OR slot_type = 'physical' ORDER BY 1")
+    return query(
+        database,
+        "SELECT slot_name, slot_type FROM pg_replication_slots WHERE database = current_database() OR slot_type ="
+        " 'physical' ORDER BY 1",
+    )
 
 
 def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_changes_nothing(
@@ -528,23 +650,34 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
     """The conditions of the second round's report, inserted by a role that may only insert signals and streamed by the
     connector role, with conditions evaluated as the reader role: each fails its signal naming the cause; no backend
     is terminated, no slot is moved or created, no session setting changes the floats of later snapshot rows, no value
-    of an excluded or masked column (nor of a visible one) reaches the state table or the log, and the stream goes on."""
+    of an excluded or masked column (nor of a visible one) reaches the state table or the log,
+    and the stream goes on."""
     run_sql(
         database,
         "CREATE TABLE people (id int PRIMARY KEY, name text, email text, ssn text, score float8)",
-        "INSERT INTO people SELECT g, 'name' || g, 'secret.mail' || g || '@example.com', 'ssn-' || g, 1::float8 / 3 + g FROM generate_series(1, 30) g",
+        "INSERT INTO people SELECT g, 'name' || g, 'secret.mail' || g || '@example.com', 'ssn-' || g,"
+        " 1::float8 / 3 + g FROM generate_series(1, 30) g",
         # a cast to it runs its CHECK, which calls a volatile function
         "CREATE DOMAIN acting AS int CHECK (VALUE > random() - 1)",
     )
-    config = signals_connector(database, **{"column.exclude.list": r"public\.people\.email", "column.mask.with.4.chars": r"public\.people\.ssn"})
+    config = signals_connector(
+        database,
+        **{"column.exclude.list": r"public\.people\.email", "column.mask.with.4.chars": r"public\.people\.ssn"},
+    )
     writing = signal_writer(database)
     writer = writing.__enter__()
     before_slots = slots(database)
     slot_at = slot_lsn(database, config.slot_name)
     hostile = {
         "terminate": ("pg_terminate_backend(pg_backend_pid())", "pg_terminate_backend"),
-        "advance": (f"pg_replication_slot_advance('{config.slot_name}', pg_current_wal_flush_lsn()) IS NOT NULL", "pg_replication_slot_advance"),
-        "physical": ("pg_create_physical_replication_slot('walflow_evil') IS NOT NULL", "pg_create_physical_replication_slot"),
+        "advance": (
+            f"pg_replication_slot_advance('{config.slot_name}', pg_current_wal_flush_lsn()) IS NOT NULL",
+            "pg_replication_slot_advance",
+        ),
+        "physical": (
+            "pg_create_physical_replication_slot('walflow_evil') IS NOT NULL",
+            "pg_create_physical_replication_slot",
+        ),
         "setting": ("set_config('extra_float_digits', '-15', false) IS NOT NULL", "set_config"),
         "file": ("length(pg_read_file('/etc/hostname')) > 0", "pg_read_file"),
         "excluded": ("CAST(email AS int) = 0", "reads column 'email' of public.people, which the events leave out"),
@@ -556,8 +689,14 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
     }
     ids = {}
     for label, (condition, _) in hostile.items():
-        ids[label] = send_signal(writer, "execute-snapshot", {"data-collections": ["public.people"], "additional-condition": condition})
-    good = send_signal(writer, "execute-snapshot", {"data-collections": ["public.people"], "additional-condition": "id <= 10 AND lower(name) LIKE 'name%'"})
+        ids[label] = send_signal(
+            writer, "execute-snapshot", {"data-collections": ["public.people"], "additional-condition": condition}
+        )
+    good = send_signal(
+        writer,
+        "execute-snapshot",
+        {"data-collections": ["public.people"], "additional-condition": "id <= 10 AND lower(name) LIKE 'name%'"},
+    )
     run_sql(database, "INSERT INTO people VALUES (100, 'after the signals', 'x@example.com', 'ssn-x', 0.5)")
     with caplog.at_level(logging.INFO, logger="walflow"):
         for _ in range(10):
@@ -565,7 +704,7 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
             if not summary.events and not summary.snapshot_rows:
                 break
     writing.__exit__(None, None, None)
-    for label, (condition, cause) in hostile.items():
+    for label, (_condition, cause) in hostile.items():
         status = signal_status(database, config, ids[label])
         assert status["status"] == "failed" and cause in status["error"], (label, status)
         if label in ("terminate", "advance", "physical", "setting", "file", "domain"):
@@ -581,8 +720,10 @@ def test_a_condition_that_would_act_or_read_hidden_columns_is_refused_and_change
     assert sorted(snapshot_rows) == list(range(1, 11))
     assert all(row["score"] == 1.0 / 3 + row["id"] for row in snapshot_rows.values())  # full float precision
     # no value revealed: not the excluded e-mails, not the masked numbers, not the visible names the cast failed on
-    revealed = json.dumps([signal_status(database, config, i) for i in ids.values()]) + "\n".join(r.getMessage() for r in caplog.records)
-    for value in ("secret.mail", "ssn-", '"name1"', "name1\""):
+    revealed = json.dumps([signal_status(database, config, i) for i in ids.values()]) + "\n".join(
+        r.getMessage() for r in caplog.records
+    )
+    for value in ("secret.mail", "ssn-", '"name1"', 'name1"'):
         assert value not in revealed, value
     assert stream(config, database).events == 0  # the stream goes on
 
@@ -595,15 +736,23 @@ def test_a_numeric_of_any_length_never_stops_the_stream(database: str) -> None:
 
     run_sql(database, "CREATE TABLE amounts (id int PRIMARY KEY, n numeric)")
     config = signals_connector(database)
-    run_sql(database, f"INSERT INTO amounts VALUES (1, '{'9' * 5001}'), (2, '{LONGEST_NUMERIC}'), (3, '-{LONGEST_NUMERIC}'), (4, 1.5)")
+    run_sql(
+        database,
+        f"INSERT INTO amounts VALUES (1, '{'9' * 5001}'), (2, '{LONGEST_NUMERIC}'), (3, '-{LONGEST_NUMERIC}'),"
+        " (4, 1.5)",
+    )
     send_signal(database, "execute-snapshot", {"data-collections": ["public.amounts"]})
     for _ in range(5):
         summary = stream(config, database)
         if not summary.events and not summary.snapshot_rows:
             break
     longest = long_int(LONGEST_WHOLE + LONGEST_FRACTION)
-    want = {1: {"scale": 0, "value": unscaled(long_int("9" * 5001))}, 2: {"scale": 16383, "value": unscaled(longest)},
-            3: {"scale": 16383, "value": unscaled(-longest)}, 4: {"scale": 1, "value": unscaled(15)}}
+    want = {
+        1: {"scale": 0, "value": unscaled(long_int("9" * 5001))},
+        2: {"scale": 16383, "value": unscaled(longest)},
+        3: {"scale": 16383, "value": unscaled(-longest)},
+        4: {"scale": 1, "value": unscaled(15)},
+    }
     records = read_topic(f"{config.topic_prefix}.public.amounts")
     for op in ("c", "r"):  # streamed, then the incremental snapshot's rows
         assert {r.payload["after"]["id"]: r.payload["after"]["n"] for r in records if r.op == op} == want, op
@@ -624,11 +773,15 @@ def test_only_the_connector_writes_logical_decoding_messages_and_an_oversized_on
     run_sql(as_connector(database), "SELECT pg_logical_emit_message(true, 'bulky', repeat('m', 2000000))")
     run_sql(database, "INSERT INTO t VALUES (1)")
     summary = stream(config, database)
-    assert summary.events == 1 and any("prefix 'bulky'" in w and "skip" in w for w in summary.warnings), summary.warnings
+    assert summary.events == 1 and any("prefix 'bulky'" in w and "skip" in w for w in summary.warnings), (
+        summary.warnings
+    )
     assert [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")] == [1]
 
 
-def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(database: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """One INSERT ... SELECT generate_series(...) of signals by a role that may only insert them: at most
     walflow.signal.queue.max are queued at a time, the rest wait in the state table (never hundreds of snapshots
     queued at once) and are queued in arrival order as snapshots end; a stop-snapshot reaches waiting ones too."""
@@ -636,7 +789,11 @@ def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(database: s
     config = signals_connector(database, **{"walflow.signal.queue.max": 2})
     data = json.dumps({"data-collections": ["public.t"]})
     with signal_writer(database) as writer:
-        run_sql_params(writer, f"INSERT INTO {SIGNALS} SELECT 'bulk-' || g, 'execute-snapshot', %s FROM generate_series(1, 60) g", data)
+        run_sql_params(
+            writer,
+            f"INSERT INTO {SIGNALS} SELECT 'bulk-' || g, 'execute-snapshot', %s FROM generate_series(1, 60) g",
+            data,
+        )
         with caplog.at_level(logging.INFO, logger="walflow"):
             stream(config, database)
         # each round of the batch finished one snapshot and queued the next waiting one: all ran, in arrival order
@@ -648,10 +805,15 @@ def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(database: s
         # a stop-snapshot without tables, in the same transaction as more signals: the running, the queued and every
         # waiting one end 'stopped'
         with psycopg.connect(writer, autocommit=True) as conn, conn.transaction():
-            conn.execute(f"INSERT INTO {SIGNALS} SELECT 'more-' || g, 'execute-snapshot', %s FROM generate_series(1, 50) g", (data,))
+            conn.execute(
+                f"INSERT INTO {SIGNALS} SELECT 'more-' || g, 'execute-snapshot', %s FROM generate_series(1, 50) g",
+                (data,),
+            )
             conn.execute(f"INSERT INTO {SIGNALS} VALUES ('stop-all', 'stop-snapshot', '{{}}')")
     stream(config, database)
-    statuses = query(database, "SELECT value->>'status', count(*) FROM walflow_state WHERE key LIKE 'signal:more-%%' GROUP BY 1")
+    statuses = query(
+        database, "SELECT value->>'status', count(*) FROM walflow_state WHERE key LIKE 'signal:more-%%' GROUP BY 1"
+    )
     assert statuses == [("stopped", 50)], statuses
     run_sql(database, "INSERT INTO t VALUES (6)")
     assert stream(config, database).events == 1
@@ -660,10 +822,10 @@ def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(database: s
 def test_a_signals_patterns_share_one_time_bound(database: str) -> None:
     """Each match of a pattern is bounded (0.25 s of CPU time), but a signal naming a slow pattern against many tables
     took that bound per table: all the matches of one signal now share 1 s."""
-    names = [f"a{'a' * 11}{i}" for i in range(20)]  # the pattern below takes about a tenth of a second on each
+    names = [f"{'_' * 11}{i}" for i in range(20)]  # the pattern below takes about a tenth of a second on each
     run_sql(database, *(f"CREATE TABLE {n} (id int PRIMARY KEY)" for n in names))
     config = signals_connector(database)
-    slow = send_signal(database, "execute-snapshot", {"data-collections": [r"public\.(?:(?:a|a)|(?:a|aa))+!"]})
+    slow = send_signal(database, "execute-snapshot", {"data-collections": [r"public\.(?:(?:_|_)|(?:_|__))+!"]})
     started = time.monotonic()
     stream(config, database)
     assert time.monotonic() - started < 30
@@ -681,14 +843,25 @@ def test_each_table_owner_has_a_group_of_its_own_and_no_login_but_the_connector_
     reads the captured tables and nothing else."""
     role = connector_role["role"]
     with psycopg.connect(database) as conn:
-        owners = dict(conn.execute(
-            "SELECT relname, relowner::regrole::text FROM pg_class WHERE relname IN ('customers', 'orders', 'audit', 'walflow_signal')"
-        ).fetchall())
-    assert owners == {"customers": f"{role}_owns_{role}_app_a", "orders": f"{role}_owns_{role}_app_b",
-                      "audit": f"{role}_app_a", "walflow_signal": role}
+        owners = dict(
+            conn.execute(
+                "SELECT relname, relowner::regrole::text FROM pg_class WHERE relname IN ('customers', 'orders',"
+                " 'audit', 'walflow_signal')"
+            ).fetchall()
+        )
+    assert owners == {
+        "customers": f"{role}_owns_{role}_app_a",
+        "orders": f"{role}_owns_{role}_app_b",
+        "audit": f"{role}_app_a",
+        "walflow_signal": role,
+    }
     with psycopg.connect(connector_role["app_a_dsn"], autocommit=True) as conn:
         conn.execute("ALTER TABLE customers ADD COLUMN IF NOT EXISTS extra text")  # still its own
-        for statement in ("ALTER TABLE orders ADD COLUMN extra text", "DROP TABLE walflow_signal", "SELECT count(*) FROM orders"):
+        for statement in (
+            "ALTER TABLE orders ADD COLUMN extra text",
+            "DROP TABLE walflow_signal",
+            "SELECT count(*) FROM orders",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
     with psycopg.connect(connector_role["app_b_dsn"], autocommit=True) as conn:
@@ -702,10 +875,16 @@ def test_each_table_owner_has_a_group_of_its_own_and_no_login_but_the_connector_
     with psycopg.connect(connector_role["dsn"], autocommit=True) as conn:
         conn.execute("SELECT pg_logical_emit_message(false, 'walflow.test', 'y')")
     with psycopg.connect(connector_role["reader_dsn"], autocommit=True) as conn:
-        flags = conn.execute("SELECT rolsuper, rolreplication, rolbypassrls FROM pg_roles WHERE rolname = current_user").fetchone()
+        flags = conn.execute(
+            "SELECT rolsuper, rolreplication, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
         assert flags == (False, False, False)
         assert conn.execute("SELECT count(*) FROM customers").fetchone() == (250,)
-        for statement in ("SELECT count(*) FROM audit", "SELECT count(*) FROM walflow_signal", "INSERT INTO customers VALUES (5000, 'x')"):
+        for statement in (
+            "SELECT count(*) FROM audit",
+            "SELECT count(*) FROM walflow_signal",
+            "INSERT INTO customers VALUES (5000, 'x')",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
 
@@ -719,9 +898,13 @@ def test_the_embedded_runtime_asks_for_passwords_and_listens_on_loopback_only() 
     import os
     import stat
 
-    from walflow.runtime import embedded
+    from sandbox import embedded
 
-    env = dict(line.removeprefix("export ").split("=", 1) for line in embedded.ENV_FILE.read_text().splitlines() if line.startswith("export "))
+    env = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in embedded.ENV_FILE.read_text().splitlines()
+        if line.startswith("export ")
+    )
     env = {k: v.strip("'") for k, v in env.items()}
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1" and "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS" not in env
     assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == "admin:admin"
@@ -732,7 +915,9 @@ def test_the_embedded_runtime_asks_for_passwords_and_listens_on_loopback_only() 
     params = dict(p.split("=", 1) for p in pg_dsn().split())
     for user in ("postgres", embedded.CONNECTOR_ROLE):
         with pytest.raises(psycopg.OperationalError, match="password"):
-            psycopg.connect(f"host=127.0.0.1 port={params['port']} user={user} dbname=postgres password=", connect_timeout=5).close()
+            psycopg.connect(
+                f"host=127.0.0.1 port={params['port']} user={user} dbname=postgres password=", connect_timeout=5
+            ).close()
     with psycopg.connect(pg_dsn()) as conn:
         rules = conn.execute("SELECT DISTINCT auth_method FROM pg_hba_file_rules").fetchall()
         listen = conn.execute("SHOW listen_addresses").fetchone()
@@ -740,7 +925,11 @@ def test_the_embedded_runtime_asks_for_passwords_and_listens_on_loopback_only() 
     if os.geteuid() == 0:
         root = embedded._pg_data_root()
         info = os.lstat(root)
-        assert root.parent in (embedded.DISK_PARENT, embedded.MEMORY_PARENT) and stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == embedded._pg_uid()
+        assert (
+            root.parent in (embedded.DISK_PARENT, embedded.MEMORY_PARENT)
+            and stat.S_IMODE(info.st_mode) == 0o700
+            and info.st_uid == embedded._pg_uid()
+        )
         assert len(root.name) > len("walflow-pg-") + 6  # a random name, not one derived from the project's path
 
 
@@ -752,21 +941,51 @@ def test_lake_catalog_credentials_never_reach_the_command_line(tmp_path: Path, m
     from walflow.config.connector import parse_config
     from walflow.lake.settings import CATALOG_ENV
 
-    with pytest.raises(ConfigError, match=r"'spark\.sql\.catalog\.lake\.credential' holds a credential.*walflow\.lake\.catalog\.conn\.id"):
-        parse_config({"name": "x", "topic.prefix": "x", "walflow.lake.spark.conf": {"spark.sql.catalog.lake.credential": "id:secret"}}, "<test>")
-    parse_config({"name": "x", "topic.prefix": "x", "walflow.lake.spark.conf": {"spark.hadoop.fs.s3a.aws.credentials.provider": "x.Y"}}, "<test>")  # no secret
+    with pytest.raises(
+        ConfigError,
+        match=r"'spark\.sql\.catalog\.lake\.credential' holds a credential.*walflow\.lake\.catalog\.conn\.id",
+    ):
+        parse_config(
+            {
+                "name": "x",
+                "topic.prefix": "x",
+                "walflow.lake.spark.conf": {"spark.sql.catalog.lake.credential": "id:secret"},
+            },
+            "<test>",
+        )
+    parse_config(
+        {
+            "name": "x",
+            "topic.prefix": "x",
+            "walflow.lake.spark.conf": {"spark.hadoop.fs.s3a.aws.credentials.provider": "x.Y"},
+        },
+        "<test>",
+    )  # no secret
 
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     name = unique("cat")
-    (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntopic.prefix: {name}\nwalflow.lake.catalog.conn.id: {name}_catalog\n")
+    (tmp_path / f"{name}.yaml").write_text(
+        f"name: {name}\ntopic.prefix: {name}\nwalflow.lake.catalog.conn.id: {name}_catalog\n"
+    )
     monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
-    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_CATALOG", json.dumps(
-        {"conn_type": "generic", "login": "client", "password": secret, "extra": {"type": "rest", "uri": "https://catalog.invalid/api"}}
-    ))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{name.upper()}_CATALOG",
+        json.dumps(
+            {
+                "conn_type": "generic",
+                "login": "client",
+                "password": secret,
+                "extra": {"type": "rest", "uri": "https://catalog.invalid/api"},
+            }
+        ),
+    )
     apply = build_connector_dags()[f"{name}__stream"].get_task("apply_to_lake")
     (config,) = load_all(tmp_path)
     apply._add_catalog(config)
     shown = json.dumps([apply.conf, apply.application_args, apply.name])
     assert secret not in shown and "catalog.invalid" not in shown
     hidden = json.loads(apply.env_vars[CATALOG_ENV])
-    assert hidden["spark.sql.catalog.lake.credential"] == f"client:{secret}" and hidden["spark.sql.catalog.lake.type"] == "rest"
+    assert (
+        hidden["spark.sql.catalog.lake.credential"] == f"client:{secret}"
+        and hidden["spark.sql.catalog.lake.type"] == "rest"
+    )

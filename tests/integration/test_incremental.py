@@ -31,13 +31,20 @@ def run_sql(dsn: str, *statements: str) -> None:
 
 
 def make(dsn: str, **overrides: Any):
-    raw = {"signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 100, **overrides}
+    raw = {
+        "signal.data.collection": SIGNALS,
+        "snapshot.mode": "no_data",
+        "incremental.snapshot.chunk.size": 100,
+        **overrides,
+    }
     config = connector(unique("inc"), **raw)
     setup(config, dsn)
     return config
 
 
-def send_signal(dsn: str | psycopg.Connection, kind: str, data: dict[str, Any] | str | None = None, signal_id: str | None = None) -> str:
+def send_signal(
+    dsn: str | psycopg.Connection, kind: str, data: dict[str, Any] | str | None = None, signal_id: str | None = None
+) -> str:
     """Insert a signal row; ``dsn`` may be an open connection, to send several signals in one transaction."""
     signal_id = signal_id or uuid.uuid4().hex[:12]
     text = data if isinstance(data, str) or data is None else json.dumps(data)
@@ -51,7 +58,9 @@ def send_signal(dsn: str | psycopg.Connection, kind: str, data: dict[str, Any] |
 
 def signal_status(dsn: str, config, signal_id: str) -> dict[str, Any] | None:
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = %s", (config.name, f"signal:{signal_id}")).fetchone()
+        row = conn.execute(
+            "SELECT value FROM walflow_state WHERE connector = %s AND key = %s", (config.name, f"signal:{signal_id}")
+        ).fetchone()
     return row[0] if row else None
 
 
@@ -75,7 +84,11 @@ def topic_state(config, table: str = "t") -> dict[Any, Any]:
 
 
 def test_incremental_snapshot_of_a_table(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 2500) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 2500) g",
+    )
     config = make(database)
     signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"})
     drain(config, database)
@@ -106,7 +119,11 @@ def window_updater(dsn: str, key_columns: int = 1) -> tuple[Any, list[tuple[Any,
 
 
 def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 3000) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 3000) g",
+    )
     config = make(database)
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -130,7 +147,7 @@ def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
                             conn.execute("UPDATE t SET id = %s WHERE id = %s", (rng.randint(3501, 9000), key))
                     except psycopg.errors.UniqueViolation:
                         pass
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=writer, args=(seed,)) for seed in range(3)]
@@ -159,7 +176,11 @@ def test_incremental_snapshot_under_concurrent_writes(database: str) -> None:
 def test_a_row_deleted_in_its_window_stays_deleted_when_its_key_is_not_in_the_value(database: str) -> None:
     """A key column that column.exclude.list leaves out of the value is still the row's identity: a delete streamed
     inside the chunk's window drops the chunk's row of that key, which must not follow the delete as an 'r' event."""
-    run_sql(database, "CREATE TABLE kc (id int PRIMARY KEY, v text)", "INSERT INTO kc SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    run_sql(
+        database,
+        "CREATE TABLE kc (id int PRIMARY KEY, v text)",
+        "INSERT INTO kc SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    )
     config = make(database, **{"column.exclude.list": "public.kc.id"})
     deleted: list[int] = []
 
@@ -174,7 +195,11 @@ def test_a_row_deleted_in_its_window_stays_deleted_when_its_key_is_not_in_the_va
         if summary.snapshot_rows == 0 and summary.signals == 0 and not _running(database, config):
             break
     assert deleted == [50]
-    ops = [r.op for r in read_topic(f"{config.topic_prefix}.public.kc") if r.key_payload == {"id": 50} and r.value is not None]
+    ops = [
+        r.op
+        for r in read_topic(f"{config.topic_prefix}.public.kc")
+        if r.key_payload == {"id": 50} and r.value is not None
+    ]
     assert ops == ["d"], f"key 50 after its delete in the window: {ops}"
 
 
@@ -187,7 +212,9 @@ def test_composite_primary_key(database: str) -> None:
     config = make(database)
     hook, hooked = window_updater(database, key_columns=2)
     send_signal(database, "execute-snapshot", {"data-collections": ["public.ck"]})
-    run_sql(database, "UPDATE ck SET b = 'moved' WHERE id = 7 AND b = 'k1'")  # a key change before the snapshot reads it
+    run_sql(
+        database, "UPDATE ck SET b = 'moved' WHERE id = 7 AND b = 'k1'"
+    )  # a key change before the snapshot reads it
     summaries = []
     for _ in range(20):
         summaries.append(stream(config, database, chunk_hook=hook))
@@ -205,14 +232,30 @@ def test_composite_primary_key(database: str) -> None:
 
 def _running(dsn: str, config) -> bool:
     with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) FROM walflow_state WHERE connector = %s AND key = 'incremental'", (config.name,)).fetchone()[0] > 0
+        return (
+            conn.execute(
+                "SELECT count(*) FROM walflow_state WHERE connector = %s AND key = 'incremental'", (config.name,)
+            ).fetchone()[0]
+            > 0
+        )
 
 
 def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 6000) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 6000) g",
+    )
     name = unique("incKill")
-    raw = {"name": name, "topic.prefix": name, "slot.name": name.lower(), "publication.name": name.lower(),
-           "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "incremental.snapshot.chunk.size": 100}
+    raw = {
+        "name": name,
+        "topic.prefix": name,
+        "slot.name": name.lower(),
+        "publication.name": name.lower(),
+        "signal.data.collection": SIGNALS,
+        "snapshot.mode": "no_data",
+        "incremental.snapshot.chunk.size": 100,
+    }
     config = connector(name, **{k: v for k, v in raw.items() if k != "name"})
     setup(config, database)
     send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
@@ -220,25 +263,37 @@ def test_killed_stream_resumes_at_the_last_finished_chunk(database: str) -> None
     # rounds select 20 chunks (2,000 rows): dying as the third round starts leaves two rounds saved
     child = subprocess.run(
         [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, "incremental_chunk", "3"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     before = len(read_topic(f"{name}.public.t"))
     assert before == 4000
     with psycopg.connect(database) as conn:
-        progress = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (name,)).fetchone()[0]
+        progress = conn.execute(
+            "SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (name,)
+        ).fetchone()[0]
     assert progress["rows"] == 4000 and progress["last_key"] == ["4000"]
     drain(config, database)
     assert len(read_topic(f"{name}.public.t")) == 6000  # resumed, not restarted
     assert topic_state(config) == table_state(database, "t")
 
 
-def test_wide_rows_make_rounds_of_fewer_rows(database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_wide_rows_make_rounds_of_fewer_rows(
+    database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A round selects chunks until ROUND_ROWS rows, or until its rows take about ROUND_BYTES in memory: rows of
     5 kB in chunks of 100 (about half a megabyte each) make rounds of three chunks; every row is emitted once."""
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, repeat('w', 5000) FROM generate_series(1, 1000) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, repeat('w', 5000) FROM generate_series(1, 1000) g",
+    )
     config = make(database)
-    monkeypatch.setattr("walflow.capture.stream.ROUND_BYTES", 1_200_000)
+    monkeypatch.setattr("walflow.capture.stream.rounds.ROUND_BYTES", 1_200_000)
     signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
     with caplog.at_level("INFO", logger="walflow.capture.stream"):
         drain(config, database)
@@ -248,8 +303,14 @@ def test_wide_rows_make_rounds_of_fewer_rows(database: str, monkeypatch: pytest.
     assert rounds >= 5, rounds  # ten chunks three at a time, and the batch's last round (one round without the bound)
 
 
-def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g")
+def test_stop_pause_resume_log_and_bad_signals(
+    database: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g",
+    )
     config = make(database, **{"walflow.batch.max.events": 1})
     with caplog.at_level("INFO"):
         bad_json = send_signal(database, "execute-snapshot", "{not json")
@@ -267,7 +328,7 @@ def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.Log
     topic = f"{config.topic_prefix}.public.t"
     # one chunk (100 rows) per round, and a signal sent at the start of the batch's second chunk round: the
     # signal is then read while the snapshot runs, whatever the machine's speed
-    monkeypatch.setattr("walflow.capture.stream.ROUND_ROWS", 100)
+    monkeypatch.setattr("walflow.capture.stream.rounds.ROUND_ROWS", 100)
 
     def at_second_round(kind: str) -> Any:
         rounds = []
@@ -276,7 +337,11 @@ def test_stop_pause_resume_log_and_bad_signals(database: str, caplog: pytest.Log
             if stage == "incremental_chunk":
                 rounds.append(stage)
                 if len(rounds) == 2:
-                    send_signal(database, kind, {"data-collections": ["public.t"], "type": "incremental"} if kind == "stop-snapshot" else {})
+                    send_signal(
+                        database,
+                        kind,
+                        {"data-collections": ["public.t"], "type": "incremental"} if kind == "stop-snapshot" else {},
+                    )
 
         return hook
 
@@ -318,7 +383,11 @@ def test_additional_condition_surrogate_key_and_awkward_tables(database: str) ->
         "INSERT INTO fkey VALUES ('NaN', 'nan'), ('Infinity', 'inf'), ('-Infinity', 'ninf'), (1.5, 'x')",
     )
     config = make(database)
-    send_signal(database, "execute-snapshot", {"data-collections": ["public.cond"], "additional-condition": "day = '2024-01-03'"})
+    send_signal(
+        database,
+        "execute-snapshot",
+        {"data-collections": ["public.cond"], "additional-condition": "day = '2024-01-03'"},
+    )
     drain(config, database)
     rows = read_topic(f"{config.topic_prefix}.public.cond")
     assert len(rows) == 30 and {r.payload["after"]["day"] for r in rows} == {19725}
@@ -326,9 +395,13 @@ def test_additional_condition_surrogate_key_and_awkward_tables(database: str) ->
     send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"], "surrogate-key": "s"})
     drain(config, database)
     nokey = read_topic(f"{config.topic_prefix}.public.nokey")
-    assert sorted(r.payload["after"]["v"] for r in nokey) == sorted(f"v{g}" for g in range(1, 251))  # NULL keys included
+    assert sorted(r.payload["after"]["v"] for r in nokey) == sorted(
+        f"v{g}" for g in range(1, 251)
+    )  # NULL keys included
 
-    send_signal(database, "execute-snapshot", {"data-collections": ["public.empty", "Odd\\.Schema\\..*", "public.fkey"]})
+    send_signal(
+        database, "execute-snapshot", {"data-collections": ["public.empty", "Odd\\.Schema\\..*", "public.fkey"]}
+    )
     drain(config, database)
     assert read_topic(f"{config.topic_prefix}.public.empty") == []
     odd = read_topic(f"{config.topic_prefix}.Odd.Schema.Mixed__Case_")
@@ -338,13 +411,27 @@ def test_additional_condition_surrogate_key_and_awkward_tables(database: str) ->
 
 
 def test_table_added_to_include_list_later(database: str) -> None:
-    run_sql(database, "CREATE TABLE a (id int PRIMARY KEY, v text)", "CREATE TABLE b (id int PRIMARY KEY, v text)",
-            "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 150) g")
+    run_sql(
+        database,
+        "CREATE TABLE a (id int PRIMARY KEY, v text)",
+        "CREATE TABLE b (id int PRIMARY KEY, v text)",
+        "INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 150) g",
+    )
     hand_over(database, "a", "b")  # a 'filtered' publication names only tables its creator owns
     config = make(database, **{"table.include.list": r"public\.a", "publication.autocreate.mode": "filtered"})
-    wider = connector(config.name, **{"slot.name": config.slot_name, "publication.name": config.publication_name, "topic.prefix": config.topic_prefix,
-                                      "signal.data.collection": SIGNALS, "snapshot.mode": "no_data", "publication.autocreate.mode": "filtered",
-                                      "table.include.list": r"public\.a,public\.b", "incremental.snapshot.chunk.size": 100})
+    wider = connector(
+        config.name,
+        **{
+            "slot.name": config.slot_name,
+            "publication.name": config.publication_name,
+            "topic.prefix": config.topic_prefix,
+            "signal.data.collection": SIGNALS,
+            "snapshot.mode": "no_data",
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": r"public\.a,public\.b",
+            "incremental.snapshot.chunk.size": 100,
+        },
+    )
     setup(wider, database)  # adds b to the publication
     send_signal(database, "execute-snapshot", {"data-collections": ["public.b"]})
     run_sql(database, "UPDATE b SET v = 'changed' WHERE id = 1")
@@ -352,21 +439,41 @@ def test_table_added_to_include_list_later(database: str) -> None:
     assert topic_state(wider, "b") == table_state(database, "b")
 
 
-def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(database: str, caplog: pytest.LogCaptureFixture) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    )
     config = make(database)
     with caplog.at_level("INFO"):
-        bad_condition = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "no_such_column = 1"})
-        bad_key = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "surrogate-key": "no_such_column"})
+        bad_condition = send_signal(
+            database,
+            "execute-snapshot",
+            {"data-collections": ["public.t"], "additional-condition": "no_such_column = 1"},
+        )
+        bad_key = send_signal(
+            database, "execute-snapshot", {"data-collections": ["public.t"], "surrogate-key": "no_such_column"}
+        )
         # parses and plans fine; fails only on the rows, so while the chunks are read
-        bad_rows = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "v::int > 0"})
-        good = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "v LIKE 'v1%'"})
+        bad_rows = send_signal(
+            database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "v::int > 0"}
+        )
+        good = send_signal(
+            database, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "v LIKE 'v1%'"}
+        )
         run_sql(database, "INSERT INTO t VALUES (1000, 'after the signals')")
         drain(config, database)
         run_sql(database, "INSERT INTO t VALUES (1001, 'later')")
         assert stream(config, database).events == 1
     # the cast's failure is told by its SQLSTATE: the server's message would quote the row's value ("v1")
-    for signal_id, error in ((bad_condition, "no_such_column"), (bad_key, "no_such_column"), (bad_rows, "SQLSTATE 22P02 (InvalidTextRepresentation)")):
+    for signal_id, error in (
+        (bad_condition, "no_such_column"),
+        (bad_key, "no_such_column"),
+        (bad_rows, "SQLSTATE 22P02 (InvalidTextRepresentation)"),
+    ):
         status = signal_status(database, config, signal_id)
         assert status["status"] == "failed" and error in status["error"], status
         assert any(signal_id in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
@@ -377,7 +484,9 @@ def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(database
     status = signal_status(database, config, good)
     assert status["status"] == "completed" and status["rows"] == 111  # v1, v10-v19, v100-v199 ('%' reaches the server)
     records = read_topic(f"{config.topic_prefix}.public.t")
-    assert sorted(r.key_payload["id"] for r in records if r.op == "r") == sorted(i for i in range(1, 301) if str(i).startswith("1"))
+    assert sorted(r.key_payload["id"] for r in records if r.op == "r") == sorted(
+        i for i in range(1, 301) if str(i).startswith("1")
+    )
     assert [r.key_payload["id"] for r in records if r.op == "c"] == [1000, 1001]
     assert not _running(database, config)
 
@@ -385,12 +494,19 @@ def test_bad_condition_or_surrogate_key_fails_the_signal_not_the_stream(database
 def test_a_surrogate_key_the_events_leave_out_fails_the_signal(database: str) -> None:
     """The rows' identities come from the events' columns: a surrogate key that column.exclude.list leaves out of
     them would make every row of a chunk look alike (all but one dropped); the signal fails naming the cause."""
-    run_sql(database, "CREATE TABLE hidden (id int PRIMARY KEY, s int UNIQUE, v text)", "INSERT INTO hidden SELECT g, g, 'v' FROM generate_series(1, 150) g")
+    run_sql(
+        database,
+        "CREATE TABLE hidden (id int PRIMARY KEY, s int UNIQUE, v text)",
+        "INSERT INTO hidden SELECT g, g, 'v' FROM generate_series(1, 150) g",
+    )
     config = make(database, **{"column.exclude.list": "public.hidden.s"})
     signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.hidden"], "surrogate-key": "s"})
     drain(config, database)
     status = signal_status(database, config, signal_id)
-    assert status["status"] == "failed" and "'surrogate-key' 's' of public.hidden is not a column of its events" in status["error"], status
+    assert (
+        status["status"] == "failed"
+        and "'surrogate-key' 's' of public.hidden is not a column of its events" in status["error"]
+    ), status
     assert not [r for r in read_topic(f"{config.topic_prefix}.public.hidden") if r.op == "r"]
 
 
@@ -400,16 +516,24 @@ def test_a_table_whose_events_cannot_be_built_fails_its_signal_not_every_batch(d
     run_sql(database, "CREATE TABLE fine (id int PRIMARY KEY)")
     config = make(database)
     # created after setup (which refuses such a table with the same cause), empty, so no change of it is streamed
-    run_sql(database, "CREATE TYPE walflow_pair AS (a int, b int)", "CREATE TABLE odd_key (k walflow_pair PRIMARY KEY, v text)")
+    run_sql(
+        database,
+        "CREATE TYPE walflow_pair AS (a int, b int)",
+        "CREATE TABLE odd_key (k walflow_pair PRIMARY KEY, v text)",
+    )
     signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.odd_key"]})
     drain(config, database)
     status = signal_status(database, config, signal_id)
-    assert status["status"] == "failed" and "odd_key.k" in status["error"] and "cannot represent" in status["error"], status
+    assert status["status"] == "failed" and "odd_key.k" in status["error"] and "cannot represent" in status["error"], (
+        status
+    )
     run_sql(database, "INSERT INTO fine VALUES (1)")
     assert stream(config, database).events == 1
 
 
-def test_a_message_that_only_looks_like_a_watermark_is_logged_and_passed(database: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_message_that_only_looks_like_a_watermark_is_logged_and_passed(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """Another client writing logical decoding messages with walflow's watermark prefix cannot stop the stream."""
     from walflow.capture.incremental import WATERMARK_PREFIX
 
@@ -434,10 +558,16 @@ def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> N
     )
     config = make(database)
     with psycopg.connect(database) as conn:  # one transaction: the stream reads every signal in the same round
-        first = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "id <= 150"})
-        second = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "id > 420"})
+        first = send_signal(
+            conn, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "id <= 150"}
+        )
+        second = send_signal(
+            conn, "execute-snapshot", {"data-collections": ["public.t"], "additional-condition": "id > 420"}
+        )
         third = send_signal(conn, "execute-snapshot", {"data-collections": ["public.u"]})
-        send_signal(conn, "stop-snapshot", {"data-collections": ["public.u"], "type": "incremental"})  # stops the queued one only
+        send_signal(
+            conn, "stop-snapshot", {"data-collections": ["public.u"], "type": "incremental"}
+        )  # stops the queued one only
     stream(config, database)
     assert signal_status(database, config, first)["status"] == "completed"
     assert signal_status(database, config, second)["status"] in ("running", "completed")
@@ -446,7 +576,11 @@ def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> N
     assert read_topic(f"{config.topic_prefix}.public.u") == []
     for signal_id, rows in ((first, 150), (second, 80)):
         status = signal_status(database, config, signal_id)
-        assert status["status"] == "completed" and status["rows"] == rows and status["rows_per_table"] == {"public.t": rows}
+        assert (
+            status["status"] == "completed"
+            and status["rows"] == rows
+            and status["rows_per_table"] == {"public.t": rows}
+        )
     ids = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.t")]
     assert ids == list(range(1, 151)) + list(range(421, 501))  # in signal order, each with its own condition
     assert not _running(database, config)
@@ -455,9 +589,13 @@ def test_signals_for_the_same_table_queue_and_each_completes(database: str) -> N
 def test_crash_between_saving_progress_and_advancing_the_slot(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The progress is saved before the slot advances, so a batch dying in between reads its signals again: the
     execute-snapshot signal is recognised (it is in the saved progress) and no second snapshot starts."""
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 500) g",
+    )
     config = make(database)
-    monkeypatch.setattr("walflow.capture.stream.ROUND_ROWS", 100)  # one chunk per round
+    monkeypatch.setattr("walflow.capture.stream.rounds.ROUND_ROWS", 100)  # one chunk per round
     run_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
 
     def die(stage: str) -> None:
@@ -467,7 +605,9 @@ def test_crash_between_saving_progress_and_advancing_the_slot(database: str, mon
     with pytest.raises(RuntimeError, match="before advancing the slot"):
         stream(config, database, fault_hook=die)
     with psycopg.connect(database) as conn:
-        saved = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (config.name,)).fetchone()
+        saved = conn.execute(
+            "SELECT value FROM walflow_state WHERE connector = %s AND key = 'incremental'", (config.name,)
+        ).fetchone()
     # the round read the signal (its chunks come in the next round); the slot still stands before the signal
     assert saved is not None and saved[0]["signal_id"] == run_id and saved[0]["rows"] == 0 and not saved[0]["queued"]
     drain(config, database)
@@ -482,9 +622,13 @@ def test_crash_between_saving_progress_and_advancing_the_slot(database: str, mon
 def test_signals_read_again_after_a_crash_do_not_act_twice(database: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pause sent while nothing runs, then an execute-snapshot, in one transaction; the batch dies after saving,
     before advancing the slot. Read again, the pause must not hit the snapshot that started after it."""
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    )
     config = make(database)
-    monkeypatch.setattr("walflow.capture.stream.ROUND_ROWS", 100)
+    monkeypatch.setattr("walflow.capture.stream.rounds.ROUND_ROWS", 100)
     with psycopg.connect(database) as conn:
         send_signal(conn, "pause-snapshot", {})  # nothing runs yet: no effect
         run_id = send_signal(conn, "execute-snapshot", {"data-collections": ["public.t"]})
@@ -502,16 +646,28 @@ def test_signals_read_again_after_a_crash_do_not_act_twice(database: str, monkey
 
 
 def test_table_without_primary_key_needs_a_surrogate_key(database: str) -> None:
-    run_sql(database, "CREATE TABLE nokey (v text, doc json)", "INSERT INTO nokey SELECT 'v' || g, '{}' FROM generate_series(1, 10) g")
+    run_sql(
+        database,
+        "CREATE TABLE nokey (v text, doc json)",
+        "INSERT INTO nokey SELECT 'v' || g, '{}' FROM generate_series(1, 10) g",
+    )
     config = make(database)
     refused = send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"]})
     # a valid condition with a surrogate key the server cannot order by: the key is blamed, not the condition
-    unorderable = send_signal(database, "execute-snapshot", {"data-collections": ["public.nokey"], "additional-condition": "v LIKE 'v%'", "surrogate-key": "doc"})
+    unorderable = send_signal(
+        database,
+        "execute-snapshot",
+        {"data-collections": ["public.nokey"], "additional-condition": "v LIKE 'v%'", "surrogate-key": "doc"},
+    )
     drain(config, database)
     status = signal_status(database, config, refused)
-    assert status["status"] == "failed" and "no primary key" in status["error"] and "surrogate-key" in status["error"], status
+    assert (
+        status["status"] == "failed" and "no primary key" in status["error"] and "surrogate-key" in status["error"]
+    ), status
     status = signal_status(database, config, unorderable)
-    assert status["status"] == "failed" and status["error"].startswith("'surrogate-key' 'doc' does not work on public.nokey"), status
+    assert status["status"] == "failed" and status["error"].startswith(
+        "'surrogate-key' 'doc' does not work on public.nokey"
+    ), status
     assert read_topic(f"{config.topic_prefix}.public.nokey") == []
 
 
@@ -522,7 +678,11 @@ def test_a_delete_committed_before_the_window_but_unseen_by_the_select_is_not_un
     its snapshot (here: waiting for a synchronous standby; on any server, for a moment: waiting for its WAL flush).
     Its delete is streamed before the window opens, so only the SELECT's snapshot (transactions not yet completed)
     tells that the row it read is stale."""
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    )
     # walflow's own commits must not wait for the absent standby
     config = make(database, **{"database.initial.statements": "SET synchronous_commit TO local"})
     send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
@@ -538,7 +698,9 @@ def test_a_delete_committed_before_the_window_but_unseen_by_the_select_is_not_un
         committing.start()
         with psycopg.connect(database, autocommit=True) as watcher:
             for _ in range(500):
-                (waiting,) = watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'", (pid,)).fetchone()
+                (waiting,) = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'", (pid,)
+                ).fetchone()
                 if waiting:
                     return
                 threading.Event().wait(0.01)
@@ -554,7 +716,9 @@ def test_a_delete_committed_before_the_window_but_unseen_by_the_select_is_not_un
             committing.join(timeout=30)
 
     try:
-        run_sql(database, "ALTER SYSTEM SET synchronous_standby_names = 'walflow_absent_standby'", "SELECT pg_reload_conf()")
+        run_sql(
+            database, "ALTER SYSTEM SET synchronous_standby_names = 'walflow_absent_standby'", "SELECT pg_reload_conf()"
+        )
         time.sleep(1.0)  # the reload reaches the server's processes asynchronously
         stream(config, database, fault_hook=delete_before_the_first_chunk, chunk_hook=release)
         assert released and released[0] == 100
@@ -577,14 +741,22 @@ def test_a_change_committed_after_the_high_watermark_sorts_after_the_chunk_rows(
     a commit of its own between the chunk's rows and the changes streamed after them."""
     from walflow.lake.positions import source_position
 
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    )
     config = make(database)
     send_signal(database, "execute-snapshot", {"data-collections": ["public.t"]})
     writer = psycopg.connect(database)
     chunks: list[int] = []
 
     def change_before_the_first_chunk(stage: str) -> None:
-        if stage == "incremental_chunk" and not chunks and writer.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        if (
+            stage == "incremental_chunk"
+            and not chunks
+            and writer.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        ):
             writer.execute("UPDATE t SET v = 'late' WHERE id = 50")  # row 50 is in the first chunk (ids 1-100)
 
     def commit_after_the_first_window(_table: str, rows: list[Any]) -> None:
@@ -605,18 +777,26 @@ def test_a_change_committed_after_the_high_watermark_sorts_after_the_chunk_rows(
     assert topic_state(config) == table_state(database, "t")
 
 
-def test_a_chunk_failing_on_the_server_leaves_its_connection_idle_and_logs_only_the_cause(database: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_chunk_failing_on_the_server_leaves_its_connection_idle_and_logs_only_the_cause(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A chunk's statements go to the server as one pipeline: when one fails, the caller gets the server's error,
     the connection is idle again, the cursor has not moved, and psycopg logs nothing of its own (leaving a pipeline
     in its aborted state made it warn "pipeline aborted", which named no cause)."""
     from psycopg import sql
 
-    from walflow.capture.chunks import ChunkReader, SnapshotProgress
+    from walflow.capture.incremental.chunks import ChunkReader
+    from walflow.capture.incremental.marks import Watermarks
+    from walflow.capture.incremental.progress import SnapshotProgress
     from walflow.config.filters import Filters
+    from walflow.records.column_rules import ColumnRules
     from walflow.records.events import Serializer
-    from walflow.records.transforms import ColumnRules
 
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 300) g",
+    )
     config = make(database)
     with psycopg.connect(database, autocommit=True) as conn:
         reader = ChunkReader(config, conn, Filters(config), Serializer(True, True), ColumnRules(config))
@@ -627,12 +807,12 @@ def test_a_chunk_failing_on_the_server_leaves_its_connection_idle_and_logs_only_
         reader._timeout_sql = lambda: sql.SQL("SET LOCAL statement_timeout = 'not a duration'")  # type: ignore[method-assign]
         for _ in range(5):
             with caplog.at_level("WARNING"), pytest.raises(psycopg.errors.InvalidParameterValue):
-                reader.read_chunk(table, progress, "walflow.test", "low", "high")
+                reader.read_chunk(table, progress, "walflow.test", "low", "high", Watermarks())
             assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             assert progress.last_key is None
         assert not [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
         del reader._timeout_sql  # the real one again: the same connection reads the chunk
-        read = reader.read_chunk(table, progress, "walflow.test", "low", "high")
+        read = reader.read_chunk(table, progress, "walflow.test", "low", "high", Watermarks())
         assert [int(r[0]) for r in read.rows] == list(range(1, 101)) and progress.last_key == ["100"]
 
 
@@ -644,10 +824,18 @@ def test_kafka_signals_are_taken_once_and_others_keys_passed_over(database: str)
 
     from tests.support import bootstrap
 
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 30) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 30) g",
+    )
     config = make(database, **{"signal.enabled.channels": "source,kafka"})
     producer = Producer({"bootstrap.servers": bootstrap()})
-    for key, signal_id, kind in ((config.topic_prefix, "k1", "incremental"), ("someone-else", "k2", "incremental"), (config.topic_prefix, "k3", "blocking")):
+    for key, signal_id, kind in (
+        (config.topic_prefix, "k1", "incremental"),
+        ("someone-else", "k2", "incremental"),
+        (config.topic_prefix, "k3", "blocking"),
+    ):
         value = {"id": signal_id, "type": "execute-snapshot", "data": {"data-collections": ["public.t"], "type": kind}}
         producer.produce(config.signal_topic, json.dumps(value).encode(), key.encode())
     assert producer.flush(30) == 0
@@ -657,7 +845,9 @@ def test_kafka_signals_are_taken_once_and_others_keys_passed_over(database: str)
     blocking = signal_status(database, config, "k3")
     assert blocking["status"] == "completed" and blocking["type"] == "blocking" and blocking["rows"] == 30
     with psycopg.connect(database) as conn:
-        saved = conn.execute("SELECT value FROM walflow_state WHERE connector = %s AND key = 'kafka_signals'", (config.name,)).fetchone()
+        saved = conn.execute(
+            "SELECT value FROM walflow_state WHERE connector = %s AND key = 'kafka_signals'", (config.name,)
+        ).fetchone()
     assert saved is not None and sum(saved[0].values()) >= 1  # every partition that held one of the three, to its last
     before = len(read_topic(f"{config.topic_prefix}.public.t"))
     assert before == 60  # 30 rows by each snapshot

@@ -21,7 +21,7 @@ from walflow.errors import LakeHistoryError, LakeSchemaError, TopicMismatchError
 from walflow.lake.hooks import POINTS, ApplyHooks
 from walflow.lake.naming import table_name
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark]
 
 
 def source_rows(dsn: str, table: str, key: str = "id") -> dict[Any, dict[str, Any]]:
@@ -34,7 +34,9 @@ def source_rows(dsn: str, table: str, key: str = "id") -> dict[Any, dict[str, An
 def assert_lake_equals_source(namespace: str, dsn: str, table: str, key: str = "id") -> None:
     source = source_rows(dsn, table, key)
     lake = {r[key]: r for r in lake_rows(namespace, f"public__{table}")}
-    assert set(lake) == set(source), f"{table}: keys differ: lake-only {set(lake) - set(source)}, source-only {set(source) - set(lake)}"
+    assert set(lake) == set(source), (
+        f"{table}: keys differ: lake-only {set(lake) - set(source)}, source-only {set(source) - set(lake)}"
+    )
     for k, row in source.items():
         for column, value in row.items():
             assert lake[k][column] == value, f"{table}[{k}].{column}: lake {lake[k][column]!r} != source {value!r}"
@@ -43,7 +45,9 @@ def assert_lake_equals_source(namespace: str, dsn: str, table: str, key: str = "
 def assert_changelog_complete(namespace: str, topic: str, table: str) -> None:
     """The changelog holds each event of the topic exactly once (no gap, no duplicate after reruns)."""
     events = [(r.partition, r.offset) for r in read_topic(topic) if r.value is not None]
-    logged = sorted((r["_walflow_partition"], r["_walflow_offset"]) for r in lake_rows(namespace, f"public__{table}__changelog"))
+    logged = sorted(
+        (r["_walflow_partition"], r["_walflow_offset"]) for r in lake_rows(namespace, f"public__{table}__changelog")
+    )
     assert logged == sorted(events), f"changelog of {table}: {len(logged)} rows for {len(events)} events"
 
 
@@ -75,15 +79,25 @@ def test_job_stopped_at_each_point_leaves_the_lake_consistent(spark: Any, databa
     dsn = database
     config = new_connector(**{"walflow.lake.changelog": True})
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), opened date, seen timestamptz, doc text)")
+        conn.execute(
+            "CREATE TABLE accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2), opened date,"
+            " seen timestamptz, doc text)"
+        )
         conn.execute("INSERT INTO accounts SELECT g, 'o' || g, g, NULL, NULL, NULL FROM generate_series(1, 2000) g")
     setup(config, dsn)
     rounds = {
         "after_read": ["UPDATE accounts SET balance = balance + 1 WHERE id % 5 = 0"],
         "after_ddl": ["DELETE FROM accounts WHERE id % 97 = 1"],  # the first run that gets this far creates the table
         "after_commit": ["UPDATE accounts SET owner = owner || '+' WHERE id % 7 = 2"],
-        "after_changelog": ["ALTER TABLE accounts ADD COLUMN tier int DEFAULT 3", "UPDATE accounts SET tier = 4 WHERE id % 11 = 0"],
-        "after_truncate": ["UPDATE accounts SET balance = 0 WHERE id < 50", "TRUNCATE accounts", "INSERT INTO accounts SELECT g, 'n' || g, g, NULL, NULL, NULL, 5 FROM generate_series(1, 300) g"],
+        "after_changelog": [
+            "ALTER TABLE accounts ADD COLUMN tier int DEFAULT 3",
+            "UPDATE accounts SET tier = 4 WHERE id % 11 = 0",
+        ],
+        "after_truncate": [
+            "UPDATE accounts SET balance = 0 WHERE id < 50",
+            "TRUNCATE accounts",
+            "INSERT INTO accounts SELECT g, 'n' || g, g, NULL, NULL, NULL, 5 FROM generate_series(1, 300) g",
+        ],
     }
     assert set(rounds) == set(POINTS)
     for point, statements in rounds.items():
@@ -118,7 +132,9 @@ def test_pgbench_workload_reaches_the_lake(spark: Any, database: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:  # 10,000 of its 100,000 accounts are plenty here
         conn.execute("DELETE FROM pgbench_accounts WHERE aid > 10000")
     setup(config, dsn)  # initial snapshot
-    subprocess.run([pgbench, "-c", "4", "-j", "2", "-t", "250", "-n", *conn_args], check=True, capture_output=True, env=env)
+    subprocess.run(
+        [pgbench, "-c", "4", "-j", "2", "-t", "250", "-n", *conn_args], check=True, capture_output=True, env=env
+    )
     while stream(config, dsn).events:
         pass
     apply_lake(spark, config)
@@ -131,10 +147,18 @@ def test_pgbench_workload_reaches_the_lake(spark: Any, database: str) -> None:
             lake = {r[key]: {c: r[c] for c in cols} for r in lake_rows(name, f"public__{table}")}
             assert len(lake) == len(source), f"{table}: lake has {len(lake)} rows, source {len(source)}"
             different = [k for k in source if lake.get(k) != source[k]]
-            assert not different, f"{table}: {len(different)} rows differ, e.g. {different[0]}: lake {lake.get(different[0])} source {source[different[0]]}"
-        source_history = sorted(conn.execute("SELECT tid, bid, aid, delta, mtime, filler FROM pgbench_history").fetchall())
+            assert not different, (
+                f"{table}: {len(different)} rows differ, e.g. {different[0]}: lake {lake.get(different[0])} source"
+                f" {source[different[0]]}"
+            )
+        source_history = sorted(
+            conn.execute("SELECT tid, bid, aid, delta, mtime, filler FROM pgbench_history").fetchall()
+        )
     assert len(source_history) == 1000
-    lake_history = sorted(tuple(r[c] for c in ("tid", "bid", "aid", "delta", "mtime", "filler")) for r in lake_rows(name, "public__pgbench_history"))
+    lake_history = sorted(
+        tuple(r[c] for c in ("tid", "bid", "aid", "delta", "mtime", "filler"))
+        for r in lake_rows(name, "public__pgbench_history")
+    )
     assert lake_history == source_history
 
 
@@ -185,7 +209,11 @@ def test_two_partitions_truncate_keyless_table_and_other_writers(spark: Any, dat
     assert _multiset(lake_rows(name, "public__loose"), ["a", "b"]) == source_loose
 
     # stale events delivered again (older updates, and everything from before the truncate) change nothing
-    stale = [r for r in records if r.raw_value is not None and (r.op in ("r", "d") or (r.op == "u" and r.payload["after"]["v"].startswith("a")))]
+    stale = [
+        r
+        for r in records
+        if r.raw_value is not None and (r.op in ("r", "d") or (r.op == "u" and r.payload["after"]["v"].startswith("a")))
+    ]
     stale += [r for r in records if r.op == "u" and r.payload["after"]["v"].startswith("b")][:20]
     producer = Producer({"bootstrap.servers": os.environ["WALFLOW_KAFKA_BOOTSTRAP"]})
     for r in stale:
@@ -206,7 +234,11 @@ def test_two_partitions_truncate_keyless_table_and_other_writers(spark: Any, dat
     with pytest.raises(LakeHistoryError) as refused:
         apply_lake(spark, config)
     message = str(refused.value)
-    assert "was changed by another writer" in message and f"snapshot {foreign}" in message and "rollback_to_snapshot" in message
+    assert (
+        "was changed by another writer" in message
+        and f"snapshot {foreign}" in message
+        and "rollback_to_snapshot" in message
+    )
     assert table_name("public", "items") in message
 
     # undone as the message says, then compacted (accepted) and every older snapshot expired: the history no longer
@@ -216,7 +248,8 @@ def test_two_partitions_truncate_keyless_table_and_other_writers(spark: Any, dat
     for statement in (
         f"CALL lake.system.rollback_to_snapshot('{table}', {parent})",
         f"CALL lake.system.rewrite_data_files(table => '{table}', options => map('rewrite-all', 'true'))",
-        f"CALL lake.system.expire_snapshots(table => '{table}', older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)",
+        f"CALL lake.system.expire_snapshots(table => '{table}',"
+        " older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)",
     ):
         spark.sql(statement).collect()
     with pytest.raises(LakeHistoryError, match="was expired") as refused:
@@ -225,7 +258,9 @@ def test_two_partitions_truncate_keyless_table_and_other_writers(spark: Any, dat
 
 
 @pytest.mark.long
-def test_merge_reads_only_the_rows_the_batch_can_match(spark: Any, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_merge_reads_only_the_rows_the_batch_can_match(
+    spark: Any, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A small batch narrows the MERGE's target to its keys (their values for one integral key, their hashes for
     text, composite and nullable keys); a large one merges against the whole table (here: every batch counts as
     large in the second round). Both leave the lake equal to the source: null key parts still match, TOASTed values
@@ -253,9 +288,14 @@ def test_merge_reads_only_the_rows_the_batch_can_match(spark: Any, database: str
         if not narrowed:
             monkeypatch.setattr(lake_sql, "PREFILTER_MAX_KEYS", 0)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("UPDATE codes SET n = -n WHERE n %% 7 = %s", (step,))  # doc is TOASTed and unchanged: a placeholder
+            conn.execute(
+                "UPDATE codes SET n = -n WHERE n %% 7 = %s", (step,)
+            )  # doc is TOASTed and unchanged: a placeholder
             conn.execute("DELETE FROM codes WHERE n %% 11 = %s", (step,))
-            conn.execute("INSERT INTO codes VALUES (%s, 1, 'x'), (%s, 2, 'trailing space')", (f"new{step}", f"c1{' ' * (step + 1)}"))
+            conn.execute(
+                "INSERT INTO codes VALUES (%s, 1, 'x'), (%s, 2, 'trailing space')",
+                (f"new{step}", f"c1{' ' * (step + 1)}"),
+            )
             conn.execute("UPDATE pairs SET n = n + 1 WHERE a = %s", (3 + step,))
             conn.execute("UPDATE pairs SET b = b || '!' WHERE a = %s", (4 + 2 * step,))  # key changes: delete + create
             conn.execute("DELETE FROM pairs WHERE a = %s", (5 + 2 * step,))
@@ -268,7 +308,10 @@ def test_merge_reads_only_the_rows_the_batch_can_match(spark: Any, database: str
         with psycopg.connect(dsn) as conn:
             for table, columns in (("pairs", "a, b, n"), ("maybe", "k, tag, n")):
                 source = sorted(conn.execute(f"SELECT {columns} FROM {table}").fetchall(), key=repr)
-                lake = sorted((tuple(r[c.strip()] for c in columns.split(",")) for r in lake_rows(name, f"public__{table}")), key=repr)
+                lake = sorted(
+                    (tuple(r[c.strip()] for c in columns.split(",")) for r in lake_rows(name, f"public__{table}")),
+                    key=repr,
+                )
                 assert lake == source, (table, "narrowed" if narrowed else "whole target")
 
 
@@ -288,7 +331,10 @@ def test_widening_is_applied_and_an_incompatible_change_stops_the_job(spark: Any
     apply_lake(spark, config)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE measures SET n = n + 1 WHERE id <= 10")
-        conn.execute("ALTER TABLE measures ALTER COLUMN n TYPE bigint, ALTER COLUMN p TYPE numeric(12,2), ALTER COLUMN f TYPE double precision")
+        conn.execute(
+            "ALTER TABLE measures ALTER COLUMN n TYPE bigint, ALTER COLUMN p TYPE numeric(12,2),"
+            " ALTER COLUMN f TYPE double precision"
+        )
         conn.execute("UPDATE measures SET n = 5000000000 + id, p = 1234567890.12, f = 0.1 WHERE id % 5 = 0")
         conn.execute("INSERT INTO measures VALUES (51, 9000000000, 9999999999.99, 1e300, 'big')")
     stream(config, dsn)
@@ -306,11 +352,15 @@ def test_widening_is_applied_and_an_incompatible_change_stops_the_job(spark: Any
     with pytest.raises(LakeSchemaError) as refused:
         apply_lake(spark, config)
     message = str(refused.value)
-    assert "public__measures" in message and "column 'n' changes from bigint to string" in message and "re-snapshot" in message
+    assert (
+        "public__measures" in message
+        and "column 'n' changes from bigint to string" in message
+        and "re-snapshot" in message
+    )
     assert lake_snapshot_id(name, "public__measures") == before
 
 
-ODD_TABLE = 'Wé.i\'rd "ta`b le'
+ODD_TABLE = "Wé.i'rd \"ta`b le"
 ODD_COLUMN = "va`l.ue 'x'"
 
 
@@ -336,7 +386,10 @@ def test_soft_deletes_and_odd_names(spark: Any, database: str) -> None:
     stream(config, dsn)
     apply_lake(spark, config)
     with psycopg.connect(dsn) as conn:
-        source = {r[0]: (r[1], r[2]) for r in conn.execute(sql.SQL("SELECT id, {}, ünï FROM {}").format(column, table)).fetchall()}
+        source = {
+            r[0]: (r[1], r[2])
+            for r in conn.execute(sql.SQL("SELECT id, {}, ünï FROM {}").format(column, table)).fetchall()
+        }
     lake_name = table_name("public", ODD_TABLE)
     assert lake_name != "public__" + ODD_TABLE.lower()
     rows = {r["id"]: r for r in lake_rows(config.topic_prefix, lake_name)}
@@ -344,9 +397,15 @@ def test_soft_deletes_and_odd_names(spark: Any, database: str) -> None:
     assert live == source
     deleted = {k: r for k, r in rows.items() if r["_walflow_deleted"]}
     # every row the truncate removed is kept, flagged, with the truncate as its last operation
-    assert {k for k, r in deleted.items() if r["_walflow_op"] == "t"} == set(range(1, 30)) - {k for k in range(1, 30) if k % 4 == 0}
-    assert {k for k, r in deleted.items() if r["_walflow_op"] == "d"} == {k for k in range(30, 61) if k % 7 == 0} | {k for k in range(1, 30) if k % 4 == 0}
-    assert rows[33][ODD_COLUMN] == "again33" and rows[27]["_walflow_deleted"] and rows[27][ODD_COLUMN] == "changed \\ `x`"
+    assert {k for k, r in deleted.items() if r["_walflow_op"] == "t"} == set(range(1, 30)) - {
+        k for k in range(1, 30) if k % 4 == 0
+    }
+    assert {k for k, r in deleted.items() if r["_walflow_op"] == "d"} == {k for k in range(30, 61) if k % 7 == 0} | {
+        k for k in range(1, 30) if k % 4 == 0
+    }
+    assert (
+        rows[33][ODD_COLUMN] == "again33" and rows[27]["_walflow_deleted"] and rows[27][ODD_COLUMN] == "changed \\ `x`"
+    )
 
 
 @pytest.mark.long
@@ -379,8 +438,8 @@ def test_soft_truncate_stopped_after_its_commit_still_flags_the_rows_of_its_batc
 
 def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: pytest.LogCaptureFixture) -> None:
     """``value.converter.schemas.enable: false`` (and keys without schema): the lake types new columns from the JSON
-    values (docs/lake.md: numbers, booleans, strings; objects and arrays as JSON text; semantic types as their JSON form),
-    then keeps the lake table's types for later records; a value its lake column cannot take stops the job with
+    values (docs/lake.md: numbers, booleans, strings; objects and arrays as JSON text; semantic types as their JSON
+    form), then keeps the lake table's types for later records; a value its lake column cannot take stops the job with
     topic, partition, offset, column and value, and ``walflow.lake.accept.records`` gets past it."""
     import datetime as dt
     import json
@@ -388,12 +447,18 @@ def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: py
     from walflow.lake import read_hadoop_table
 
     dsn = database
-    config = new_connector(**{"value.converter.schemas.enable": False, "key.converter.schemas.enable": False, "decimal.handling.mode": "string"})
+    config = new_connector(
+        **{
+            "value.converter.schemas.enable": False,
+            "key.converter.schemas.enable": False,
+            "decimal.handling.mode": "string",
+        }
+    )
     name = config.topic_prefix
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "CREATE TABLE things (id int PRIMARY KEY, name text, qty bigint, price numeric(10,2), ratio double precision, ok boolean, "
-            "meta jsonb, tags text[], at timestamp)"
+            "CREATE TABLE things (id int PRIMARY KEY, name text, qty bigint, price numeric(10,2),"
+            " ratio double precision, ok boolean, meta jsonb, tags text[], at timestamp)"
         )
         conn.execute(
             "INSERT INTO things SELECT g, 'n' || g, g * 1000, g * 1.5, g / 4.0, g % 2 = 0, jsonb_build_object('g', g), "
@@ -419,7 +484,12 @@ def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: py
         epoch = dt.datetime(1970, 1, 1)
         for key, row in source.items():
             got = lake[key]
-            assert (got["name"], got["qty"], got["ok"], got["extra"]) == (row["name"], row["qty"], row["ok"], row["extra"])
+            assert (got["name"], got["qty"], got["ok"], got["extra"]) == (
+                row["name"],
+                row["qty"],
+                row["ok"],
+                row["extra"],
+            )
             assert got["price"] == (None if row["price"] is None else str(row["price"]))
             assert got["ratio"] == row["ratio"]
             assert (None if got["meta"] is None else json.loads(got["meta"])) == row["meta"]
@@ -430,8 +500,16 @@ def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: py
     table = read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], name, "public__things")
     types = {f.name: str(f.field_type) for f in table.schema().fields}
     assert {k: types[k] for k in ("id", "name", "qty", "price", "ratio", "ok", "meta", "tags", "at", "extra")} == {
-        "id": "long", "name": "string", "qty": "long", "price": "string", "ratio": "double", "ok": "boolean",
-        "meta": "string", "tags": "string", "at": "long", "extra": "long",
+        "id": "long",
+        "name": "string",
+        "qty": "long",
+        "price": "string",
+        "ratio": "double",
+        "ok": "boolean",
+        "meta": "string",
+        "tags": "string",
+        "at": "long",
+        "extra": "long",
     }
     # later records are typed by the lake table (ratio stays double even when every new value is integral)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -456,11 +534,20 @@ def test_schemaless_records_reach_the_lake(spark: Any, database: str, caplog: py
     assert (problem["topic"], problem["column"], problem["value"]) == (topic, "qty", "many")
     assert len(problems) == 2 + 26 and {p["value"] for p in problems[2:]} >= {"many", "lots", "1000"}, problems
     message = str(refused.value)
-    assert f"offset {problem['offset']}" in message and "walflow.lake.accept.records" in message and "schemas.enable" in message
-    assert f"{len(problems)} record(s) cannot be applied" in message and f"and the {len(problems) - 1} other(s) the log line before this one lists" in message
+    assert (
+        f"offset {problem['offset']}" in message
+        and "walflow.lake.accept.records" in message
+        and "schemas.enable" in message
+    )
+    assert (
+        f"{len(problems)} record(s) cannot be applied" in message
+        and f"and the {len(problems) - 1} other(s) the log line before this one lists" in message
+    )
     # one run of the fix gets past every record: the log lists them all, ready to paste
     entries = [f"{topic}:{p['partition']}:{p['offset']}" for p in problems]
-    assert any(json.dumps(entries, separators=(",", ":")) in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert any(json.dumps(entries, separators=(",", ":")) in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
     assert lake_snapshot_id(name, "public__things") == before
     apply_lake(spark, config, accept_records=tuple(entries))
     rows = {r["id"]: r for r in lake_rows(name, "public__things")}
@@ -472,7 +559,9 @@ def test_topic_delimiter_and_transaction_topic_are_honoured(spark: Any, database
     """``topic.delimiter: _`` and ``topic.transaction: tx_meta`` with transaction metadata on: the job applies the
     table topics and leaves the transaction topic alone, whatever their names."""
     dsn = database
-    config = new_connector(**{"topic.delimiter": "_", "topic.transaction": "tx_meta", "provide.transaction.metadata": True})
+    config = new_connector(
+        **{"topic.delimiter": "_", "topic.transaction": "tx_meta", "provide.transaction.metadata": True}
+    )
     prefix = config.topic_prefix
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE orders (id int PRIMARY KEY, item text)")
@@ -501,14 +590,20 @@ def test_columns_added_with_array_and_map_defaults_fill_the_existing_rows(spark:
     setup(config, dsn)
     apply_lake(spark, config)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE tagged ADD COLUMN tags text[] DEFAULT '{a,b}', ADD COLUMN none int[] DEFAULT '{}', ADD COLUMN attrs hstore DEFAULT 'k=>v'")
+        conn.execute(
+            "ALTER TABLE tagged ADD COLUMN tags text[] DEFAULT '{a,b}', ADD COLUMN none int[] DEFAULT '{}',"
+            " ADD COLUMN attrs hstore DEFAULT 'k=>v'"
+        )
         conn.execute("INSERT INTO tagged (id, v) VALUES (21, 'new')")
     stream(config, dsn)
     apply_lake(spark, config)
     lake = {r["id"]: r for r in lake_rows(config.topic_prefix, "public__tagged")}
     assert sorted(lake) == list(range(1, 22))
     for row in lake.values():
-        assert (row["tags"], row["none"], row["attrs"]) == (["a", "b"], [], [("k", "v")]), row  # a map read back as pairs
+        assert (row["tags"], row["none"], row["attrs"]) == (["a", "b"], [], [("k", "v")]), (
+            row
+        )  # a map read back as pairs
+
 
 def test_a_recreated_topic_is_refused(spark: Any, database: str) -> None:
     """A topic deleted and filled again (as many records, other ones) no longer lines up with the lake's offsets:
@@ -563,7 +658,9 @@ def test_unchanged_toast_values_are_carried_forward(spark: Any, database: str) -
         conn.execute("UPDATE docs SET n = 3 WHERE id = 3")
     stream(config, dsn)
     records = [r for r in read_topic(f"{name}.public.docs") if r.op == "u"]
-    assert records[-1].payload["after"]["tags"] == ["__debezium_unavailable_value"], "the test needs the placeholder in the events"
+    assert records[-1].payload["after"]["tags"] == ["__debezium_unavailable_value"], (
+        "the test needs the placeholder in the events"
+    )
     apply_lake(spark, config)
     assert_lake_equals_source(name, dsn, "docs")
     logged = [r for r in lake_rows(name, "public__docs__changelog") if r["id"] == 2 and r["n"] == 2]

@@ -26,11 +26,16 @@ from tests.support import (
 )
 from walflow.lake import JdbcCatalog, LakeSettings
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.spark]
 
 
 def test_a_jdbc_catalog_from_an_airflow_connection_holds_the_lake(
-    spark: Any, database: str, kafka_bootstrap: str, catalog_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: Any,
+    database: str,
+    kafka_bootstrap: str,
+    catalog_database: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from walflow.airflow.hooks import WalflowIcebergCatalogHook
     from walflow.config.files import resolve
@@ -38,7 +43,12 @@ def test_a_jdbc_catalog_from_an_airflow_connection_holds_the_lake(
     name = unique("jdbc")
     # a catalog name of its own: the session's other tests keep theirs ("lake", a Hadoop catalog)
     env = airflow_connector(
-        tmp_path, name, database, kafka_bootstrap, f"walflow.lake.catalog.conn.id: {name}_catalog", f"walflow.lake.catalog: cat_{name}",
+        tmp_path,
+        name,
+        database,
+        kafka_bootstrap,
+        f"walflow.lake.catalog.conn.id: {name}_catalog",
+        f"walflow.lake.catalog: cat_{name}",
         f"walflow.lake.warehouse: {tmp_path / 'warehouse'}",
     )
     for key, value in {**env, **jdbc_catalog_env(name, catalog_database)}.items():
@@ -49,7 +59,9 @@ def test_a_jdbc_catalog_from_an_airflow_connection_holds_the_lake(
     assert isinstance(catalog, JdbcCatalog), catalog
     public, secret = catalog.spark_conf(settings.catalog, settings.warehouse)
     if catalog.password:
-        assert catalog.password not in json.dumps(public), "the catalog's password would be on spark-submit's command line"
+        assert catalog.password not in json.dumps(public), (
+            "the catalog's password would be on spark-submit's command line"
+        )
     for key, value in {**public, **secret}.items():
         spark.conf.set(key, value)
 

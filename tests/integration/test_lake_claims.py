@@ -14,7 +14,7 @@ from tests.support import apply_lake, connector, lake_job, lake_rows, setup, str
 from walflow.errors import ConfigError, DriftError, LakeError, LakeSchemaError
 from walflow.lake import columns as C
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark]
 
 
 def _by_table(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -39,7 +39,11 @@ def test_max_records_is_shared_among_topics_and_the_backlog_is_reported(spark: A
     first = _by_table(apply_lake(spark, config))
     assert first["public__b_small"]["records"] == 5 and first["public__a_big"]["records"] == 25, first
     assert first["public__a_big"]["backlog"] == 20 and first["public__b_small"]["backlog"] == 0, first
-    summary = read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], config.topic_prefix, "public__a_big").current_snapshot().summary
+    summary = (
+        read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], config.topic_prefix, "public__a_big")
+        .current_snapshot()
+        .summary
+    )
     assert summary.additional_properties[C.BACKLOG_PROPERTY] == '{"0":20}'
     second = _by_table(apply_lake(spark, config))
     assert second["public__a_big"]["records"] == 20 and not second["public__a_big"]["backlog"], second
@@ -64,7 +68,9 @@ def test_a_connector_whose_tables_are_empty_at_setup_gets_its_lake(spark: Any, d
         conn.execute("INSERT INTO f VALUES (7)")
     stream(config, database)
     apply_lake(spark, config)
-    assert not differences(database, config.topic_prefix, "public__e", "public", "e") + differences(database, config.topic_prefix, "public__f", "public", "f")
+    assert not differences(database, config.topic_prefix, "public__e", "public", "e") + differences(
+        database, config.topic_prefix, "public__f", "public", "f"
+    )
 
 
 @pytest.mark.long
@@ -97,7 +103,7 @@ def test_a_lake_table_belongs_to_one_connector_and_one_topic(spark: Any, databas
     the fix); a source table named like another's changelog is refused while the other topics are applied; reset
     --lake leaves the other connector's tables alone."""
     from tests.privileges import as_connector
-    from walflow.runtime.reset import reset_connector
+    from walflow.admin.reset import reset_connector
 
     warehouse = str(tmp_path / "warehouse")
     owner = connector(unique("own"), **{"walflow.lake.changelog": True})
@@ -118,7 +124,9 @@ def test_a_lake_table_belongs_to_one_connector_and_one_topic(spark: Any, databas
 
     assert read_hadoop_table(warehouse, owner.topic_prefix, "public__orders") is None  # nothing of orders was written
 
-    intruder = connector(unique("intr"), **{"walflow.lake.namespace": owner.topic_prefix, "table.include.list": "public.notes"})
+    intruder = connector(
+        unique("intr"), **{"walflow.lake.namespace": owner.topic_prefix, "table.include.list": "public.notes"}
+    )
     # in one source database, setup refuses it (the owner's claim in the state table) ...
     with pytest.raises(DriftError, match=f"lake namespace .* belongs to connector '{owner.name}'"):
         setup(intruder, database)
@@ -126,13 +134,17 @@ def test_a_lake_table_belongs_to_one_connector_and_one_topic(spark: Any, databas
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("DELETE FROM public.walflow_state WHERE connector = %s AND key = 'owner'", (owner.name,))
     setup(intruder, database)
-    with pytest.raises(LakeError, match=rf"lake table .*public__notes.* belongs to connector '{owner.name}'.*walflow.lake.namespace"):
+    with pytest.raises(
+        LakeError, match=rf"lake table .*public__notes.* belongs to connector '{owner.name}'.*walflow.lake.namespace"
+    ):
         apply_lake(spark, intruder, warehouse)
     assert len(lake_rows(owner.topic_prefix, "public__notes", warehouse)) == 3
 
-    import walflow.runtime.reset as reset
+    import walflow.admin.reset as reset
 
-    report = reset_connector(intruder.model_copy(update={"walflow_lake_warehouse": warehouse}), as_connector(database), lake=True)
+    report = reset_connector(
+        intruder.model_copy(update={"walflow_lake_warehouse": warehouse}), as_connector(database), lake=True
+    )
     assert report.lake_tables == [] and any("public__notes" in kept for kept in report.lake_kept), report
     assert reset.table_owner(Path(warehouse) / owner.topic_prefix / "public__notes") == owner.name
     assert len(lake_rows(owner.topic_prefix, "public__notes", warehouse)) == 3
@@ -144,7 +156,7 @@ def test_nested_topic_prefixes_are_refused(tmp_path: Path) -> None:
 
     for name, prefix in (("shop", "shop"), ("shop_eu", "shop.eu")):
         (tmp_path / f"{name}.yaml").write_text(f"name: {name}\ntopic.prefix: {prefix}\nslot.name: {name}\n")
-    with pytest.raises(ConfigError, match="topic prefixes 'shop' .* and 'shop.eu' .* nest"):
+    with pytest.raises(ConfigError, match=r"topic prefixes 'shop' .* and 'shop\.eu' .* nest"):
         load_all(tmp_path)
     (tmp_path / "shop_eu.yaml").write_text("name: shop_eu\ntopic.prefix: shop_eu\nslot.name: shop_eu\n")
     assert len(load_all(tmp_path)) == 2
@@ -196,7 +208,9 @@ def test_a_changelog_turned_on_later_starts_where_the_table_is(spark: Any, datab
 
 
 @pytest.mark.long
-def test_an_idle_topic_whose_records_expired_keeps_its_table(spark: Any, database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_idle_topic_whose_records_expired_keeps_its_table(
+    spark: Any, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A table whose name Kafka cannot carry (``"order items"``) and whose topic's records all expired: the lake
     table is found by its claim, not guessed from the topic's name (which named another table and raised a false
     RecordsDeletedError on every run). The embedded broker cannot delete records, so the expiry is what the lake
@@ -206,7 +220,7 @@ def test_an_idle_topic_whose_records_expired_keeps_its_table(spark: Any, databas
     config = connector(unique("idle"))
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute('CREATE TABLE "order items" (id int PRIMARY KEY, v text)')
-        conn.execute('INSERT INTO "order items" SELECT g, \'x\' FROM generate_series(1, 6) g')
+        conn.execute("INSERT INTO \"order items\" SELECT g, 'x' FROM generate_series(1, 6) g")
     setup(config, database)
     name = _by_table(apply_lake(spark, config))
     assert list(name) == [next(iter(name))] and next(iter(name)).startswith("public__order_items_")

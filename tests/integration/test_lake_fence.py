@@ -20,7 +20,7 @@ from walflow.lake.naming import table_name
 from walflow.lake.settings import LakeSettings
 
 #: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
-pytestmark = [pytest.mark.timeout(600), pytest.mark.alone, pytest.mark.long]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.spark, pytest.mark.alone, pytest.mark.long]
 
 
 class Overtaken(ApplyHooks):
@@ -39,7 +39,9 @@ class Overtaken(ApplyHooks):
 
 
 def _branches(spark: Any, ident: str) -> list[str]:
-    return sorted(r["name"] for r in spark.sql(f"SELECT name FROM {ident}.refs").collect() if r["name"].startswith(BRANCH_PREFIX))
+    return sorted(
+        r["name"] for r in spark.sql(f"SELECT name FROM {ident}.refs").collect() if r["name"].startswith(BRANCH_PREFIX)
+    )
 
 
 @pytest.mark.parametrize("point", ["after_read", "after_ddl", "after_changelog"])
@@ -68,7 +70,10 @@ def test_a_run_overtaken_by_a_newer_one_publishes_nothing(spark: Any, database: 
         found = differences(dsn, config.topic_prefix, table_name("public", source), "public", source)
         assert not found, "\n".join(found)
         ident = settings.ident(table_name("public", source))
-        assert _branches(spark, ident) == [] and _branches(spark, settings.ident(table_name("public", source) + CHANGELOG_SUFFIX)) == []
+        assert (
+            _branches(spark, ident) == []
+            and _branches(spark, settings.ident(table_name("public", source) + CHANGELOG_SUFFIX)) == []
+        )
 
     # the changelog holds each event once as well
     log = spark.table(settings.ident(table_name("public", "appended") + CHANGELOG_SUFFIX)).count()
@@ -110,7 +115,9 @@ def test_a_branch_left_by_a_run_that_died_is_removed_by_the_next(spark: Any, dat
         dying.run()
     ident = LakeSettings.from_config(config).ident(table_name("public", "t"))
     assert len(_branches(spark, ident)) == 1
-    assert differences(dsn, config.topic_prefix, table_name("public", "t"), "public", "t"), "the dead run published its change"
+    assert differences(dsn, config.topic_prefix, table_name("public", "t"), "public", "t"), (
+        "the dead run published its change"
+    )
     apply_lake(spark, config)
     assert _branches(spark, ident) == []
     found = differences(dsn, config.topic_prefix, table_name("public", "t"), "public", "t")

@@ -14,7 +14,7 @@ import pytest
 from tests.support import apply_lake, connector, lake_job, lake_rows, read_topic, setup, stream, unique
 from walflow.lake.maintain import MAINTAIN_COMMIT, LakeMaintenance
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark]
 
 #: apply rounds before the maintenance: ``make test`` runs 4, ``make test-lake-rounds`` 20
 ROUNDS = int(os.environ.get("WALFLOW_LAKE_ROUNDS", "4"))
@@ -33,7 +33,7 @@ def _assert_equal(dsn: str, name: str) -> None:
 def _assert_applied_once(name: str, runs: list[dict[str, Any]]) -> None:
     """Every change event of the topic was applied by exactly one run: the runs' record counts add up to the
     topic's events, and the last run's offsets are the topic's end (nothing applied twice, nothing skipped)."""
-    records = [r for r in read_topic(f"{name}.public.items")]
+    records = read_topic(f"{name}.public.items")
     events = sum(1 for r in records if r.value is not None)
     assert sum(run["records"] for run in runs) == events, (sum(run["records"] for run in runs), events)
     assert runs[-1]["offsets"] == {0: max(r.offset for r in records) + 1}
@@ -46,7 +46,10 @@ def _round(dsn: str, rng: random.Random, next_id: list[int]) -> None:
             conn.execute("UPDATE items SET v = v || '+', n = n + 1 WHERE id = %s", (key,))
         for key in rng.sample(ids, min(len(ids), 3)):
             conn.execute("DELETE FROM items WHERE id = %s", (key,))
-        conn.execute("INSERT INTO items SELECT g, 'new' || g, g FROM generate_series(%s::int, %s::int) g", (next_id[0], next_id[0] + 4))
+        conn.execute(
+            "INSERT INTO items SELECT g, 'new' || g, g FROM generate_series(%s::int, %s::int) g",
+            (next_id[0], next_id[0] + 4),
+        )
         next_id[0] += 5
 
 
@@ -74,7 +77,9 @@ def test_rounds_then_maintenance_then_rounds_keep_the_lake_exact(spark: Any, dat
     _assert_applied_once(name, runs)
 
     job = lake_job(spark, config)
-    maintenance = LakeMaintenance(spark, job.settings.model_copy(update={"snapshot_retention_hours": 0, "orphan_retention_hours": 0}))
+    maintenance = LakeMaintenance(
+        spark, job.settings.model_copy(update={"snapshot_retention_hours": 0, "orphan_retention_hours": 0})
+    )
     ident = job.settings.ident("public__items")
     before = maintenance.footprint(ident)
     assert before.delete_files >= ROUNDS // 2 and before.data_files >= ROUNDS and before.snapshots > ROUNDS, before

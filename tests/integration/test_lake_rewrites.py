@@ -19,7 +19,7 @@ from walflow.errors import LakeSchemaError
 from walflow.lake.naming import table_name
 
 #: in make test's unit lane, which starts a Spark session of its own for these and tests/integration/test_lake_toast.py
-pytestmark = [pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark, pytest.mark.rereads]
 
 
 def run(dsn: str, *statements: str) -> None:
@@ -76,7 +76,8 @@ def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
         "ALTER TABLE t_int ALTER COLUMN name TYPE text USING upper(name)",
         "ALTER TABLE t_int ALTER COLUMN ts TYPE timestamptz(0)",
         "ALTER TABLE t_int ADD COLUMN x1 int GENERATED ALWAYS AS IDENTITY",
-        "ALTER TABLE t_int ADD COLUMN at timestamptz DEFAULT clock_timestamp(), ADD COLUMN tag uuid DEFAULT gen_random_uuid()",
+        "ALTER TABLE t_int ADD COLUMN at timestamptz DEFAULT clock_timestamp(),"
+        " ADD COLUMN tag uuid DEFAULT gen_random_uuid()",
         "ALTER TABLE t_int ADD COLUMN q positive_qty",
         "ALTER TABLE t_key ALTER COLUMN id TYPE bigint USING id * 1000",  # every key changes: the old keys must go
         "VACUUM FULL t_calm",  # new storage, no new values: not re-read
@@ -88,7 +89,9 @@ def test_table_rewrites_are_re_read(spark: Any, database: str) -> None:
 
 
 @pytest.mark.long
-def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topic_until_then(spark: Any, database: str) -> None:
+def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topic_until_then(
+    spark: Any, database: str
+) -> None:
     """``ALTER TABLE t_keyless ADD COLUMN id bigserial PRIMARY KEY``: every row gets its id in a rewrite, and the lake's
     rows from before (applied as rows of a table without key) held none, and were duplicated beside the re-read ones:
     the table is re-read by its new key and the rows from before are swept. A table without key whose rows a rewrite
@@ -96,19 +99,32 @@ def test_keyless_tables_given_a_key_are_re_read_and_one_rewritten_stops_its_topi
     the table gets a key: then it is re-read and the lake follows."""
     dsn = database
     config = connector(unique("keyless"))
-    run(dsn, "CREATE TABLE t_keyless (x int, y text)", "ALTER TABLE t_keyless REPLICA IDENTITY FULL",
-        "CREATE TABLE kl (x int, y text)", "ALTER TABLE kl REPLICA IDENTITY FULL",
-        "INSERT INTO t_keyless VALUES (1, 'a'), (1, 'a'), (2, 'b')", "INSERT INTO kl VALUES (1, 'a'), (2, 'b')")
+    run(
+        dsn,
+        "CREATE TABLE t_keyless (x int, y text)",
+        "ALTER TABLE t_keyless REPLICA IDENTITY FULL",
+        "CREATE TABLE kl (x int, y text)",
+        "ALTER TABLE kl REPLICA IDENTITY FULL",
+        "INSERT INTO t_keyless VALUES (1, 'a'), (1, 'a'), (2, 'b')",
+        "INSERT INTO kl VALUES (1, 'a'), (2, 'b')",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "INSERT INTO t_keyless VALUES (3, 'c')", "ALTER TABLE t_keyless ADD COLUMN id bigserial PRIMARY KEY",
+    run(
+        dsn,
+        "INSERT INTO t_keyless VALUES (3, 'c')",
+        "ALTER TABLE t_keyless ADD COLUMN id bigserial PRIMARY KEY",
         "UPDATE t_keyless SET y = 'B' WHERE x = 2",
-        "ALTER TABLE kl ALTER COLUMN x TYPE bigint USING x * 10", "INSERT INTO kl VALUES (3, 'c')")
+        "ALTER TABLE kl ALTER COLUMN x TYPE bigint USING x * 10",
+        "INSERT INTO kl VALUES (3, 'c')",
+    )
     with pytest.raises(LakeSchemaError) as refused:
         catch_up(spark, config, dsn)
     message = str(refused.value)
     assert "public.kl" in message and "no primary key" in message and "walflow reset" in message, message
-    for _ in range(4):  # the other topic goes on: t_keyless's records hold two keys (none, then id), applied in two runs
+    for _ in range(
+        4
+    ):  # the other topic goes on: t_keyless's records hold two keys (none, then id), applied in two runs
         with pytest.raises(LakeSchemaError) as again:
             apply_lake(spark, config)
         if not any(r.get("backlog") for r in again.value.results):  # type: ignore[attr-defined]
@@ -127,18 +143,30 @@ def test_a_table_dropped_and_created_again_is_a_new_table(spark: Any, database: 
     migration): the lake holds the new table's rows, not the old ones'."""
     dsn = database
     filtered = mode == "filtered"
-    config = connector(unique(f"recreate{mode[0]}"), **{"publication.autocreate.mode": mode, "table.include.list": r"public\.t_int"})
+    config = connector(
+        unique(f"recreate{mode[0]}"), **{"publication.autocreate.mode": mode, "table.include.list": r"public\.t_int"}
+    )
 
     def handed_over() -> None:
         if filtered:
             hand_over(dsn, "public.t_int")  # a 'filtered' publication takes only tables the connector's group owns
 
-    run(dsn, "CREATE TABLE t_int (id int PRIMARY KEY, qty int)", "INSERT INTO t_int SELECT g, g FROM generate_series(1, 6) g")
+    run(
+        dsn,
+        "CREATE TABLE t_int (id int PRIMARY KEY, qty int)",
+        "INSERT INTO t_int SELECT g, g FROM generate_series(1, 6) g",
+    )
     handed_over()
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "BEGIN", "DROP TABLE t_int", "CREATE TABLE t_int (id int PRIMARY KEY, qty int)",
-        "INSERT INTO t_int SELECT g, g * 7 FROM generate_series(4, 9) g", "COMMIT")
+    run(
+        dsn,
+        "BEGIN",
+        "DROP TABLE t_int",
+        "CREATE TABLE t_int (id int PRIMARY KEY, qty int)",
+        "INSERT INTO t_int SELECT g, g * 7 FROM generate_series(4, 9) g",
+        "COMMIT",
+    )
     handed_over()
     run(dsn, "UPDATE t_int SET qty = 0 WHERE id = 9")
     assert catch_up(spark, config, dsn) == ["public.t_int"]
@@ -146,8 +174,15 @@ def test_a_table_dropped_and_created_again_is_a_new_table(spark: Any, database: 
     run(dsn, "UPDATE t_int SET qty = -1 WHERE id = 4")
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "t_int")
-    run(dsn, "CREATE TABLE t_int_new (LIKE t_int INCLUDING ALL)", "INSERT INTO t_int_new SELECT id + 100, qty FROM t_int",
-        "BEGIN", "ALTER TABLE t_int RENAME TO t_int_old", "ALTER TABLE t_int_new RENAME TO t_int", "COMMIT")
+    run(
+        dsn,
+        "CREATE TABLE t_int_new (LIKE t_int INCLUDING ALL)",
+        "INSERT INTO t_int_new SELECT id + 100, qty FROM t_int",
+        "BEGIN",
+        "ALTER TABLE t_int RENAME TO t_int_old",
+        "ALTER TABLE t_int_new RENAME TO t_int",
+        "COMMIT",
+    )
     handed_over()
     assert catch_up(spark, config, dsn) == ["public.t_int"]
     assert_equal(config, dsn, "t_int")
@@ -160,30 +195,54 @@ def test_enum_values_renamed_and_tables_renamed_are_re_read(spark: Any, database
     it is not. ``ALTER TABLE t RENAME TO t_maint``, an update through the new name and the rename back, in one
     transaction: the update is streamed under the other name (into its own topic, as Debezium does), and t is re-read.
     ``ALTER TABLE r RENAME TO r2``: r2's topic and lake table start with the changes streamed under the new name, so r2
-    is re-read; and again when it gets its old name back after changes streamed under the new one. ``ALTER TABLE t RENAME
-    TO t_away`` (a name the filters leave out) and an update there, then in a later batch the rename back: t is re-read."""
+    is re-read; and again when it gets its old name back after changes streamed under the new one.
+    ``ALTER TABLE t RENAME TO t_away`` (a name the filters leave out) and an update there,
+    then in a later batch the rename back: t is re-read."""
     dsn = database
     config = connector(unique("renames"), **{"table.exclude.list": r"public\.t_away"})
-    run(dsn, "CREATE TYPE lt_mood AS ENUM ('sad', 'ok')", "CREATE DOMAIN lt_moody AS lt_mood",
-        "CREATE TABLE m (id int PRIMARY KEY, mood lt_mood, moods lt_mood[])", "CREATE TABLE d (id int PRIMARY KEY, mood lt_moody)",
-        "CREATE TABLE t (id int PRIMARY KEY, qty int)", "CREATE TABLE r (id int PRIMARY KEY, v text)",
-        "INSERT INTO m VALUES (1, 'sad', '{sad,ok}'), (2, 'ok', '{ok}')", "INSERT INTO d VALUES (1, 'sad')",
-        "INSERT INTO t SELECT g, g FROM generate_series(1, 4) g", "INSERT INTO r SELECT g, 'v' || g FROM generate_series(1, 5) g")
+    run(
+        dsn,
+        "CREATE TYPE lt_mood AS ENUM ('sad', 'ok')",
+        "CREATE DOMAIN lt_moody AS lt_mood",
+        "CREATE TABLE m (id int PRIMARY KEY, mood lt_mood, moods lt_mood[])",
+        "CREATE TABLE d (id int PRIMARY KEY, mood lt_moody)",
+        "CREATE TABLE t (id int PRIMARY KEY, qty int)",
+        "CREATE TABLE r (id int PRIMARY KEY, v text)",
+        "INSERT INTO m VALUES (1, 'sad', '{sad,ok}'), (2, 'ok', '{ok}')",
+        "INSERT INTO d VALUES (1, 'sad')",
+        "INSERT INTO t SELECT g, g FROM generate_series(1, 4) g",
+        "INSERT INTO r SELECT g, 'v' || g FROM generate_series(1, 5) g",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "ALTER TYPE lt_mood RENAME VALUE 'sad' TO 'unhappy'", "ALTER TYPE lt_mood ADD VALUE 'glad'",
-        "BEGIN; ALTER TABLE t RENAME TO t_maint; UPDATE t_maint SET qty = 100 WHERE id = 2; ALTER TABLE t_maint RENAME TO t; COMMIT",
-        "UPDATE r SET v = 'before' WHERE id = 1", "ALTER TABLE r RENAME TO r2", "UPDATE r2 SET v = 'after' WHERE id = 2")
+    run(
+        dsn,
+        "ALTER TYPE lt_mood RENAME VALUE 'sad' TO 'unhappy'",
+        "ALTER TYPE lt_mood ADD VALUE 'glad'",
+        "BEGIN; ALTER TABLE t RENAME TO t_maint; UPDATE t_maint SET qty = 100 WHERE id = 2;"
+        " ALTER TABLE t_maint RENAME TO t; COMMIT",
+        "UPDATE r SET v = 'before' WHERE id = 1",
+        "ALTER TABLE r RENAME TO r2",
+        "UPDATE r2 SET v = 'after' WHERE id = 2",
+    )
     assert sorted(catch_up(spark, config, dsn)) == ["public.d", "public.m", "public.r2", "public.t"]
     assert_equal(config, dsn, "m", "d", "t", "r2")
-    run(dsn, "UPDATE r2 SET v = 'while r2' WHERE id = 3", "ALTER TABLE t RENAME TO t_away", "UPDATE t_away SET qty = 7 WHERE id = 3")
+    run(
+        dsn,
+        "UPDATE r2 SET v = 'while r2' WHERE id = 3",
+        "ALTER TABLE t RENAME TO t_away",
+        "UPDATE t_away SET qty = 7 WHERE id = 3",
+    )
     assert catch_up(spark, config, dsn) == []
     run(dsn, "ALTER TABLE r2 RENAME TO r", "ALTER TABLE t_away RENAME TO t")
     assert catch_up(spark, config, dsn) == ["public.r", "public.t"]
     assert_equal(config, dsn, "r", "t")
 
 
-@pytest.mark.parametrize("form", ["one-statement", *(pytest.param(f, marks=pytest.mark.long) for f in ("one-transaction", "two-transactions"))])
+@pytest.mark.parametrize(
+    "form",
+    ["one-statement", *(pytest.param(f, marks=pytest.mark.long) for f in ("one-transaction", "two-transactions"))],
+)
 def test_a_column_dropped_and_added_again_within_one_batch(spark: Any, database: str, form: str) -> None:
     """``ALTER TABLE t_int DROP COLUMN x1, ADD COLUMN x1 int DEFAULT 0`` (or the two in one transaction, or in two),
     between changes of the table that reach the stream in one batch: the events before and after it name the same
@@ -191,12 +250,21 @@ def test_a_column_dropped_and_added_again_within_one_batch(spark: Any, database:
     column's value in the lake (7 where the source has 0) are re-read."""
     dsn = database
     config = connector(unique("readd"))
-    run(dsn, "CREATE TABLE t_int (id int PRIMARY KEY, n int, x1 int)", "INSERT INTO t_int SELECT g, g, 7 FROM generate_series(1, 4) g")
+    run(
+        dsn,
+        "CREATE TABLE t_int (id int PRIMARY KEY, n int, x1 int)",
+        "INSERT INTO t_int SELECT g, g, 7 FROM generate_series(1, 4) g",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
     drop_add = {
         "one-statement": ["ALTER TABLE t_int DROP COLUMN x1, ADD COLUMN x1 int DEFAULT 0"],
-        "one-transaction": ["BEGIN", "ALTER TABLE t_int DROP COLUMN x1", "ALTER TABLE t_int ADD COLUMN x1 int DEFAULT 9", "COMMIT"],
+        "one-transaction": [
+            "BEGIN",
+            "ALTER TABLE t_int DROP COLUMN x1",
+            "ALTER TABLE t_int ADD COLUMN x1 int DEFAULT 9",
+            "COMMIT",
+        ],
         "two-transactions": ["ALTER TABLE t_int DROP COLUMN x1", "ALTER TABLE t_int ADD COLUMN x1 int DEFAULT 9"],
     }[form]
     run(dsn, "UPDATE t_int SET n = 5 WHERE id = 2", *drop_add, "UPDATE t_int SET n = 10 WHERE id = 1")

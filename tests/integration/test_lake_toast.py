@@ -13,8 +13,9 @@ import pytest
 from tests.integration.test_lake_truth import BIG, assert_equal, catch_up, run
 from tests.support import apply_lake, connector, setup, stream, unique
 
-#: in make test's unit lane, which starts a Spark session of its own for these and tests/integration/test_lake_rewrites.py
-pytestmark = [pytest.mark.timeout(900)]
+#: in make test's unit lane, which starts a Spark session of its own for these and
+#: tests/integration/test_lake_rewrites.py
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark, pytest.mark.rereads]
 
 
 #: a TOASTable column of each kind whose unchanged value Debezium's events carry as a placeholder of its own form (the
@@ -22,22 +23,42 @@ pytestmark = [pytest.mark.timeout(900)]
 #: large and too random to stay inline
 TOASTED = {
     "ints": ("int[]", "(SELECT array_agg((g * 7919 + i * 104729) % 1000003) FROM generate_series(1, 600) i)"),
-    "longs": ("bigint[]", "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::bigint * 100003) FROM generate_series(1, 600) i)"),
-    "days": ("date[]", "(SELECT array_agg(DATE '2000-01-01' + (g * 7919 + i * 104729) % 10000) FROM generate_series(1, 600) i)"),
+    "longs": (
+        "bigint[]",
+        "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::bigint * 100003) FROM generate_series(1, 600) i)",
+    ),
+    "days": (
+        "date[]",
+        "(SELECT array_agg(DATE '2000-01-01' + (g * 7919 + i * 104729) % 10000) FROM generate_series(1, 600) i)",
+    ),
     "ids": ("uuid[]", "(SELECT array_agg(md5(g::text || i::text)::uuid) FROM generate_series(1, 300) i)"),
     "words": ("text[]", "(SELECT array_agg(md5(g::text || i::text)) FROM generate_series(1, 300) i)"),
     "labels": ("toasted_words", "(SELECT array_agg(md5(i::text || g::text)) FROM generate_series(1, 300) i)"),
     "doc": ("jsonb", "(SELECT jsonb_agg(md5(g::text || i::text)) FROM generate_series(1, 300) i)"),
     "blob": ("bytea", "(SELECT string_agg(md5(g::text || i::text), '')::bytea FROM generate_series(1, 300) i)"),
     "body": ("text", "(SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 300) i)"),
-    "attrs": ("hstore", "(SELECT hstore(array_agg(md5(i::text)), array_agg(md5(g::text || i::text))) FROM generate_series(1, 200) i)"),
+    "attrs": (
+        "hstore",
+        "(SELECT hstore(array_agg(md5(i::text)), array_agg(md5(g::text || i::text))) FROM generate_series(1, 200) i)",
+    ),
     # arrays whose unchanged TOASTed value Debezium writes as null: the stream names them in a header for the lake
-    "reals": ("float8[]", "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::float8 / 7) FROM generate_series(1, 600) i)"),
-    "amounts": ("numeric[]", "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::numeric / 7) FROM generate_series(1, 300) i)"),
+    "reals": (
+        "float8[]",
+        "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::float8 / 7) FROM generate_series(1, 600) i)",
+    ),
+    "amounts": (
+        "numeric[]",
+        "(SELECT array_agg(((g * 7919 + i * 104729) % 1000003)::numeric / 7) FROM generate_series(1, 300) i)",
+    ),
     "flags": ("boolean[]", "(SELECT array_agg(md5(g::text || i::text) < '8') FROM generate_series(1, 6000) i)"),
     "shorts": ("int2[]", "(SELECT array_agg(((g * 7919 + i * 104729) % 30011)::int2) FROM generate_series(1, 1200) i)"),
-    "stamps": ("timestamptz[]", ("(SELECT array_agg(timestamptz '2020-01-01 00:00:00+00' + ((g * 7919 + i * 104729) % 1000003) * interval '1 s') "
-                                 "FROM generate_series(1, 400) i)")),
+    "stamps": (
+        "timestamptz[]",
+        (
+            "(SELECT array_agg(timestamptz '2020-01-01 00:00:00+00' + ((g * 7919 + i * 104729) % 1000003)"
+            " * interval '1 s') FROM generate_series(1, 400) i)"
+        ),
+    ),
 }
 
 
@@ -49,8 +70,13 @@ TABLES = {f"tt{i}": list(TOASTED)[5 * i : 5 * i + 5] for i in range(3)}
 def _toasted_tables(dsn: str) -> None:
     run(dsn, "CREATE EXTENSION IF NOT EXISTS hstore", "CREATE DOMAIN toasted_words AS text[]")
     for table, kinds in TABLES.items():
-        run(dsn, f"CREATE TABLE {table} (id int PRIMARY KEY, small text, {', '.join(f'{c} {TOASTED[c][0]}' for c in kinds)})",
-            f"INSERT INTO {table} SELECT g, 'a', {', '.join(TOASTED[c][1] for c in kinds)} FROM generate_series(1, 4) g")
+        run(
+            dsn,
+            f"CREATE TABLE {table} (id int PRIMARY KEY, small text,"
+            f" {', '.join(f'{c} {TOASTED[c][0]}' for c in kinds)})",
+            f"INSERT INTO {table} SELECT g, 'a', {', '.join(TOASTED[c][1] for c in kinds)}"
+            " FROM generate_series(1, 4) g",
+        )
 
 
 @pytest.mark.long
@@ -84,19 +110,35 @@ def test_a_key_change_with_toasted_values_applied_by_runs_cut_anywhere(spark: An
     run applied the delete and the next the create, which found nothing to take the value from (NULL under the new
     key). On a composite key over three partitions, key changes and rotations applied by runs of one, two and three
     records (fewer than the partitions at first, so a run reads none of a partition), then the rest: a run never
-    applies a key change by halves, and the lake equals the source. An hstore as a JSON object and a bytea in base64 (whose placeholder is a null) are
-    among the TOASTed values (the previous test has the other forms)."""
+    applies a key change by halves, and the lake equals the source. An hstore as a JSON object and a bytea in base64
+    (whose placeholder is a null) are among the TOASTed values (the previous test has the other forms)."""
     dsn = database
-    config = connector(unique("cutkey"), **{"topic.creation.default.partitions": 3, "hstore.handling.mode": "json", "binary.handling.mode": "base64"})
-    run(dsn, "CREATE EXTENSION IF NOT EXISTS hstore",
-        "CREATE TABLE kc (a text, b int, small text, payload text, tags int[], attrs hstore, blob bytea, PRIMARY KEY (a, b))",
-        f"INSERT INTO kc SELECT 'k', g, 's', {BIG.format(salt='g')}, {TOASTED['ints'][1]}, {TOASTED['attrs'][1]}, {TOASTED['blob'][1]} "
-        "FROM generate_series(1, 7) g")
+    config = connector(
+        unique("cutkey"),
+        **{"topic.creation.default.partitions": 3, "hstore.handling.mode": "json", "binary.handling.mode": "base64"},
+    )
+    run(
+        dsn,
+        "CREATE EXTENSION IF NOT EXISTS hstore",
+        "CREATE TABLE kc (a text, b int, small text, payload text, tags int[], attrs hstore, blob bytea,"
+        " PRIMARY KEY (a, b))",
+        f"INSERT INTO kc SELECT 'k', g, 's', {BIG.format(salt='g')}, {TOASTED['ints'][1]}, {TOASTED['attrs'][1]},"
+        f" {TOASTED['blob'][1]} "
+        "FROM generate_series(1, 7) g",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "UPDATE kc SET b = b + 100 WHERE b = 1", "UPDATE kc SET small = 't' WHERE b = 4",
-        "BEGIN", "UPDATE kc SET b = 156 WHERE b = 2", "UPDATE kc SET b = 2 WHERE b = 3", "UPDATE kc SET b = 3 WHERE b = 156", "COMMIT",
-        "UPDATE kc SET b = b + 1000, small = 'u' WHERE b > 5")
+    run(
+        dsn,
+        "UPDATE kc SET b = b + 100 WHERE b = 1",
+        "UPDATE kc SET small = 't' WHERE b = 4",
+        "BEGIN",
+        "UPDATE kc SET b = 156 WHERE b = 2",
+        "UPDATE kc SET b = 2 WHERE b = 3",
+        "UPDATE kc SET b = 3 WHERE b = 156",
+        "COMMIT",
+        "UPDATE kc SET b = b + 1000, small = 'u' WHERE b > 5",
+    )
     stream(config, dsn)
     for records in (1, 2, 3):
         apply_lake(spark, config, max_records=records)

@@ -16,7 +16,7 @@ from walflow.errors import DriftError, LakeSchemaError
 from walflow.lake.naming import table_name
 
 #: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
-pytestmark = [pytest.mark.timeout(900), pytest.mark.alone, pytest.mark.long]
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark, pytest.mark.alone, pytest.mark.long]
 
 
 def run(dsn: str, *statements: str) -> None:
@@ -61,17 +61,46 @@ def test_renames_and_defaults_reach_the_lake_as_the_source_has_them(spark: Any, 
     if between:
         catch_up(spark, config, dsn)
     steps = [
-        ["UPDATE k SET name = 'before-rename' WHERE id = 1", "ALTER TABLE k RENAME COLUMN name TO title", "UPDATE k SET title = 'after' WHERE id = 2",
-         "ALTER TABLE kl RENAME COLUMN name TO title", "UPDATE kl SET a = 10 WHERE id = 2"],
-        ["ALTER TABLE k ADD COLUMN x1 int", "ALTER TABLE k ALTER COLUMN x1 SET DEFAULT 7", "INSERT INTO k (id, title) VALUES (5, 'new')",
-         "ALTER TABLE k ADD COLUMN x2 int DEFAULT 5", "ALTER TABLE k ALTER COLUMN x2 SET DEFAULT 6", "INSERT INTO k (id, title) VALUES (6, 'six')",
-         "ALTER TABLE kl ADD COLUMN x1 int", "ALTER TABLE kl ALTER COLUMN x1 SET DEFAULT 7",
-         "ALTER TABLE kl ADD COLUMN x2 int DEFAULT 5", "ALTER TABLE kl ALTER COLUMN x2 SET DEFAULT 6", "UPDATE kl SET a = a WHERE id = 2"],
-        ["ALTER TABLE k ADD COLUMN x3 text DEFAULT 'old'", "ALTER TABLE k ALTER COLUMN x3 DROP DEFAULT", "UPDATE k SET a = a + 1 WHERE id = 3",
-         "ALTER TABLE kl ADD COLUMN x3 text DEFAULT 'old'", "ALTER TABLE kl ALTER COLUMN x3 DROP DEFAULT", "UPDATE kl SET a = a WHERE id = 2"],
-        ["ALTER TABLE kl ADD COLUMN x4 int[] DEFAULT ARRAY[1, 2]", "UPDATE kl SET title = 'z' WHERE ctid = (SELECT min(ctid) FROM kl WHERE id = 1)"],
-        ["ALTER TABLE k DROP COLUMN a", "ALTER TABLE k ADD COLUMN a int DEFAULT 9", "UPDATE k SET title = 'readded' WHERE id = 4",
-         "ALTER TABLE kl DROP COLUMN a", "ALTER TABLE kl ADD COLUMN a int DEFAULT 9", "UPDATE kl SET title = 'w' WHERE id = 2"],
+        [
+            "UPDATE k SET name = 'before-rename' WHERE id = 1",
+            "ALTER TABLE k RENAME COLUMN name TO title",
+            "UPDATE k SET title = 'after' WHERE id = 2",
+            "ALTER TABLE kl RENAME COLUMN name TO title",
+            "UPDATE kl SET a = 10 WHERE id = 2",
+        ],
+        [
+            "ALTER TABLE k ADD COLUMN x1 int",
+            "ALTER TABLE k ALTER COLUMN x1 SET DEFAULT 7",
+            "INSERT INTO k (id, title) VALUES (5, 'new')",
+            "ALTER TABLE k ADD COLUMN x2 int DEFAULT 5",
+            "ALTER TABLE k ALTER COLUMN x2 SET DEFAULT 6",
+            "INSERT INTO k (id, title) VALUES (6, 'six')",
+            "ALTER TABLE kl ADD COLUMN x1 int",
+            "ALTER TABLE kl ALTER COLUMN x1 SET DEFAULT 7",
+            "ALTER TABLE kl ADD COLUMN x2 int DEFAULT 5",
+            "ALTER TABLE kl ALTER COLUMN x2 SET DEFAULT 6",
+            "UPDATE kl SET a = a WHERE id = 2",
+        ],
+        [
+            "ALTER TABLE k ADD COLUMN x3 text DEFAULT 'old'",
+            "ALTER TABLE k ALTER COLUMN x3 DROP DEFAULT",
+            "UPDATE k SET a = a + 1 WHERE id = 3",
+            "ALTER TABLE kl ADD COLUMN x3 text DEFAULT 'old'",
+            "ALTER TABLE kl ALTER COLUMN x3 DROP DEFAULT",
+            "UPDATE kl SET a = a WHERE id = 2",
+        ],
+        [
+            "ALTER TABLE kl ADD COLUMN x4 int[] DEFAULT ARRAY[1, 2]",
+            "UPDATE kl SET title = 'z' WHERE ctid = (SELECT min(ctid) FROM kl WHERE id = 1)",
+        ],
+        [
+            "ALTER TABLE k DROP COLUMN a",
+            "ALTER TABLE k ADD COLUMN a int DEFAULT 9",
+            "UPDATE k SET title = 'readded' WHERE id = 4",
+            "ALTER TABLE kl DROP COLUMN a",
+            "ALTER TABLE kl ADD COLUMN a int DEFAULT 9",
+            "UPDATE kl SET title = 'w' WHERE id = 2",
+        ],
     ]
     for statements in steps:
         run(dsn, *statements)
@@ -98,8 +127,13 @@ def test_a_per_row_default_is_re_read_on_a_keyed_table_and_refused_on_a_keyless_
     )
     setup(config, dsn)
     apply_lake(spark, config)
-    run(dsn, "ALTER TABLE v ADD COLUMN r float8 DEFAULT random()", "ALTER TABLE vl ADD COLUMN r float8 DEFAULT random()",
-        "INSERT INTO v (id, n) VALUES (31, 31)", "INSERT INTO vl (id, n) VALUES (4, 4)")
+    run(
+        dsn,
+        "ALTER TABLE v ADD COLUMN r float8 DEFAULT random()",
+        "ALTER TABLE vl ADD COLUMN r float8 DEFAULT random()",
+        "INSERT INTO v (id, n) VALUES (31, 31)",
+        "INSERT INTO vl (id, n) VALUES (4, 4)",
+    )
     summary = stream(config, dsn)
     assert [r["table"] for r in summary.rereads] == ["public.v"], summary.rereads
     with pytest.raises(LakeSchemaError) as refused:
@@ -117,11 +151,21 @@ def test_soft_deletes_keep_the_last_values_of_a_row_inserted_and_deleted_in_one_
 
     dsn = database
     config = connector(unique("soft"), **{"walflow.lake.delete.mode": "soft"})
-    run(dsn, "CREATE TABLE s (id int PRIMARY KEY, v text NOT NULL, n int)", "INSERT INTO s VALUES (1, 'one', 1), (2, 'two', 2)")
+    run(
+        dsn,
+        "CREATE TABLE s (id int PRIMARY KEY, v text NOT NULL, n int)",
+        "INSERT INTO s VALUES (1, 'one', 1), (2, 'two', 2)",
+    )
     setup(config, dsn)
     apply_lake(spark, config)
-    run(dsn, "INSERT INTO s VALUES (3, 'three', 3)", "DELETE FROM s WHERE id = 3", "UPDATE s SET v = 'uno' WHERE id = 1", "DELETE FROM s WHERE id = 1",
-        "DELETE FROM s WHERE id = 2")
+    run(
+        dsn,
+        "INSERT INTO s VALUES (3, 'three', 3)",
+        "DELETE FROM s WHERE id = 3",
+        "UPDATE s SET v = 'uno' WHERE id = 1",
+        "DELETE FROM s WHERE id = 1",
+        "DELETE FROM s WHERE id = 2",
+    )
     catch_up(spark, config, dsn)
     rows = {r["id"]: (r["v"], r["n"], r["_walflow_deleted"]) for r in lake_rows(config.topic_prefix, "public__s")}
     assert rows == {1: ("uno", 1, True), 2: ("two", 2, True), 3: ("three", 3, True)}, rows
@@ -135,14 +179,34 @@ def test_soft_deletes_of_a_table_without_key_flag_every_row_removed(spark: Any, 
 
     dsn = database
     config = connector(unique("softkl"), **{"walflow.lake.delete.mode": "soft"})
-    run(dsn, "CREATE TABLE sk (x int, y text)", "ALTER TABLE sk REPLICA IDENTITY FULL", "INSERT INTO sk VALUES (1, 'a'), (1, 'a'), (2, 'b')")
+    run(
+        dsn,
+        "CREATE TABLE sk (x int, y text)",
+        "ALTER TABLE sk REPLICA IDENTITY FULL",
+        "INSERT INTO sk VALUES (1, 'a'), (1, 'a'), (2, 'b')",
+    )
     setup(config, dsn)
     apply_lake(spark, config)
-    run(dsn, "INSERT INTO sk VALUES (3, 'c')", "DELETE FROM sk WHERE x = 3", "INSERT INTO sk VALUES (4, 'd')", "UPDATE sk SET y = 'e' WHERE x = 4",
-        "DELETE FROM sk WHERE ctid = (SELECT min(ctid) FROM sk WHERE x = 1)", "UPDATE sk SET y = 'f' WHERE x = 2")
+    run(
+        dsn,
+        "INSERT INTO sk VALUES (3, 'c')",
+        "DELETE FROM sk WHERE x = 3",
+        "INSERT INTO sk VALUES (4, 'd')",
+        "UPDATE sk SET y = 'e' WHERE x = 4",
+        "DELETE FROM sk WHERE ctid = (SELECT min(ctid) FROM sk WHERE x = 1)",
+        "UPDATE sk SET y = 'f' WHERE x = 2",
+    )
     catch_up(spark, config, dsn)
     rows = sorted((r["x"], r["y"], r["_walflow_deleted"]) for r in lake_rows(config.topic_prefix, "public__sk"))
-    assert rows == [(1, "a", False), (1, "a", True), (2, "b", True), (2, "f", False), (3, "c", True), (4, "d", True), (4, "e", False)], rows
+    assert rows == [
+        (1, "a", False),
+        (1, "a", True),
+        (2, "b", True),
+        (2, "f", False),
+        (3, "c", True),
+        (4, "d", True),
+        (4, "e", False),
+    ], rows
 
 
 def test_deletes_under_an_identity_index_without_the_key_remove_the_right_row(spark: Any, database: str) -> None:
@@ -164,11 +228,24 @@ def test_deletes_under_an_identity_index_without_the_key_remove_the_right_row(sp
     )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn, "UPDATE u SET n = -1 WHERE id = 4", "DELETE FROM u WHERE id = 3", "DELETE FROM u WHERE code = 'c5'", "INSERT INTO u VALUES (11, 'c3', 33)",
-        "UPDATE u SET id = 100 WHERE id = 6", f"INSERT INTO u VALUES (12, 'c12', 12, {BIG.format(salt=12)})", "UPDATE u SET id = 120 WHERE id = 12")
+    run(
+        dsn,
+        "UPDATE u SET n = -1 WHERE id = 4",
+        "DELETE FROM u WHERE id = 3",
+        "DELETE FROM u WHERE code = 'c5'",
+        "INSERT INTO u VALUES (11, 'c3', 33)",
+        "UPDATE u SET id = 100 WHERE id = 6",
+        f"INSERT INTO u VALUES (12, 'c12', 12, {BIG.format(salt=12)})",
+        "UPDATE u SET id = 120 WHERE id = 12",
+    )
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "u")
-    run(dsn, "DELETE FROM u WHERE id IN (7, 8)", "UPDATE u SET id = 300 WHERE id = 100", "UPDATE u SET id = 200, n = 5 WHERE id = 9")
+    run(
+        dsn,
+        "DELETE FROM u WHERE id IN (7, 8)",
+        "UPDATE u SET id = 300 WHERE id = 100",
+        "UPDATE u SET id = 200, n = 5 WHERE id = 9",
+    )
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "u")
 
@@ -185,15 +262,23 @@ def test_a_key_change_keeps_the_unchanged_toasted_values(spark: Any, database: s
     dsn = database
     config = connector(unique("moved"))
     big = BIG.format(salt="'a'")
-    run(dsn, "CREATE TABLE t (id int PRIMARY KEY, n int, doc text, tags text[])",
-        f"INSERT INTO t VALUES (1, 1, {big}, ARRAY[{big}, 'x']), (5, 5, {BIG.format(salt=chr(39) + 'b' + chr(39))}, NULL)")
+    run(
+        dsn,
+        "CREATE TABLE t (id int PRIMARY KEY, n int, doc text, tags text[])",
+        f"INSERT INTO t VALUES (1, 1, {big}, ARRAY[{big}, 'x']),"
+        f" (5, 5, {BIG.format(salt=chr(39) + 'b' + chr(39))}, NULL)",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn,
+    run(
+        dsn,
         "UPDATE t SET id = 2 WHERE id = 1",  # the value is in the lake only
         f"INSERT INTO t VALUES (3, 3, {BIG.format(salt=chr(39) + 'c' + chr(39))}, ARRAY['y'])",
         "UPDATE t SET id = 4 WHERE id = 3",  # the value is in an earlier event of the run
-        "UPDATE t SET id = 6 WHERE id = 5", "UPDATE t SET id = 7 WHERE id = 6", "UPDATE t SET n = 70 WHERE id = 7")
+        "UPDATE t SET id = 6 WHERE id = 5",
+        "UPDATE t SET id = 7 WHERE id = 6",
+        "UPDATE t SET n = 70 WHERE id = 7",
+    )
     catch_up(spark, config, dsn)
     assert_equal(config, dsn, "t")
 
@@ -205,15 +290,25 @@ def test_a_key_redefined_within_a_run_merges_each_event_by_its_own_key(spark: An
     key by the old one, the next run the rest by the new one; the lake equals the source."""
     dsn = database
     config = connector(unique("rekey"))
-    run(dsn, "CREATE TABLE r (id int PRIMARY KEY, region text NOT NULL, v int)", "INSERT INTO r VALUES (1, 'eu', 1), (2, 'eu', 2)")
+    run(
+        dsn,
+        "CREATE TABLE r (id int PRIMARY KEY, region text NOT NULL, v int)",
+        "INSERT INTO r VALUES (1, 'eu', 1), (2, 'eu', 2)",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn,
+    run(
+        dsn,
         "UPDATE r SET v = 10 WHERE id = 1",
-        "ALTER TABLE r DROP CONSTRAINT r_pkey", "ALTER TABLE r ADD PRIMARY KEY (id, region)",
-        "INSERT INTO r VALUES (1, 'us', 100)", "UPDATE r SET v = 20 WHERE id = 2", "DELETE FROM r WHERE id = 1 AND region = 'eu'",
-        "INSERT INTO r VALUES (3, 'us', 3), (3, 'eu', 3)")
-    # the stream stops at the new key until the setup accepts it (walflow.capture.drift): then both keys are in the topic
+        "ALTER TABLE r DROP CONSTRAINT r_pkey",
+        "ALTER TABLE r ADD PRIMARY KEY (id, region)",
+        "INSERT INTO r VALUES (1, 'us', 100)",
+        "UPDATE r SET v = 20 WHERE id = 2",
+        "DELETE FROM r WHERE id = 1 AND region = 'eu'",
+        "INSERT INTO r VALUES (3, 'us', 3), (3, 'eu', 3)",
+    )
+    # the stream stops at the new key until the setup accepts it (walflow.capture.drift):
+    # then both keys are in the topic
     with pytest.raises(DriftError):
         stream(config, dsn)
     setup(config, dsn)
@@ -233,11 +328,16 @@ def test_a_table_that_loses_its_key_within_a_run_is_applied_as_rows_from_then_on
     run(dsn, "CREATE TABLE q (id int PRIMARY KEY, v text)", "INSERT INTO q VALUES (1, 'a'), (2, 'b'), (3, 'c')")
     setup(config, dsn)
     catch_up(spark, config, dsn)
-    run(dsn,
+    run(
+        dsn,
         "UPDATE q SET v = 'a1' WHERE id = 1",
-        "ALTER TABLE q DROP CONSTRAINT q_pkey", "ALTER TABLE q REPLICA IDENTITY FULL",
-        "INSERT INTO q VALUES (1, 'again'), (2, 'b')", "UPDATE q SET v = 'b2' WHERE ctid = (SELECT min(ctid) FROM q WHERE id = 2)",
-        "DELETE FROM q WHERE id = 3", "INSERT INTO q VALUES (4, 'd'), (4, 'd')")
+        "ALTER TABLE q DROP CONSTRAINT q_pkey",
+        "ALTER TABLE q REPLICA IDENTITY FULL",
+        "INSERT INTO q VALUES (1, 'again'), (2, 'b')",
+        "UPDATE q SET v = 'b2' WHERE ctid = (SELECT min(ctid) FROM q WHERE id = 2)",
+        "DELETE FROM q WHERE id = 3",
+        "INSERT INTO q VALUES (4, 'd'), (4, 'd')",
+    )
     stream(config, dsn)
     first = apply_lake(spark, config)
     assert first[0]["backlog"] > 0, first  # cut where the key went
@@ -259,7 +359,11 @@ def test_a_delete_that_survives_only_as_its_tombstone_is_applied(spark: Any, dat
 
     dsn = database
     config = connector(unique("tomb"), **{"walflow.lake.delete.mode": mode, "walflow.lake.changelog": "true"})
-    run(dsn, "CREATE TABLE g (id int PRIMARY KEY, v text)", "INSERT INTO g SELECT i, 'v' || i FROM generate_series(1, 5) i")
+    run(
+        dsn,
+        "CREATE TABLE g (id int PRIMARY KEY, v text)",
+        "INSERT INTO g SELECT i, 'v' || i FROM generate_series(1, 5) i",
+    )
     setup(config, dsn)
     catch_up(spark, config, dsn)
     topic = f"{config.topic_prefix}.public.g"
@@ -275,7 +379,9 @@ def test_a_delete_that_survives_only_as_its_tombstone_is_applied(spark: Any, dat
         assert sorted(r["id"] for r in lake_rows(config.topic_prefix, "public__g")) == [1, 5]
     else:
         flagged = {r["id"]: (r["v"], r["_walflow_deleted"]) for r in lake_rows(config.topic_prefix, "public__g")}
-        assert flagged == {1: ("v1", False), 2: ("v2", True), 3: ("v3", True), 4: ("v4", True), 5: ("v5", False)}, flagged
+        assert flagged == {1: ("v1", False), 2: ("v2", True), 3: ("v3", True), 4: ("v4", True), 5: ("v5", False)}, (
+            flagged
+        )
     assert not [r for r in lake_rows(config.topic_prefix, "public__g__changelog") if r["_walflow_op"] != "r"]
     catch_up(spark, config, dsn)
     if mode == "hard":
@@ -288,19 +394,25 @@ def test_a_delete_that_survives_only_as_its_tombstone_is_applied(spark: Any, dat
 def test_after_a_reset_the_rebuilt_lake_starts_at_the_new_snapshot(
     spark: Any, database: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A row deleted after the last batch, then ``walflow reset --lake`` (slot, state and lake tables dropped; the topics
-    stay) and the setup's new snapshot: read from offset 0, the topic's old records would bring the row back, since
-    its delete was never streamed. The initial snapshot records where the topics ended before its rows (a start fact
-    on the schema topic), and a lake table that applied nothing yet starts there: the lake equals the source."""
+    """A row deleted after the last batch, then ``walflow reset --lake`` (slot, state and lake tables dropped; the
+    topics stay) and the setup's new snapshot: read from offset 0, the topic's old records would bring the row back,
+    since its delete was never streamed. The initial snapshot records where the topics ended before its rows (a start
+    fact on the schema topic), and a lake table that applied nothing yet starts there: the lake equals the source."""
     from tests.privileges import as_connector
+    from walflow.admin.cli import main
     from walflow.config.files import load_config
-    from walflow.runtime.cli import main
 
     dsn = database
     name = unique("restart")
-    run(dsn, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 4) g")
+    run(
+        dsn,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 4) g",
+    )
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"name: {name}\ntopic.prefix: {name}\nslot.name: {name.lower()}\npublication.name: {name.lower()}\n")
+    path.write_text(
+        f"name: {name}\ntopic.prefix: {name}\nslot.name: {name.lower()}\npublication.name: {name.lower()}\n"
+    )
     monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
     config = load_config(path)
     setup(config, dsn)
@@ -316,7 +428,9 @@ def test_after_a_reset_the_rebuilt_lake_starts_at_the_new_snapshot(
 
 
 @pytest.mark.parametrize("between", [False, True], ids=["one-run", "snapshot-applied-first"])
-def test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_rows(spark: Any, database: str, between: bool) -> None:
+def test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_rows(
+    spark: Any, database: str, between: bool
+) -> None:
     """A transaction that wrote a row before the slot's consistent point and committed after it is not in the
     initial snapshot (which holds the row's older value) and is the first one streamed: its ``source.sequence`` is
     [null, L] with L below the consistent point. Applied in one run with the snapshot's rows, or in the run after
@@ -347,11 +461,15 @@ def test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_row
                 done["t2"] = True
                 t2.commit()
 
-        worker = threading.Thread(target=lambda: done.update(report=setup(config, dsn, fault_hook=commit_t2)), daemon=True)
+        worker = threading.Thread(
+            target=lambda: done.update(report=setup(config, dsn, fault_hook=commit_t2)), daemon=True
+        )
         worker.start()
         with psycopg.connect(dsn, autocommit=True) as watch:
             for _ in range(600):
-                if watch.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone():
+                if watch.execute(
+                    "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+                ).fetchone():
                     break
                 time.sleep(0.1)
             else:
@@ -378,4 +496,3 @@ def test_the_first_transaction_after_the_snapshot_is_newer_than_the_snapshot_row
     assert sequence.startswith("[null,") and lsn < snapshot_lsn, (sequence, lsn, snapshot_lsn)
     apply_lake(spark, config)
     assert_equal(config, dsn, "t")
-

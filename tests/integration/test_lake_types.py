@@ -21,7 +21,7 @@ import pytest
 from tests.integration.test_types import ALL_CASES, Case, _postgis_available, _prepare, golden_groups, supported
 from tests.support import apply_lake, connector, lake_rows, prepare_source, read_topic, stream, unique
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.spark]
 
 EPOCH = dt.datetime(1970, 1, 1)
 MAX_TS = dt.datetime(9999, 12, 31, 23, 59, 59, 999999)
@@ -100,7 +100,9 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _apply_group(spark: Any, dsn: str, cases: list[Case], mode: dict[str, Any], extra_ddl: str = "", extra_values: str = "") -> tuple[Any, list[dict[str, Any]], list[Any]]:
+def _apply_group(
+    spark: Any, dsn: str, cases: list[Case], mode: dict[str, Any], extra_ddl: str = "", extra_values: str = ""
+) -> tuple[Any, list[dict[str, Any]], list[Any]]:
     columns = ", ".join(f'"{c.id}" {c.ddl}' for c in cases)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE golden (pk int PRIMARY KEY, {columns}{extra_ddl})")
@@ -124,7 +126,9 @@ def _apply_group(spark: Any, dsn: str, cases: list[Case], mode: dict[str, Any], 
     [g if g[0] == "defaults" else pytest.param(*g, marks=pytest.mark.long) for g in golden_groups(ALL_CASES)],
     ids=[g[0] for g in golden_groups(ALL_CASES)],
 )
-def test_every_type_row_reaches_the_lake(spark: Any, database: str, label: str, mode: dict[str, Any], cases: list[Case]) -> None:
+def test_every_type_row_reaches_the_lake(
+    spark: Any, database: str, label: str, mode: dict[str, Any], cases: list[Case]
+) -> None:
     """Each case's value (and the row of NULLs/defaults) in the lake, by the documented mapping and representation."""
     cases = supported(cases)
     _prepare(database, cases)
@@ -135,11 +139,19 @@ def test_every_type_row_reaches_the_lake(spark: Any, database: str, label: str, 
         overflow = dict(row["_walflow_overflow"] or [])
         for case in cases:
             value = record.payload["after"].get(case.id)
-            want, text = (FITTED[case.id] if case.id in FITTED and value is not None and row["pk"] == 1 else (expected(fields[case.id], value), None))
+            want, text = (
+                FITTED[case.id]
+                if case.id in FITTED and value is not None and row["pk"] == 1
+                else (expected(fields[case.id], value), None)
+            )
             if not same(row[case.id], want):
-                failures.append(f"pk={row['pk']} {case.id}: lake {row[case.id]!r} != expected {want!r} (event value {value!r})")
+                failures.append(
+                    f"pk={row['pk']} {case.id}: lake {row[case.id]!r} != expected {want!r} (event value {value!r})"
+                )
             if overflow.get(case.id) != text:
-                failures.append(f"pk={row['pk']} {case.id}: _walflow_overflow has {overflow.get(case.id)!r}, expected {text!r}")
+                failures.append(
+                    f"pk={row['pk']} {case.id}: _walflow_overflow has {overflow.get(case.id)!r}, expected {text!r}"
+                )
         unexpected = set(overflow) - {c.id for c in cases if c.id in FITTED}
         if unexpected:
             failures.append(f"pk={row['pk']}: unexpected _walflow_overflow entries {unexpected}")
@@ -159,7 +171,13 @@ def test_huge_arrays_precise_numerics_and_geometry_reach_the_lake(spark: Any, da
         Case("big_texts", "text[]", "(SELECT array_agg(md5(g::text)) FROM generate_series(1, 5000) g)", {}, None),
         Case("wide", "numeric(50,5)", "'123456789012345678901234567890123456789012.34567'", {}, None),
         Case("wider", "numeric(60,45)", "'1.000000000000000000000000000000000000000000001'", {}, None),
-        Case("uint256", "numeric(78,0)", "'115792089237316195423570985008687907853269984665640564039457584007913129639935'", {}, None),
+        Case(
+            "uint256",
+            "numeric(78,0)",
+            "'115792089237316195423570985008687907853269984665640564039457584007913129639935'",
+            {},
+            None,
+        ),
         Case("hundreds", "numeric(5,-2)", "'1234567'", {}, None),  # PostgreSQL 15+ rounds it to 1234600
     ]
     if gis:
@@ -192,19 +210,25 @@ def test_validity_ranges_with_infinity_apply_and_equal_the_source(spark: Any, da
     dsn = database
     config = connector(unique("inf"))
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE prices (item int, valid_to timestamp, valid_from date, at timestamptz, price numeric(8,2), PRIMARY KEY (item, valid_to))")
+        conn.execute(
+            "CREATE TABLE prices (item int, valid_to timestamp, valid_from date, at timestamptz, price numeric(8,2),"
+            " PRIMARY KEY (item, valid_to))"
+        )
     prepare_source(config, dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO prices VALUES (1, 'infinity', '-infinity', 'infinity', 10), (1, '9999-12-31 23:59:59.999999', '2020-01-01', now(), 20), "
-            "(2, '2024-01-01', 'infinity', '-infinity', 30), (3, '0044-03-15 12:00:00 BC', '12345-06-07', '2024-05-01 10:00+02', 40)"
+            "INSERT INTO prices VALUES (1, 'infinity', '-infinity', 'infinity', 10), (1, '9999-12-31 23:59:59.999999',"
+            " '2020-01-01', now(), 20), (2, '2024-01-01', 'infinity', '-infinity', 30), (3, '0044-03-15 12:00:00 BC',"
+            " '12345-06-07', '2024-05-01 10:00+02', 40)"
         )
     stream(config, dsn)
     apply_lake(spark, config)
     assert_prices_equal(config.topic_prefix, dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE prices SET price = 11 WHERE item = 1 AND valid_to = 'infinity'")
-        conn.execute("UPDATE prices SET valid_from = '2021-01-01', at = 'infinity' WHERE item = 2")  # one value back in range
+        conn.execute(
+            "UPDATE prices SET valid_from = '2021-01-01', at = 'infinity' WHERE item = 2"
+        )  # one value back in range
         conn.execute("UPDATE prices SET valid_to = 'infinity' WHERE item = 3")  # the key itself changes
     stream(config, dsn)
     apply_lake(spark, config)
@@ -225,9 +249,10 @@ def assert_prices_equal(namespace: str, dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         source = conn.execute(
             "SELECT item, valid_to::text, valid_from::text, at::text, price, "
-            "CASE WHEN isfinite(valid_to) AND valid_to BETWEEN '0001-01-01' AND '9999-12-31 23:59:59.999999' THEN valid_to END, "
-            "CASE WHEN isfinite(valid_from) AND valid_from BETWEEN '0001-01-01' AND '9999-12-31' THEN valid_from END, "
-            "CASE WHEN isfinite(at) AND at BETWEEN '0001-01-01 00:00+00' AND '9999-12-31 23:59:59.999999+00' THEN at END FROM prices"
+            "CASE WHEN isfinite(valid_to) AND valid_to BETWEEN '0001-01-01' AND '9999-12-31 23:59:59.999999' THEN"
+            " valid_to END, CASE WHEN isfinite(valid_from) AND valid_from BETWEEN '0001-01-01' AND '9999-12-31' THEN"
+            " valid_from END, CASE WHEN isfinite(at) AND at BETWEEN '0001-01-01 00:00+00'"
+            " AND '9999-12-31 23:59:59.999999+00' THEN at END FROM prices"
         ).fetchall()
     lake = lake_rows(namespace, "public__prices")
     assert len(lake) == len(source)
@@ -236,7 +261,9 @@ def assert_prices_equal(namespace: str, dsn: str) -> None:
     for item, to_text, from_text, at_text, price, to_value, from_value, at_value in source:
         to_want = _representation(to_value, to_text, MIN_TS, MAX_TS)
         row = by_key.get((item, to_want[0], to_want[1] is not None))
-        assert row is not None, f"no lake row for item {item} valid_to {to_text}: {[(r['item'], r['valid_to']) for r in lake]}"
+        assert row is not None, (
+            f"no lake row for item {item} valid_to {to_text}: {[(r['item'], r['valid_to']) for r in lake]}"
+        )
         overflow = dict(row["_walflow_overflow"] or [])
         from_want = _representation(from_value, from_text, dt.date(1, 1, 1), dt.date(9999, 12, 31))
         at_want = _representation(at_value, at_text, MIN_TS.replace(tzinfo=UTC), MAX_TS.replace(tzinfo=UTC))

@@ -1,4 +1,4 @@
-"""The least-privilege role of include/sql/roles.sql runs the whole connector: setup with a filtered
+"""The least-privilege role of walflow/source/sql/roles.sql runs the whole connector: setup with a filtered
 publication and an initial snapshot, streaming, and an incremental snapshot with its watermarks."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = "public.walflow_signal"
 
 
-def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(database: str, connector_role: dict[str, str]) -> None:
+def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(
+    database: str, connector_role: dict[str, str]
+) -> None:
     dsn = connector_role["dsn"]
     with psycopg.connect(dsn) as conn:
         flags = conn.execute("SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").fetchone()
@@ -44,7 +46,10 @@ def test_least_privilege_role_runs_setup_stream_and_incremental_snapshot(databas
         conn.execute("INSERT INTO orders VALUES (1, 1000)")
     # the signal writers' role may insert signals (granted by roles.sql), and do nothing else
     with psycopg.connect(connector_role["writer_dsn"], autocommit=True) as conn:
-        conn.execute("INSERT INTO walflow_signal VALUES ('adhoc-1', 'execute-snapshot', '{\"data-collections\": [\"public.customers\"], \"additional-condition\": \"id > 0\"}')")
+        conn.execute(
+            "INSERT INTO walflow_signal VALUES ('adhoc-1', 'execute-snapshot',"
+            ' \'{"data-collections": ["public.customers"], "additional-condition": "id > 0"}\')'
+        )
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT count(*) FROM customers")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -68,15 +73,35 @@ def test_a_publication_made_by_roles_sql_leaves_the_connector_owning_nothing(dat
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY, v text)")
     apply_roles_sql(database, role, "public.items", publication=role, signal_table="public.walflow_signal")
-    dsn = " ".join([*(p for p in database.split() if not p.startswith(("user=", "password="))), f"user={role}", f"password={PASSWORD}"])
+    dsn = " ".join(
+        [
+            *(p for p in database.split() if not p.startswith(("user=", "password="))),
+            f"user={role}",
+            f"password={PASSWORD}",
+        ]
+    )
     try:
         with psycopg.connect(database) as conn:
-            assert conn.execute("SELECT relowner::regrole::text FROM pg_class WHERE relname = 'items'").fetchone() == ("postgres",)
-            published = conn.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", (role,)).fetchall()
+            assert conn.execute("SELECT relowner::regrole::text FROM pg_class WHERE relname = 'items'").fetchone() == (
+                "postgres",
+            )
+            published = conn.execute(
+                "SELECT tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1", (role,)
+            ).fetchall()
             assert published == [("items",), ("walflow_signal",)]
-            assert conn.execute("SELECT count(*) FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)).fetchone() == (0,)
-        config = connector(unique("pub"), **{"slot.name": role, "publication.name": role, "publication.autocreate.mode": "disabled",
-                                             "table.include.list": "public.items", "signal.data.collection": "public.walflow_signal"})
+            assert conn.execute(
+                "SELECT count(*) FROM pg_roles WHERE starts_with(rolname, %s)", (f"{role}_owns_",)
+            ).fetchone() == (0,)
+        config = connector(
+            unique("pub"),
+            **{
+                "slot.name": role,
+                "publication.name": role,
+                "publication.autocreate.mode": "disabled",
+                "table.include.list": "public.items",
+                "signal.data.collection": "public.walflow_signal",
+            },
+        )
         ConnectorSetup(config, dsn, producer).run()
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute("INSERT INTO items VALUES (1, 'one')")
@@ -86,7 +111,9 @@ def test_a_publication_made_by_roles_sql_leaves_the_connector_owning_nothing(dat
                 conn.execute("ALTER TABLE items ADD COLUMN extra text")
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
-            for slot in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (role,)).fetchall():
+            for slot in conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s", (role,)
+            ).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", slot)
             conn.execute(f'REASSIGN OWNED BY "{role}" TO CURRENT_USER')
             conn.execute(f'DROP OWNED BY "{role}"')
@@ -94,7 +121,12 @@ def test_a_publication_made_by_roles_sql_leaves_the_connector_owning_nothing(dat
 
 
 def test_password_never_reaches_logs_xcom_or_events(
-    database: str, kafka_bootstrap: str, connector_role: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    database: str,
+    kafka_bootstrap: str,
+    connector_role: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """Setup and stream run by Airflow as the least-privilege role, whose password is in the Airflow Connection:
     the password appears in none of the task logs, the XCom values or the Kafka records."""
@@ -110,15 +142,33 @@ def test_password_never_reaches_logs_xcom_or_events(
     name = unique("secret")
     (tmp_path / f"{name}.yaml").write_text(
         "\n".join(
-            [f"name: {name}", f"topic.prefix: {name}", f"slot.name: {name}", f"publication.name: {name}",
-             "publication.autocreate.mode: filtered", "table.include.list: public.customers", "walflow.lake.enabled: false",
-             f"signal.data.collection: {SIGNALS}", f"walflow.postgres.conn.id: {name}_pg", f"walflow.kafka.conn.id: {name}_kafka"]
+            [
+                f"name: {name}",
+                f"topic.prefix: {name}",
+                f"slot.name: {name}",
+                f"publication.name: {name}",
+                "publication.autocreate.mode: filtered",
+                "table.include.list: public.customers",
+                "walflow.lake.enabled: false",
+                f"signal.data.collection: {SIGNALS}",
+                f"walflow.postgres.conn.id: {name}_pg",
+                f"walflow.kafka.conn.id: {name}_kafka",
+            ]
         )
     )
-    connection = {"conn_type": "postgres", "host": params["host"], "port": int(params["port"]), "schema": params["dbname"],
-                  "login": connector_role["role"], "password": password}
+    connection = {
+        "conn_type": "postgres",
+        "host": params["host"],
+        "port": int(params["port"]),
+        "schema": params["dbname"],
+        "login": connector_role["role"],
+        "password": password,
+    }
     monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_PG", json.dumps(connection))
-    monkeypatch.setenv(f"AIRFLOW_CONN_{name.upper()}_KAFKA", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{name.upper()}_KAFKA",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
     monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
 
     runs = [run_dag(f"{name}__setup")]
@@ -126,7 +176,9 @@ def test_password_never_reaches_logs_xcom_or_events(
         conn.execute("UPDATE customers SET name = 'changed' WHERE id <= 5")
     runs.append(run_dag(f"{name}__stream"))
     with psycopg.connect(database) as conn:  # the tasks really ran as the role: it owns what setup created
-        assert conn.execute("SELECT pubowner::regrole::text FROM pg_publication WHERE pubname = %s", (name,)).fetchone() == (connector_role["role"],)
+        assert conn.execute(
+            "SELECT pubowner::regrole::text FROM pg_publication WHERE pubname = %s", (name,)
+        ).fetchone() == (connector_role["role"],)
 
     logs = capfd.readouterr()
     log_text = logs.out + logs.err
@@ -139,7 +191,10 @@ def test_password_never_reaches_logs_xcom_or_events(
 
     with create_session() as session:
         values = [
-            x.value for x in session.query(XComModel).filter(XComModel.run_id.in_([r.run_id for r in runs]), XComModel.dag_id.like(f"{name}__%"))
+            x.value
+            for x in session.query(XComModel).filter(
+                XComModel.run_id.in_([r.run_id for r in runs]), XComModel.dag_id.like(f"{name}__%")
+            )
         ]
     assert len(values) >= 2 and any("metrics" in json.dumps(v, default=str) for v in values)
     assert all(password not in json.dumps(v, default=str) for v in values)
@@ -153,7 +208,9 @@ def test_connector_helpers_run_as_the_databases_role(database: str) -> None:
     """The other integration tests' connector (tests.support's setup and stream) runs as the test database's
     least-privilege role, not as the superuser: the role owns what setup creates and streams what it captured."""
     with psycopg.connect(as_connector(database)) as conn:
-        flags = conn.execute("SELECT current_user, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").fetchone()
+        flags = conn.execute(
+            "SELECT current_user, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
     assert flags == (database_role(database), False, True)
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
@@ -182,7 +239,10 @@ def test_setup_names_the_missing_grant_as_a_managed_service_gives_it(database: s
     config = parse_config({"name": "m", "topic.prefix": "m"})
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
-        conn.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rds_replication') THEN CREATE ROLE rds_replication NOLOGIN; END IF; END $$")
+        conn.execute(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rds_replication') THEN CREATE ROLE"
+            " rds_replication NOLOGIN; END IF; END $$"
+        )
     try:
         with connect(dsn) as conn:
             with pytest.raises(SourceError, match=rf"ALTER ROLE {role} REPLICATION.*GRANT rds_replication TO {role}"):
@@ -197,9 +257,14 @@ def test_setup_names_the_missing_grant_as_a_managed_service_gives_it(database: s
             conn.execute("CREATE TABLE managed_t (id int PRIMARY KEY)")
             conn.execute(f"GRANT SELECT ON managed_t TO {role}")
             conn.execute("CREATE PUBLICATION managed_pub FOR TABLE managed_t")
-            for (overload,) in conn.execute("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message'").fetchall():
-                conn.execute(f"REVOKE EXECUTE ON FUNCTION {overload} FROM PUBLIC")  # 3 arguments, and 4 from PostgreSQL 17
-        config = connector(unique("managed"), **{"publication.name": "managed_pub", "publication.autocreate.mode": "disabled",
+            for (overload,) in conn.execute(
+                "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message'"
+            ).fetchall():
+                conn.execute(
+                    f"REVOKE EXECUTE ON FUNCTION {overload} FROM PUBLIC"
+                )  # 3 arguments, and 4 from PostgreSQL 17
+        config = connector(unique("managed"), **{"publication.name": "managed_pub",
+                                                 "publication.autocreate.mode": "disabled",
                                                  "table.include.list": "public.managed_t"})  # fmt: skip
         from walflow.source.prepare import setup_source
 
@@ -210,7 +275,9 @@ def test_setup_names_the_missing_grant_as_a_managed_service_gives_it(database: s
         assert any(re.search(grant, w) for w in report.warnings), report.warnings
     finally:
         with psycopg.connect(database, autocommit=True) as conn:
-            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()").fetchall():
+            for (slot,) in conn.execute(
+                "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
+            ).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
             conn.execute("DROP OWNED BY " + role)
             conn.execute("DROP ROLE " + role)

@@ -53,7 +53,12 @@ def test_initial_snapshot_then_stream_has_no_gap_and_no_overlap(database: str) -
     report = setup(config, database)
     assert report["snapshot"]["ran"] and report["snapshot"]["exported_snapshot"]
     assert report["snapshot"]["rows_per_table"] == {"public.a": 2500, "public.b": 1200, "public.c": 10}
-    run_sql(database, "UPDATE a SET v = 'changed' WHERE id <= 10", "DELETE FROM b WHERE id > 1100", "INSERT INTO c VALUES (11, 'c11')")
+    run_sql(
+        database,
+        "UPDATE a SET v = 'changed' WHERE id <= 10",
+        "DELETE FROM b WHERE id > 1100",
+        "INSERT INTO c VALUES (11, 'c11')",
+    )
     summary = stream(config, database)
     assert summary.events == 10 + 100 + 1
     for table in ("a", "b", "c"):
@@ -63,7 +68,12 @@ def test_initial_snapshot_then_stream_has_no_gap_and_no_overlap(database: str) -
         first_stream = next((i for i, r in enumerate(records) if r.op != "r"), len(records))
         assert all(r.op == "r" for r in records[:first_stream]) and all(r.op != "r" for r in records[first_stream:])
         assert state_of(records) == rows(database, table)
-    markers = [r.payload["source"]["snapshot"] for t in "abc" for r in read_topic(f"{config.topic_prefix}.public.{t}") if r.op == "r"]
+    markers = [
+        r.payload["source"]["snapshot"]
+        for t in "abc"
+        for r in read_topic(f"{config.topic_prefix}.public.{t}")
+        if r.op == "r"
+    ]
     assert markers.count("first") == 1 and markers.count("last") == 1
     assert markers.count("first_in_data_collection") == 2 and markers.count("last_in_data_collection") == 2
     # a second setup run changes nothing
@@ -76,8 +86,12 @@ def test_one_reader_sends_every_row_once_in_order_across_encode_runs(database: s
     tables ending just past a run, exactly at one, and of one row keep every row once, in key order, marked."""
     sizes = {"p": 2 * ENCODE_RUN + 1, "q": ENCODE_RUN, "r": 1}
     run_sql(database, *(f"CREATE TABLE {t} (id int PRIMARY KEY, v text)" for t in sizes))
-    run_sql(database, *(f"INSERT INTO {t} SELECT g, '{t}' || g FROM generate_series(1, {n}) g" for t, n in sizes.items()))
-    config = connector(unique("runs"), **{"snapshot.fetch.size": ENCODE_RUN // 2 + 3, "table.include.list": "public\\.[pqr]"})
+    run_sql(
+        database, *(f"INSERT INTO {t} SELECT g, '{t}' || g FROM generate_series(1, {n}) g" for t, n in sizes.items())
+    )
+    config = connector(
+        unique("runs"), **{"snapshot.fetch.size": ENCODE_RUN // 2 + 3, "table.include.list": "public\\.[pqr]"}
+    )
     assert setup(config, database)["snapshot"]["rows_per_table"] == {f"public.{t}": n for t, n in sizes.items()}
     markers = []
     for table, count in sizes.items():
@@ -94,7 +108,11 @@ def test_one_reader_sends_every_row_once_in_order_across_encode_runs(database: s
 
 
 def test_snapshot_under_concurrent_writes_is_consistent(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 20000) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 20000) g",
+    )
     config = connector(unique("busy"), **{"snapshot.fetch.size": 1000, "snapshot.max.threads": 2})
     stop = threading.Event()
 
@@ -154,7 +172,11 @@ def test_a_failed_snapshot_beside_a_streamed_slot_keeps_the_slot(database: str) 
     class Interrupted(Exception):
         pass
 
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 50) g",
+    )
     config = connector(unique("keep"), **{"snapshot.mode": "always", "snapshot.fetch.size": 10})
     setup(config, database)
     stream(config, database)
@@ -173,7 +195,9 @@ def test_a_failed_snapshot_beside_a_streamed_slot_keeps_the_slot(database: str) 
     assert setup(config, database)["snapshot"]["ran"]
     stream(config, database)
     records = read_topic(f"{config.topic_prefix}.public.t")
-    assert [r.key_payload["id"] for r in records if r.op == "d"] == [7], "the delete streamed before the failed snapshot was lost"
+    assert [r.key_payload["id"] for r in records if r.op == "d"] == [7], (
+        "the delete streamed before the failed snapshot was lost"
+    )
     assert state_of(records) == rows(database, "t")
 
 
@@ -182,7 +206,9 @@ def test_initial_only_snapshots_and_never_streams(database: str) -> None:
     config = connector(unique("only"), **{"snapshot.mode": "initial_only"})
     assert setup(config, database)["snapshot"]["ran"]
     with psycopg.connect(database) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+        ).fetchone() == (0,)
     assert stream(config, database).stopped_by == "snapshot.mode=initial_only"
     assert [r.op for r in read_topic(f"{config.topic_prefix}.public.t")] == ["r"]
 
@@ -240,7 +266,8 @@ def test_awkward_keys_and_names(database: str) -> None:
         database,
         'CREATE SCHEMA "My.Schema"',
         'CREATE TABLE "My.Schema"."Odd ""Table""" ("Key" text, f float8, PRIMARY KEY ("Key", f))',
-        'INSERT INTO "My.Schema"."Odd ""Table""" VALUES (\'b\', \'NaN\'), (\'a\', \'Infinity\'), (\'a\', \'-Infinity\'), (\'ä\', 1), (\'a\', 0)',
+        "INSERT INTO \"My.Schema\".\"Odd \"\"Table\"\"\" VALUES ('b', 'NaN'), ('a', 'Infinity'), ('a', '-Infinity'),"
+        " ('ä', 1), ('a', 0)",
     )
     config = connector(unique("odd"), **{"snapshot.fetch.size": 2})
     report = setup(config, database)
@@ -256,14 +283,22 @@ def test_awkward_keys_and_names(database: str) -> None:
 @pytest.mark.disruptive
 def test_killed_snapshot_is_taken_again_from_the_start(database: str) -> None:
     total = 20_000
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", f"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, {total}) g")
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY, v text)",
+        f"INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, {total}) g",
+    )
     name = unique("kill")
     raw = {"name": name, "topic.prefix": name, "slot.name": name, "publication.name": name, "snapshot.fetch.size": 100}
     config = connector(name, **{k: v for k, v in raw.items() if k not in ("name",)})
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'plugins'}:{ROOT}"}
     child = subprocess.run(
         [sys.executable, "-m", "tests.integration.crash_child", json.dumps(raw), database, "snapshot_row", "12000"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     partial = len(read_topic(f"{name}.public.t"))
@@ -292,13 +327,15 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
         "ANALYZE t",
     )
     name = unique("killreader")
-    config = connector(name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 500, "walflow.snapshot.range.rows": 4_000})
+    config = connector(
+        name, **{"snapshot.max.threads": 2, "snapshot.fetch.size": 500, "walflow.snapshot.range.rows": 4_000}
+    )
     failure: list[BaseException] = []
 
     def run_setup() -> None:
         try:
             setup(config, database)
-        except BaseException as exc:  # noqa: BLE001 - inspected below
+        except BaseException as exc:
             failure.append(exc)
 
     def readers() -> list[Any]:
@@ -319,7 +356,8 @@ def test_killed_snapshot_reader_process_fails_the_snapshot_and_it_is_taken_again
     while killed is None and runner.is_alive() and time.monotonic() < deadline:
         # a reader is at work once its connection reads the table
         (reading,) = watcher.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s AND query LIKE '%%FROM \"public\".\"t\"%%'",
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s"
+            ' AND query LIKE \'%%FROM "public"."t"%%\'',
             (f"walflow:{name}:snapshot-%",),
         ).fetchone()
         if reading:
@@ -352,7 +390,11 @@ def test_golden_types_snapshot_path(database: str) -> None:
     cases = supported([c for c in CASES if not c.mode])
     run_sql(database, *PREAMBLE, *{f"CREATE EXTENSION IF NOT EXISTS {c.needs}" for c in cases if c.needs})
     columns = ", ".join(f'"{c.id}" {c.ddl}' for c in cases)
-    run_sql(database, f"CREATE TABLE golden (pk int PRIMARY KEY, {columns})", f"INSERT INTO golden VALUES (1, {', '.join(c.literal for c in cases)})")
+    run_sql(
+        database,
+        f"CREATE TABLE golden (pk int PRIMARY KEY, {columns})",
+        f"INSERT INTO golden VALUES (1, {', '.join(c.literal for c in cases)})",
+    )
     config = connector(unique("snaptypes"))
     setup(config, database)
     run_sql(database, f"INSERT INTO golden VALUES (2, {', '.join(c.literal for c in cases)})")
@@ -371,6 +413,7 @@ def test_golden_types_snapshot_path(database: str) -> None:
     # the same values either way, but for the dates Debezium's snapshots read through java.sql.Date
     jdbc_dates = {c.id for c in CASES if c.snapshot_value is not NO_DEFAULT}
     assert jdbc_dates
+
     def others(after: dict) -> dict:
         return {k: v for k, v in after.items() if k != "pk" and k not in jdbc_dates}
 
@@ -382,12 +425,19 @@ def test_lock_timeout_fails_the_snapshot_with_a_clear_message(database: str) -> 
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
     # the second setup run of snapshot.mode=always reads under its own snapshot (the slot exists): creating a
     # slot would instead wait for the locking transaction to end
-    config = connector(unique("lock"), **{"snapshot.mode": "always", "snapshot.lock.timeout.ms": 800, "snapshot.locking.mode": "shared"})
+    config = connector(
+        unique("lock"),
+        **{"snapshot.mode": "always", "snapshot.lock.timeout.ms": 800, "snapshot.locking.mode": "shared"},
+    )
     setup(config, database)
     with psycopg.connect(database) as locker:
         locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
-        with pytest.raises(SnapshotError, match=r"could not lock table public\.t within snapshot\.lock\.timeout\.ms=800.*raise 'snapshot\.lock\.timeout\.ms'"):
+        with pytest.raises(
+            SnapshotError,
+            match=r"could not lock table public\.t within snapshot\.lock\.timeout\.ms=800"
+            r".*raise 'snapshot\.lock\.timeout\.ms'",
+        ):
             setup(config, database)
         waited = time.monotonic() - started
     assert 0.8 <= waited < 30

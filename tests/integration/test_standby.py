@@ -1,7 +1,7 @@
 """Capture from a hot standby with ``read.only: true``: a role that may write nothing, a slot on the standby, the
 state in another server's database, signals through Kafka.
 
-The pair of servers is PostgreSQL 18 (:mod:`walflow.runtime.replicas`: logical decoding on a standby needs 16), the
+The pair of servers is PostgreSQL 18 (:mod:`sandbox.replicas`: logical decoding on a standby needs 16), the
 state database is the test runtime's own server, and the broker is the test runtime's.
 """
 
@@ -15,15 +15,17 @@ from typing import Any
 import psycopg
 import pytest
 
+from sandbox import replicas as pair
 from tests.support import connector, pg_dsn, producer, read_topic, replay, unique
+from walflow.admin.reset import reset_connector
+from walflow.airflow.status import slot_status
 from walflow.capture.kafka_signals import send_kafka_signal
 from walflow.capture.setup import ConnectorSetup
 from walflow.capture.stream import StreamBatch
 from walflow.errors import SourceError
-from walflow.runtime import replicas as pair
-from walflow.runtime.cli import slot_status
-from walflow.runtime.reset import reset_connector
 from walflow.source.signals import signal_status
+
+pytestmark = pytest.mark.replicas
 
 ROLE, PASSWORD = "walflow_ro", f"pw-{uuid.uuid4().hex}"
 
@@ -40,7 +42,9 @@ def prepare_primary(replicas: pair.Replicas) -> None:
         # what a login may write by default, taken away: temporary tables, objects in public, WAL messages
         conn.execute("REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC")
         conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
-        for (overload,) in conn.execute("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message'").fetchall():
+        for (overload,) in conn.execute(
+            "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'pg_logical_emit_message'"
+        ).fetchall():
             conn.execute(f"REVOKE EXECUTE ON FUNCTION {overload} FROM PUBLIC")
     pair.wait_replayed(replicas)
 
@@ -110,8 +114,9 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
     assert _write_privileges(servers) == [], "the connector role must not be able to write"
     name = unique("ro")
     config = connector(
-        name, **{"read.only": True, "walflow.state.conn.id": "state", "publication.name": "ro_pub", "publication.autocreate.mode": "disabled",
-                 "table.include.list": "public.t", "signal.enabled.channels": "kafka", "incremental.snapshot.chunk.size": 100},
+        name, **{"read.only": True, "walflow.state.conn.id": "state", "publication.name": "ro_pub",
+                 "publication.autocreate.mode": "disabled", "table.include.list": "public.t",
+                 "signal.enabled.channels": "kafka", "incremental.snapshot.chunk.size": 100},
     )  # fmt: skip
     standby = servers.dsn("standby", user=ROLE, password=PASSWORD)
     done = threading.Event()
@@ -132,7 +137,9 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
 
     # an incremental snapshot through Kafka; inside the first chunks' windows (between their SELECT and the end of
     # the batch) the primary changes rows of the chunk, which the standby replays before the batch streams on
-    signal_id = send_kafka_signal(config, producer(), "execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"})
+    signal_id = send_kafka_signal(
+        config, producer(), "execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"}
+    )
     inside = ["UPDATE t SET v = -v, note = 'in window' WHERE id IN ({})", "DELETE FROM t WHERE id IN ({})"]
 
     def change_inside(table: str, rows: list[list[Any]]) -> None:
@@ -141,8 +148,10 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
 
     dropped = 0
     status: dict[str, Any] | None = None
-    for attempt in range(30):
-        summary = StreamBatch(config, standby, producer(), state_conninfo=state_database, chunk_hook=change_inside).run()
+    for _attempt in range(30):
+        summary = StreamBatch(
+            config, standby, producer(), state_conninfo=state_database, chunk_hook=change_inside
+        ).run()
         dropped += summary.snapshot_rows_dropped
         with psycopg.connect(state_database, autocommit=True) as conn:
             status = signal_status(conn, config, signal_id)
@@ -161,12 +170,18 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
     incremental = [r for r in records if r.op == "r" and r.payload["source"]["snapshot"] == "incremental"]
     assert len(initial) == 500 and len(incremental) == status["rows"] == 510
     first = records.index(incremental[0])
-    changed = [i for i, r in enumerate(records) if i > first and (r.op == "d" or (r.op == "u" and r.payload["after"]["note"] == "in window"))]
+    changed = [
+        i
+        for i, r in enumerate(records)
+        if i > first and (r.op == "d" or (r.op == "u" and r.payload["after"]["note"] == "in window"))
+    ]
     assert len(changed) == 10
     for index in changed:
         key = records[index].key_payload
         read_at = [i for i, r in enumerate(records) if r in incremental and r.key_payload == key]
-        assert read_at and read_at[0] < index, f"{key}: the chunk's row must come before the change its snapshot did not see"
+        assert read_at and read_at[0] < index, (
+            f"{key}: the chunk's row must come before the change its snapshot did not see"
+        )
     replayed = {row["id"]: (row["v"], row["note"]) for row in replay(records).values()}
     with psycopg.connect(servers.dsn("primary"), autocommit=True) as conn:
         source = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, v, note FROM t")}
@@ -176,7 +191,12 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
     assert replayed == source
     with psycopg.connect(servers.dsn("standby"), autocommit=True) as conn:
         assert conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
-        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone()[0] == 1
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+            ).fetchone()[0]
+            == 1
+        )
     with psycopg.connect(state_database, autocommit=True) as conn:
         keys = {r[0] for r in conn.execute("SELECT key FROM public.walflow_state WHERE connector = %s", (config.name,))}
     assert {"snapshot", "last_batch"} <= keys
@@ -191,9 +211,16 @@ def test_read_only_capture_from_a_standby(servers: pair.Replicas, state_database
 def test_read_only_refuses_to_create_what_is_missing(servers: pair.Replicas, state_database: str) -> None:
     """A read-only connector whose publication does not exist stops before anything changes, naming the statement to
     run on the primary."""
-    config = connector(unique("ro_missing"), **{"read.only": True, "walflow.state.conn.id": "state", "table.include.list": "public.t"})
+    config = connector(
+        unique("ro_missing"), **{"read.only": True, "walflow.state.conn.id": "state", "table.include.list": "public.t"}
+    )
     standby = servers.dsn("standby", user=ROLE, password=PASSWORD)
     with pytest.raises(SourceError, match=r"create it on the primary .*CREATE PUBLICATION .* FOR TABLE public\.t"):
         ConnectorSetup(config, standby, producer, state_conninfo=state_database).run()
     with psycopg.connect(servers.dsn("standby"), autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+            ).fetchone()[0]
+            == 0
+        )

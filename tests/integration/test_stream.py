@@ -43,7 +43,8 @@ def test_insert_update_delete_with_tombstone(database: str) -> None:
     config = setup(database)
     run_sql(
         database,
-        "INSERT INTO customers VALUES (1, 'Anne', 'annek@noanswer.org', 12.50, '2020-02-29', '2018-06-20 15:13:16.945104', true)",
+        "INSERT INTO customers VALUES (1, 'Anne', 'annek@noanswer.org', 12.50, '2020-02-29',"
+        " '2018-06-20 15:13:16.945104', true)",
         "UPDATE customers SET first_name = 'Anne Marie' WHERE id = 1",
         "DELETE FROM customers WHERE id = 1",
     )
@@ -66,7 +67,16 @@ def test_insert_update_delete_with_tombstone(database: str) -> None:
     # value: the envelope
     schema = create.value["schema"]
     assert schema["name"] == f"{config.topic_prefix}.public.customers.Envelope"
-    assert [f["field"] for f in schema["fields"]] == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
+    assert [f["field"] for f in schema["fields"]] == [
+        "before",
+        "after",
+        "source",
+        "transaction",
+        "op",
+        "ts_ms",
+        "ts_us",
+        "ts_ns",
+    ]
     after_fields = {f["field"]: f for f in schema["fields"][1]["fields"]}
     assert after_fields["id"] == {"type": "int32", "optional": False, "field": "id"}
     assert after_fields["first_name"] == {"type": "string", "optional": False, "field": "first_name"}
@@ -126,7 +136,12 @@ def test_primary_key_change_is_delete_tombstone_create(database: str) -> None:
 
 
 def test_replica_identity_full_fills_before(database: str) -> None:
-    run_sql(database, CUSTOMERS, "ALTER TABLE customers REPLICA IDENTITY FULL", "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
+    run_sql(
+        database,
+        CUSTOMERS,
+        "ALTER TABLE customers REPLICA IDENTITY FULL",
+        "INSERT INTO customers (id, first_name) VALUES (1, 'a')",
+    )
     config = setup(database)
     run_sql(database, "UPDATE customers SET first_name = 'b' WHERE id = 1", "DELETE FROM customers WHERE id = 1")
     update, delete, _ = read_topic_after(config, database)
@@ -177,7 +192,9 @@ def test_multi_table_transaction_metadata(database: str) -> None:
     blocks = [e.payload["transaction"] for e in a_events + b_events]
     # Debezium 3.6: each record's id is the transaction id and the LSN of that record (END: the commit's end)
     xid = end.payload["id"].split(":")[0]
-    assert [e.payload["transaction"]["id"] for e in a_events + b_events] == [f"{xid}:{e.payload['source']['lsn']}" for e in a_events + b_events]
+    assert [e.payload["transaction"]["id"] for e in a_events + b_events] == [
+        f"{xid}:{e.payload['source']['lsn']}" for e in a_events + b_events
+    ]
     assert begin.payload["id"].split(":")[0] == xid
     assert sorted(b["total_order"] for b in blocks) == [1, 2, 3]
     assert [b["data_collection_order"] for b in (e.payload["transaction"] for e in a_events)] == [1, 2]
@@ -186,7 +203,12 @@ def test_multi_table_transaction_metadata(database: str) -> None:
 def test_column_added_mid_stream(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY, v text)")
     config = setup(database)
-    run_sql(database, "INSERT INTO t VALUES (1, 'a')", "ALTER TABLE t ADD COLUMN w int NOT NULL DEFAULT 5", "INSERT INTO t VALUES (2, 'b', 6)")
+    run_sql(
+        database,
+        "INSERT INTO t VALUES (1, 'a')",
+        "ALTER TABLE t ADD COLUMN w int NOT NULL DEFAULT 5",
+        "INSERT INTO t VALUES (2, 'b', 6)",
+    )
     stream(config, database)
     first, second = read_topic(f"{config.topic_prefix}.public.t")
     assert first.payload["after"] == {"id": 1, "v": "a"}
@@ -216,7 +238,11 @@ def test_filters_and_key_columns(database: str) -> None:
             "message.key.columns": "public.customers:first_name",
         },
     )
-    run_sql(database, "INSERT INTO customers (id, first_name, email) VALUES (1, 'a', 'x@y')", "INSERT INTO secret VALUES (1)")
+    run_sql(
+        database,
+        "INSERT INTO customers (id, first_name, email) VALUES (1, 'a', 'x@y')",
+        "INSERT INTO secret VALUES (1)",
+    )
     summary = stream(config, database)
     assert summary.events == 1 and summary.filtered == 1
     (record,) = read_topic(f"{config.topic_prefix}.public.customers")
@@ -245,7 +271,10 @@ def test_replay_gives_source_state(database: str) -> None:
         "DELETE FROM customers WHERE id % 7 = 0",
         "UPDATE customers SET id = id + 1000 WHERE id % 11 = 0",
     )
-    stream(config, database, )
+    stream(
+        config,
+        database,
+    )
     state = replay(read_topic(f"{config.topic_prefix}.public.customers"))
     with psycopg.connect(database) as conn:
         rows = dict(conn.execute("SELECT id, first_name FROM customers").fetchall())
@@ -283,7 +312,9 @@ def test_asynchronous_commits_are_never_skipped(database: str) -> None:
         pass
     assert batches >= 3, "the batches did not run beside the writer"
     streamed = [r.key_payload["id"] for r in read_topic(f"{config.topic_prefix}.public.async_t")]
-    assert sorted(set(streamed)) == list(range(1, rows + 1)), f"{rows - len(set(streamed))} of {rows} rows never streamed"
+    assert sorted(set(streamed)) == list(range(1, rows + 1)), (
+        f"{rows - len(set(streamed))} of {rows} rows never streamed"
+    )
 
 
 def test_batch_limit_stops_at_transaction_boundary(database: str) -> None:
@@ -317,15 +348,22 @@ def test_missing_slot_is_never_recreated(database: str) -> None:
     run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)")
     config = setup(database)
     run_sql(database, f"SELECT pg_drop_replication_slot('{config.slot_name}')")
-    with pytest.raises(SlotError, match="does not exist.*may have been missed"):
+    with pytest.raises(SlotError, match=r"does not exist.*may have been missed"):
         stream(config, database)
     with psycopg.connect(database) as conn:
-        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s", (config.slot_name,)
+        ).fetchone() == (0,)
 
 
 def test_heartbeat_record(database: str) -> None:
-    run_sql(database, "CREATE TABLE t (id int PRIMARY KEY)", "CREATE TABLE hb (id int PRIMARY KEY, ts timestamptz)", "INSERT INTO hb VALUES (1, now())",
-            f'GRANT UPDATE ON hb TO "{database_role(database)}"')  # the action query runs as the connector role
+    run_sql(
+        database,
+        "CREATE TABLE t (id int PRIMARY KEY)",
+        "CREATE TABLE hb (id int PRIMARY KEY, ts timestamptz)",
+        "INSERT INTO hb VALUES (1, now())",
+        f'GRANT UPDATE ON hb TO "{database_role(database)}"',
+    )  # the action query runs as the connector role
     config = setup(
         database,
         **{"heartbeat.interval.ms": 1000, "heartbeat.action.query": "UPDATE hb SET ts = now() WHERE id = 1"},
@@ -359,7 +397,9 @@ def test_filtered_backlog_never_skips_later_changes(database: str) -> None:
     assert [r.key_payload for r in read_topic(f"{config.topic_prefix}.public.wanted")] == [{"id": 1}]
 
 
-def test_retained_wal_above_the_limits_warns_then_fails_after_delivering(database: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_retained_wal_above_the_limits_warns_then_fails_after_delivering(
+    database: str, caplog: pytest.LogCaptureFixture
+) -> None:
     run_sql(database, CUSTOMERS)
     config = setup(database, **{"walflow.slot.max.retained.wal.bytes": 1})
     run_sql(database, "INSERT INTO customers (id, first_name) VALUES (1, 'a')")
@@ -370,7 +410,9 @@ def test_retained_wal_above_the_limits_warns_then_fails_after_delivering(databas
 
     hard = config.model_copy(update={"walflow_slot_fail_retained_wal_bytes": 1})
     run_sql(database, "INSERT INTO customers (id, first_name) VALUES (2, 'b')")
-    with pytest.raises(SlotError, match=r"walflow.slot.fail.retained.wal.bytes=1: .* \(this batch itself was delivered"):
+    with pytest.raises(
+        SlotError, match=r"walflow.slot.fail.retained.wal.bytes=1: .* \(this batch itself was delivered"
+    ):
         stream(hard, database)
     # the failure came after delivery and the slot advance: nothing is streamed twice or lost
     assert [r.key["payload"]["id"] for r in read_topic(f"{config.topic_prefix}.public.customers")] == [1, 2]
@@ -399,7 +441,12 @@ def test_schema_include_and_exclude_lists(database: str) -> None:
     )
     including = setup(database, **{"schema.include.list": "sales"})
     excluding = setup(database, **{"schema.exclude.list": "sales,public"})
-    run_sql(database, "INSERT INTO sales.orders VALUES (1)", "INSERT INTO hr.people VALUES (1)", "INSERT INTO public.misc VALUES (1)")
+    run_sql(
+        database,
+        "INSERT INTO sales.orders VALUES (1)",
+        "INSERT INTO hr.people VALUES (1)",
+        "INSERT INTO public.misc VALUES (1)",
+    )
     assert stream(including, database).events_per_topic == {f"{including.topic_prefix}.sales.orders": 1}
     assert stream(excluding, database).events_per_topic == {f"{excluding.topic_prefix}.hr.people": 1}
     assert read_topic(f"{including.topic_prefix}.hr.people") == []
@@ -420,7 +467,10 @@ def test_column_include_list_keeps_key_columns_and_propagates_types(database: st
     run_sql(database, "INSERT INTO customers (id, first_name, email, balance) VALUES (1, 'a', 'x@y', 1.25)")
     stream(config, database)
     (record,) = read_topic(f"{config.topic_prefix}.public.customers")
-    assert record.payload["after"] == {"first_name": "a", "balance": base64.b64encode((125).to_bytes(1, "big")).decode()}
+    assert record.payload["after"] == {
+        "first_name": "a",
+        "balance": base64.b64encode((125).to_bytes(1, "big")).decode(),
+    }
     assert record.key_payload == {"id": 1}
     assert record.key["schema"]["fields"] == [{"type": "int32", "optional": True, "field": "id"}]
     fields = {f["field"]: f for f in record.value["schema"]["fields"][1]["fields"]}
@@ -444,10 +494,18 @@ def test_column_exclude_list_keeps_key_columns_in_the_key(database: str) -> None
     """An excluded key column leaves the value but stays in the key, as in Debezium."""
     run_sql(database, CUSTOMERS)
     config = setup(database, **{"column.exclude.list": r"public\.customers\.(id|email)"})
-    run_sql(database, "INSERT INTO customers (id, first_name, email) VALUES (7, 'a', 'x@y')", "DELETE FROM customers WHERE id = 7")
+    run_sql(
+        database,
+        "INSERT INTO customers (id, first_name, email) VALUES (7, 'a', 'x@y')",
+        "DELETE FROM customers WHERE id = 7",
+    )
     stream(config, database)
     create, delete, tombstone = read_topic(f"{config.topic_prefix}.public.customers")
-    assert create.key_payload == {"id": 7} and "id" not in create.payload["after"] and "email" not in create.payload["after"]
+    assert (
+        create.key_payload == {"id": 7}
+        and "id" not in create.payload["after"]
+        and "email" not in create.payload["after"]
+    )
     assert delete.key_payload == {"id": 7} and "id" not in delete.payload["before"]
     assert tombstone.value is None and tombstone.key_payload == {"id": 7}
 
@@ -602,9 +660,18 @@ def test_non_transactional_messages_move_the_slot_even_when_a_batch_is_cut_among
 def test_a_table_renamed_inside_a_transaction_keeps_each_events_source(database: str) -> None:
     """Each event's source names the table as it was when the change was made, whatever pgoutput redefines within
     the transaction."""
-    run_sql(database, "CREATE TABLE ra (id int PRIMARY KEY)", "CREATE TABLE rb (id int PRIMARY KEY)", "CREATE TABLE rc (id int PRIMARY KEY)")
+    run_sql(
+        database,
+        "CREATE TABLE ra (id int PRIMARY KEY)",
+        "CREATE TABLE rb (id int PRIMARY KEY)",
+        "CREATE TABLE rc (id int PRIMARY KEY)",
+    )
     config = setup(database)
-    run_sql(database, "BEGIN; INSERT INTO ra VALUES (1); INSERT INTO rb VALUES (1); ALTER TABLE ra RENAME TO ra2; INSERT INTO ra2 VALUES (2); INSERT INTO rc VALUES (1); INSERT INTO rb VALUES (2); COMMIT")
+    run_sql(
+        database,
+        "BEGIN; INSERT INTO ra VALUES (1); INSERT INTO rb VALUES (1); ALTER TABLE ra RENAME TO ra2;"
+        " INSERT INTO ra2 VALUES (2); INSERT INTO rc VALUES (1); INSERT INTO rb VALUES (2); COMMIT",
+    )
     stream(config, database)
     seen = {}
     for table in ("ra", "ra2", "rb", "rc"):

@@ -37,6 +37,7 @@ from tests.support import (
     unique,
     wheel_server,
 )
+from walflow.capture.context import CaptureContext, CaptureHelpers
 from walflow.capture.snapshot import InitialSnapshot
 from walflow.capture.snapshot_tables import _columns_sql, plan_tables
 from walflow.source.connection import connect
@@ -77,7 +78,9 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def s(type_: str, name: str | None = None, params: dict[str, str] | None = None, version: int | None = None, **extra: Any) -> dict[str, Any]:
+def s(
+    type_: str, name: str | None = None, params: dict[str, str] | None = None, version: int | None = None, **extra: Any
+) -> dict[str, Any]:
     out: dict[str, Any] = {"type": type_}
     out.update(extra)
     if name:
@@ -174,9 +177,19 @@ CASES = [
     # -- basic types (Table 9) ---------------------------------------------------------------------
     Case("boolean", "boolean", "true", s("boolean"), True),
     Case("bit1", "bit(1)", "B'1'", s("boolean"), True),
-    Case("bit10", "bit(10)", "B'1000000001'", s("bytes", "io.debezium.data.Bits", {"length": "10"}, 1), b64((513).to_bytes(2, "little"))),
-    Case("varbit16", "bit varying(16)", "B'101'", s("bytes", "io.debezium.data.Bits", {"length": "16"}, 1), b64(b"\x05")),
-    Case("varbit", "bit varying", "B'1'", s("bytes", "io.debezium.data.Bits", {"length": "2147483647"}, 1), b64(b"\x01")),
+    Case(
+        "bit10",
+        "bit(10)",
+        "B'1000000001'",
+        s("bytes", "io.debezium.data.Bits", {"length": "10"}, 1),
+        b64((513).to_bytes(2, "little")),
+    ),
+    Case(
+        "varbit16", "bit varying(16)", "B'101'", s("bytes", "io.debezium.data.Bits", {"length": "16"}, 1), b64(b"\x05")
+    ),
+    Case(
+        "varbit", "bit varying", "B'1'", s("bytes", "io.debezium.data.Bits", {"length": "2147483647"}, 1), b64(b"\x01")
+    ),
     Case("smallint_min", "smallint", "-32768", s("int16"), -32768),
     Case("integer_max", "integer", "2147483647", s("int32"), 2147483647),
     Case("integer_min", "int4", "-2147483648", s("int32"), -2147483648),
@@ -202,7 +215,14 @@ CASES = [
     Case("jsonb", "jsonb", """'{"b": 1, "a": 2}'""", JSON, '{"a": 2, "b": 1}'),
     Case("xml", "xml", "'<a>1</a>'", s("string", "io.debezium.data.Xml", version=1), "<a>1</a>"),
     Case("uuid", "uuid", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", UUID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
-    Case("ltree", "ltree", "'Top.Science.Astronomy'", s("string", "io.debezium.data.Ltree", version=1), "Top.Science.Astronomy", needs="ltree"),
+    Case(
+        "ltree",
+        "ltree",
+        "'Top.Science.Astronomy'",
+        s("string", "io.debezium.data.Ltree", version=1),
+        "Top.Science.Astronomy",
+        needs="ltree",
+    ),
     Case("enum", "mood", "'happy'", MOOD, "happy"),
     Case("inet", "inet", "'192.168.0.1/24'", s("string"), "192.168.0.1/24"),
     Case("inet_host", "inet", "'192.168.0.1/32'", s("string"), "192.168.0.1"),
@@ -213,31 +233,87 @@ CASES = [
     Case("int4range", "int4range", "'[1,10)'", s("string"), "[1,10)"),
     Case("int8range", "int8range", "'(1,10]'", s("string"), "[2,11)"),
     Case("numrange", "numrange", "'(1.5,2.5]'", s("string"), "(1.5,2.5]"),
-    Case("tsrange", "tsrange", "'[2020-01-01 00:00,2020-01-02 00:00)'", s("string"), '["2020-01-01 00:00:00","2020-01-02 00:00:00")'),
-    Case("tstzrange", "tstzrange", "'[2020-01-01 00:00+02,2020-01-02 00:00+02)'", s("string"), '["2019-12-31 22:00:00+00","2020-01-01 22:00:00+00")'),
+    Case(
+        "tsrange",
+        "tsrange",
+        "'[2020-01-01 00:00,2020-01-02 00:00)'",
+        s("string"),
+        '["2020-01-01 00:00:00","2020-01-02 00:00:00")',
+    ),
+    Case(
+        "tstzrange",
+        "tstzrange",
+        "'[2020-01-01 00:00+02,2020-01-02 00:00+02)'",
+        s("string"),
+        '["2019-12-31 22:00:00+00","2020-01-01 22:00:00+00")',
+    ),
     Case("daterange", "daterange", "'[2020-01-01,2020-01-05]'", s("string"), "[2020-01-01,2020-01-06)"),
-    Case("point", "point", "'(1.5,-2)'", POINT, {"x": 1.5, "y": -2.0, "wkb": b64(bytes.fromhex("0101000000000000000000f83f00000000000000c0")), "srid": None}),
+    Case(
+        "point",
+        "point",
+        "'(1.5,-2)'",
+        POINT,
+        {"x": 1.5, "y": -2.0, "wkb": b64(bytes.fromhex("0101000000000000000000f83f00000000000000c0")), "srid": None},
+    ),
     # -- arrays of element types (Kafka Connect ARRAY with the element's schema) -------------------
     Case("int_array", "integer[]", "'{1,NULL,3}'", items(s("int32")), [1, None, 3]),
     Case("text_array", "text[]", """'{"a b",c,"NULL","q\\"x"}'""", items(s("string")), ["a b", "c", "NULL", 'q"x']),
     Case("numeric_array", "numeric(5,2)[]", "'{1.5,-0.01}'", items(decimal(2, 5)), [unscaled(150), unscaled(-1)]),
     Case("empty_array", "integer[]", "'{}'", items(s("int32")), []),
     Case("bool_array", "boolean[]", "'{t,f,NULL}'", items(s("boolean")), [True, False, None]),
-    Case("uuid_array", "uuid[]", "'{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}'", items(UUID), ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"]),
+    Case(
+        "uuid_array",
+        "uuid[]",
+        "'{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}'",
+        items(UUID),
+        ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"],
+    ),
     Case("date_array", "date[]", "'{2020-02-29,1970-01-01,NULL}'", items(DATE), [18321, 0, None]),
-    Case("timestamp_array", "timestamp[]", """'{"2018-06-20 15:13:16.945104"}'""", items(MICRO_TS), [REF_S * 1_000_000 + 945104]),
+    Case(
+        "timestamp_array",
+        "timestamp[]",
+        """'{"2018-06-20 15:13:16.945104"}'""",
+        items(MICRO_TS),
+        [REF_S * 1_000_000 + 945104],
+    ),
     Case("timestamp3_array", "timestamp(3)[]", """'{"2018-06-20 15:13:16.945"}'""", items(TS_MS), [REF_S * 1000 + 945]),
-    Case("timestamptz_array", "timestamptz[]", """'{"2018-06-20 15:13:16+02"}'""", items(ZONED_TS), ["2018-06-20T13:13:16.000000Z"]),
-    Case("jsonb_array", "jsonb[]", """ARRAY['{"a": 1}'::jsonb, '[1, 2]'::jsonb]""", items(JSON), ['{"a": 1}', "[1, 2]"]),
+    Case(
+        "timestamptz_array",
+        "timestamptz[]",
+        """'{"2018-06-20 15:13:16+02"}'""",
+        items(ZONED_TS),
+        ["2018-06-20T13:13:16.000000Z"],
+    ),
+    Case(
+        "jsonb_array", "jsonb[]", """ARRAY['{"a": 1}'::jsonb, '[1, 2]'::jsonb]""", items(JSON), ['{"a": 1}', "[1, 2]"]
+    ),
     Case("varchar_array", "varchar(5)[]", "ARRAY['ab', NULL, 'c d']", items(s("string")), ["ab", None, "c d"]),
-    Case("bytea_array", "bytea[]", "ARRAY['\\x0102'::bytea, '\\xff'::bytea]", items(s("bytes")), [b64(b"\x01\x02"), b64(b"\xff")]),
+    Case(
+        "bytea_array",
+        "bytea[]",
+        "ARRAY['\\x0102'::bytea, '\\xff'::bytea]",
+        items(s("bytes")),
+        [b64(b"\x01\x02"), b64(b"\xff")],
+    ),
     # Debezium's enum array items are required (its array schema takes the Enum schema as it is)
-    Case("enum_array", "mood[]", "'{happy,sad}'", {"type": "array", "items": {**MOOD, "optional": False}}, ["happy", "sad"]),
+    Case(
+        "enum_array",
+        "mood[]",
+        "'{happy,sad}'",
+        {"type": "array", "items": {**MOOD, "optional": False}},
+        ["happy", "sad"],
+    ),
     Case("inet_array", "inet[]", "'{192.168.0.1/24,10.0.0.1}'", items(s("string")), ["192.168.0.1/24", "10.0.0.1"]),
     Case("domain_array", "intlist", "'{4,5}'", items(s("int32")), [4, 5]),
     # multi-dimensional arrays: one ARRAY level per declared dimension (see docs/events.md, "Type mappings")
     Case("int_array_2d", "integer[][]", "'{{1,2},{3,NULL}}'", items(items(s("int32"))), [[1, 2], [3, None]]),
-    Case("text_array_2d", "text[][]", """'{{a,"b c"},{NULL,"}"}}'""", items(items(s("string"))), [["a", "b c"], [None, "}"]]),
+    Case(
+        "text_array_2d",
+        "text[][]",
+        """'{{a,"b c"},{NULL,"}"}}'""",
+        items(items(s("string"))),
+        [["a", "b c"], [None, "}"]],
+    ),
     # a 2-D value in a column declared one-dimensional: PostgreSQL allows it; it is flattened row-major
     Case("int_array_2d_in_1d", "integer[]", "'{{1,2},{3,4}}'", items(s("int32")), [1, 2, 3, 4]),
     # -- domains: the base type with the nearest length/scale along the chain of domains ------------------
@@ -252,7 +328,13 @@ CASES = [
     Case("interval", "interval", "'1 year 2 months 3 days 04:05:06.78'", DURATION, 37091106780000),
     Case("interval_negative", "interval", "'-1 day -00:00:01'", DURATION, -86401000000),
     Case("interval_p3", "interval(3)", "'1 day 00:00:01.12549'", DURATION, (86400 + 1) * 1_000_000 + 125_000),
-    Case("interval_day_to_second", "interval day to second", "'3 days 04:05:06.5'", DURATION, ((3 * 24 + 4) * 3600 + 5 * 60 + 6) * 1_000_000 + 500_000),
+    Case(
+        "interval_day_to_second",
+        "interval day to second",
+        "'3 days 04:05:06.5'",
+        DURATION,
+        ((3 * 24 + 4) * 3600 + 5 * 60 + 6) * 1_000_000 + 500_000,
+    ),
     Case("interval_year_to_month", "interval year to month", "'1 year 2 months'", DURATION, 36817200000000),
     # -- temporal, adaptive (Table 10) -----------------------------------------------------------
     Case("date_leap", "date", "'2020-02-29'", DATE, 18321),
@@ -290,7 +372,13 @@ CASES = [
     Case("timestamp0_neginf", "timestamp(0)", "'-infinity'", TS_MS, NEG_INF_TS // 1000),
     Case("timestamptz", "timestamptz", "'2018-06-20 15:13:16.945104+02'", ZONED_TS, "2018-06-20T13:13:16.945104Z"),
     # as many fraction digits as the column's precision (6 without one)
-    Case("timestamptz_whole", "timestamp with time zone", "'2038-01-19 03:14:08-05'", ZONED_TS, "2038-01-19T08:14:08.000000Z"),
+    Case(
+        "timestamptz_whole",
+        "timestamp with time zone",
+        "'2038-01-19 03:14:08-05'",
+        ZONED_TS,
+        "2038-01-19T08:14:08.000000Z",
+    ),
     Case("timestamptz_p0", "timestamptz(0)", "'2038-01-19 03:14:08.6-05'", ZONED_TS, "2038-01-19T08:14:09Z"),
     Case("timestamptz_p3", "timestamptz(3)", "'2038-01-19 03:14:08.5-05'", ZONED_TS, "2038-01-19T08:14:08.500Z"),
     Case("timestamptz_bc", "timestamptz", "'0044-03-15 12:00:00+00 BC'", ZONED_TS, "-0043-03-15T12:00:00.000000Z"),
@@ -299,7 +387,13 @@ CASES = [
     Case("date_inf", "date", "'infinity'", DATE, -2147472692, snapshot_value=-622191234),
     Case("date_neginf", "date", "'-infinity'", DATE, -2147472691, snapshot_value=-625821272),
     Case("timetz", "timetz", "'15:13:16.5+02'", s("string", "io.debezium.time.ZonedTime", version=1), "13:13:16.5Z"),
-    Case("time_with_time_zone", "time with time zone", "'01:00:00-03:30'", s("string", "io.debezium.time.ZonedTime", version=1), "04:30:00Z"),
+    Case(
+        "time_with_time_zone",
+        "time with time zone",
+        "'01:00:00-03:30'",
+        s("string", "io.debezium.time.ZonedTime", version=1),
+        "04:30:00Z",
+    ),
     # -- decimals, precise (Tables 13, 14) -------------------------------------------------------
     Case("numeric", "numeric(10,2)", "12.34", decimal(2, 10), unscaled(1234)),
     Case("decimal_negative", "decimal(5,2)", "-0.01", decimal(2, 5), unscaled(-1)),
@@ -308,15 +402,33 @@ CASES = [
     Case("numeric_variable", "numeric", "3.14159", VSD, {"scale": 5, "value": unscaled(314159)}),
     Case("decimal_variable", "decimal", "-12.5", VSD, {"scale": 1, "value": unscaled(-125)}),
     Case("numeric_variable_integer", "numeric", "100", VSD, {"scale": 0, "value": unscaled(100)}),
-    Case("numeric_huge", "numeric", "123456789012345678901234567890.123", VSD, {"scale": 3, "value": unscaled(123456789012345678901234567890123)}),
+    Case(
+        "numeric_huge",
+        "numeric",
+        "123456789012345678901234567890.123",
+        VSD,
+        {"scale": 3, "value": unscaled(123456789012345678901234567890123)},
+    ),
     # NaN and (PostgreSQL 14+, unconstrained numeric only) ±Infinity: a Decimal cannot hold them, so null,
     # as the reference says for NaN in precise mode
     Case("numeric_variable_nan", "numeric", "'NaN'", VSD, None),
     Case("numeric_inf", "numeric", "'Infinity'", VSD, None),
     Case("numeric_neginf", "numeric", "'-Infinity'", VSD, None),
     Case("odd %d{x} name", '"dom%s{y}"', "7", s("int32"), 7),
-    Case("numeric_longest", "numeric", f"'{LONGEST_NUMERIC}'", VSD, {"scale": 16383, "value": unscaled(long_int(LONGEST_WHOLE + LONGEST_FRACTION))}),
-    Case("numeric_longest_negative", "numeric", f"'-{LONGEST_WHOLE}'", VSD, {"scale": 0, "value": unscaled(-long_int(LONGEST_WHOLE))}),
+    Case(
+        "numeric_longest",
+        "numeric",
+        f"'{LONGEST_NUMERIC}'",
+        VSD,
+        {"scale": 16383, "value": unscaled(long_int(LONGEST_WHOLE + LONGEST_FRACTION))},
+    ),
+    Case(
+        "numeric_longest_negative",
+        "numeric",
+        f"'-{LONGEST_WHOLE}'",
+        VSD,
+        {"scale": 0, "value": unscaled(-long_int(LONGEST_WHOLE))},
+    ),
     # -- HSTORE (Table 17) -----------------------------------------------------------------------
     Case("hstore_json", "hstore", "'a=>1, b=>NULL'", JSON, '{"a":"1","b":null}', needs="hstore"),
     # -- time.precision.mode=adaptive_time_microseconds (Table 11) ---------------------------------
@@ -326,19 +438,65 @@ CASES = [
     Case("time_us", "time", "'15:13:16.945104'", MICRO_TIME, REF_TIME_S * 1_000_000 + 945104, mode=ADAPTIVE_US),
     Case("timestamp1_us_mode", "timestamp(1)", "'2018-06-20 15:13:16.9'", TS_MS, REF_S * 1000 + 900, mode=ADAPTIVE_US),
     Case("timestamp3_us_mode", "timestamp(3)", "'2018-06-20 15:13:16.945'", TS_MS, 1529507596945, mode=ADAPTIVE_US),
-    Case("timestamp4_us_mode", "timestamp(4)", "'2018-06-20 15:13:16.9451'", MICRO_TS, REF_S * 1_000_000 + 945100, mode=ADAPTIVE_US),
-    Case("timestamp5_us_mode", "timestamp(5)", "'2018-06-20 15:13:16.94512'", MICRO_TS, REF_S * 1_000_000 + 945120, mode=ADAPTIVE_US),
-    Case("timestamp6_us_mode", "timestamp(6)", "'2018-06-20 15:13:16.945104'", MICRO_TS, REF_S * 1_000_000 + 945104, mode=ADAPTIVE_US),
-    Case("timestamp_us_mode", "timestamp", "'2018-06-20 15:13:16.945104'", MICRO_TS, 1529507596945104, mode=ADAPTIVE_US),
+    Case(
+        "timestamp4_us_mode",
+        "timestamp(4)",
+        "'2018-06-20 15:13:16.9451'",
+        MICRO_TS,
+        REF_S * 1_000_000 + 945100,
+        mode=ADAPTIVE_US,
+    ),
+    Case(
+        "timestamp5_us_mode",
+        "timestamp(5)",
+        "'2018-06-20 15:13:16.94512'",
+        MICRO_TS,
+        REF_S * 1_000_000 + 945120,
+        mode=ADAPTIVE_US,
+    ),
+    Case(
+        "timestamp6_us_mode",
+        "timestamp(6)",
+        "'2018-06-20 15:13:16.945104'",
+        MICRO_TS,
+        REF_S * 1_000_000 + 945104,
+        mode=ADAPTIVE_US,
+    ),
+    Case(
+        "timestamp_us_mode", "timestamp", "'2018-06-20 15:13:16.945104'", MICRO_TS, 1529507596945104, mode=ADAPTIVE_US
+    ),
     # -- time.precision.mode=connect (Table 12) ---------------------------------------------------
-    Case("date_connect", "date", "'2020-02-29'", s("int32", "org.apache.kafka.connect.data.Date", version=1), 18321, mode=CONNECT),
-    Case("time_connect", "time", "'15:13:16.945104'", s("int32", "org.apache.kafka.connect.data.Time", version=1), 54796945, mode=CONNECT),
-    Case("time3_connect", "time(3)", "'15:13:16.945'", s("int32", "org.apache.kafka.connect.data.Time", version=1), 54796945, mode=CONNECT),
+    Case(
+        "date_connect",
+        "date",
+        "'2020-02-29'",
+        s("int32", "org.apache.kafka.connect.data.Date", version=1),
+        18321,
+        mode=CONNECT,
+    ),
+    Case(
+        "time_connect",
+        "time",
+        "'15:13:16.945104'",
+        s("int32", "org.apache.kafka.connect.data.Time", version=1),
+        54796945,
+        mode=CONNECT,
+    ),
+    Case(
+        "time3_connect",
+        "time(3)",
+        "'15:13:16.945'",
+        s("int32", "org.apache.kafka.connect.data.Time", version=1),
+        54796945,
+        mode=CONNECT,
+    ),
     Case("timestamp_connect", "timestamp", "'2018-06-20 15:13:16.945104'", CONNECT_TS, 1529507596945, mode=CONNECT),
     Case("timestamp3_connect", "timestamp(3)", "'2018-06-20 15:13:16.945'", CONNECT_TS, 1529507596945, mode=CONNECT),
     Case("timestamp_connect_inf", "timestamp", "'infinity'", CONNECT_TS, POS_INF_TS // 1000, mode=CONNECT),
     Case("timestamp_connect_neginf", "timestamp(6)", "'-infinity'", CONNECT_TS, NEG_INF_TS // 1000, mode=CONNECT),
-    Case("timestamp_connect_1960", "timestamp", "'1960-01-01 00:00:00.5'", CONNECT_TS, -315619200000 + 500, mode=CONNECT),
+    Case(
+        "timestamp_connect_1960", "timestamp", "'1960-01-01 00:00:00.5'", CONNECT_TS, -315619200000 + 500, mode=CONNECT
+    ),
     # -- decimal.handling.mode=double (Table 15) --------------------------------------------------
     Case("numeric_double", "numeric(10,2)", "12.34", s("double"), 12.34, mode=DOUBLE),
     Case("decimal_double", "decimal(5,2)", "-12.5", s("double"), -12.5, mode=DOUBLE),
@@ -360,13 +518,48 @@ CASES = [
     Case("money_string", "money", "-1234.5", s("string"), "-1234.50", mode=STRING),
     # -- binary.handling.mode ------------------------------------------------------------------------
     Case("bytea_base64", "bytea", "'\\x0102ff'", s("string"), "AQL/", mode={"binary.handling.mode": "base64"}),
-    Case("bytea_base64_url", "bytea", "'\\x0102ff'", s("string"), "AQL_", mode={"binary.handling.mode": "base64-url-safe"}),
+    Case(
+        "bytea_base64_url",
+        "bytea",
+        "'\\x0102ff'",
+        s("string"),
+        "AQL_",
+        mode={"binary.handling.mode": "base64-url-safe"},
+    ),
     Case("bytea_hex", "bytea", "'\\x0102ff'", s("string"), "0102ff", mode={"binary.handling.mode": "hex"}),
     # -- interval.handling.mode=string -----------------------------------------------------------------
-    Case("interval_string", "interval", "'1 year 2 months 3 days 04:05:06.78'", INTERVAL_STRING, "P1Y2M3DT4H5M6.78S", mode={"interval.handling.mode": "string"}),
-    Case("interval_string_zero", "interval", "'0'", INTERVAL_STRING, "P0Y0M0DT0H0M0S", mode={"interval.handling.mode": "string"}),
-    Case("interval_string_p3", "interval(3)", "'1 day 00:00:01.12549'", INTERVAL_STRING, "P0Y0M1DT0H0M1.125S", mode={"interval.handling.mode": "string"}),
-    Case("interval_string_negative", "interval day to second", "'-1 day -00:00:01'", INTERVAL_STRING, "P0Y0M-1DT0H0M-1S", mode={"interval.handling.mode": "string"}),
+    Case(
+        "interval_string",
+        "interval",
+        "'1 year 2 months 3 days 04:05:06.78'",
+        INTERVAL_STRING,
+        "P1Y2M3DT4H5M6.78S",
+        mode={"interval.handling.mode": "string"},
+    ),
+    Case(
+        "interval_string_zero",
+        "interval",
+        "'0'",
+        INTERVAL_STRING,
+        "P0Y0M0DT0H0M0S",
+        mode={"interval.handling.mode": "string"},
+    ),
+    Case(
+        "interval_string_p3",
+        "interval(3)",
+        "'1 day 00:00:01.12549'",
+        INTERVAL_STRING,
+        "P0Y0M1DT0H0M1.125S",
+        mode={"interval.handling.mode": "string"},
+    ),
+    Case(
+        "interval_string_negative",
+        "interval day to second",
+        "'-1 day -00:00:01'",
+        INTERVAL_STRING,
+        "P0Y0M-1DT0H0M-1S",
+        mode={"interval.handling.mode": "string"},
+    ),
     # -- hstore.handling.mode=map ---------------------------------------------------------------------
     Case(
         "hstore_map",
@@ -378,7 +571,14 @@ CASES = [
         mode={"hstore.handling.mode": "map"},
     ),
     # an unknown type's text, as the JDBC driver prints it (geometric types: Java doubles), in binary.handling.mode
-    Case("unknown_included", "circle", "'<(1,2),3>'", s("bytes"), b64(b"<(1.0,2.0),3.0>"), mode={"include.unknown.datatypes": True}),
+    Case(
+        "unknown_included",
+        "circle",
+        "'<(1,2),3>'",
+        s("bytes"),
+        b64(b"<(1.0,2.0),3.0>"),
+        mode={"include.unknown.datatypes": True},
+    ),
     Case("tsvector", "tsvector", "'a fat cat'", s("string", "io.debezium.data.Tsvector", version=1), "'a' 'cat' 'fat'"),
     Case("isbn", "isbn", "'978-0-393-04002-9'", s("string"), "0-393-04002-X", needs="isn"),
     Case("bit_varying_1", "bit varying(1)", "B'1'", s("boolean"), True),
@@ -415,7 +615,9 @@ def golden_groups(cases: list[Case]) -> list[tuple[str, dict[str, Any], list[Cas
     for case in cases:
         key = repr(sorted(case.mode.items()))
         groups.setdefault(key, (case.mode, []))[1].append(case)
-    return [(";".join(f"{k}={v}" for k, v in mode.items()) or "defaults", mode, group) for mode, group in groups.values()]
+    return [
+        (";".join(f"{k}={v}" for k, v in mode.items()) or "defaults", mode, group) for mode, group in groups.values()
+    ]
 
 
 def _prepare(dsn: str, cases: list[Case]) -> None:
@@ -441,8 +643,9 @@ def _golden_records(dsn: str, cases: list[Case], mode: dict[str, Any]) -> list[A
         conn.execute(f"INSERT INTO golden VALUES (1, {', '.join(c.literal for c in cases)})")
         conn.execute("INSERT INTO golden (pk) VALUES (2)")
     stream(config, dsn)
+    helpers = CaptureHelpers.for_config(config)
     with connect(as_connector(dsn)) as conn:
-        tables = plan_tables(conn, config)
+        tables = plan_tables(conn, helpers)
         # snapshots serialise a row straight to JSON: byte for byte what the event row's dict and key serialise to
         for table in tables:
             assert table.schema.json_row is not None
@@ -451,7 +654,14 @@ def _golden_records(dsn: str, cases: list[Case], mode: dict[str, Any]) -> list[A
                 key = {f.name: row[f.name] for f in table.schema.key_fields}
                 assert table.schema.json_row(values) == (orjson.dumps(row), orjson.dumps(key))
     events = producer()
-    InitialSnapshot(config, as_connector(dsn), events, snapshot_name=None, position_lsn=None).run(tables)
+    InitialSnapshot(
+        config,
+        as_connector(dsn),
+        events,
+        snapshot_name=None,
+        position_lsn=None,
+        context=helpers.writing_to(events),
+    ).run(tables)
     events.flush(30)
     return read_topic(f"{config.topic_prefix}.public.golden")
 
@@ -477,7 +687,10 @@ def test_golden_types(database: str, label: str, mode: dict[str, Any], cases: li
             if literal_row and path == "snapshot" and case.snapshot_value is not NO_DEFAULT:
                 expected = case.snapshot_value
             if after.get(case.id, "<missing>") != expected:
-                failures.append(f"{path} pk={after['pk']} {case.id}: value {after.get(case.id, '<missing>')!r} != expected {expected!r}")
+                failures.append(
+                    f"{path} pk={after['pk']} {case.id}: value {after.get(case.id, '<missing>')!r} != expected"
+                    f" {expected!r}"
+                )
     assert not failures, "\n".join(failures)
     assert records[0].value["schema"] == records[2].value["schema"]
 
@@ -506,7 +719,10 @@ def test_server_time_zone_does_not_change_values(database: str) -> None:
     config = connector(unique("tz"))
     prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("INSERT INTO t VALUES (1, '2018-06-20 15:13:16.945104', '2018-06-20 15:13:16.945104', '2020-02-29', '10:00:00')")
+        conn.execute(
+            "INSERT INTO t VALUES (1, '2018-06-20 15:13:16.945104', '2018-06-20 15:13:16.945104', '2020-02-29',"
+            " '10:00:00')"
+        )
     stream(config, database)
     (record,) = read_topic(f"{config.topic_prefix}.public.t")
     after = record.payload["after"]
@@ -620,7 +836,8 @@ def test_column_transforms(database: str, caplog: pytest.LogCaptureFixture) -> N
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE DOMAIN code AS varchar(8)")
         conn.execute(
-            'CREATE TABLE c (id int PRIMARY KEY, long text, secret text, email varchar(20), price numeric(6,2), "2bad-name" text, '
+            "CREATE TABLE c (id int PRIMARY KEY, long text, secret text, email varchar(20), price numeric(6,2),"
+            ' "2bad-name" text, '
             "pin int, tags text[], doc jsonb, short char(6), coded code, named varchar(20))"
         )
     salt = "pepper"
@@ -640,7 +857,7 @@ def test_column_transforms(database: str, caplog: pytest.LogCaptureFixture) -> N
             "INSERT INTO c VALUES (1, 'abcdefghij', 'hunter2', 'anne@example.org', 12.5, 'odd', 1234, "
             """'{abcdefgh,ijklmnop}', '{"key": "long value"}', 'ab', 'XY-42', 'not hashed')"""
         )
-    with caplog.at_level("WARNING", logger="walflow.records.transforms"):
+    with caplog.at_level("WARNING", logger="walflow.records.column_rules"):
         stream(config, database)
     (record,) = read_topic(f"{config.topic_prefix}.public.c")
     after = record.payload["after"]
@@ -775,8 +992,17 @@ def test_schema_changes_mid_stream_keep_type_metadata(database: str) -> None:
         {"id": 3, "e2": "free", "arr2": ["x"], "d2": "ef", "n": 30},
         {"id": 4, "e2": "gone", "arr2": None, "d2": None},
     ]
-    fields = [{f["field"]: {k: v for k, v in f.items() if k != "field"} for f in r.value["schema"]["fields"][1]["fields"]} for r in records]
-    mood = {"type": "string", "optional": False, "name": "io.debezium.data.Enum", "version": 1, "parameters": {"allowed": "sad,ok,happy"}}
+    fields = [
+        {f["field"]: {k: v for k, v in f.items() if k != "field"} for f in r.value["schema"]["fields"][1]["fields"]}
+        for r in records
+    ]
+    mood = {
+        "type": "string",
+        "optional": False,
+        "name": "io.debezium.data.Enum",
+        "version": 1,
+        "parameters": {"allowed": "sad,ok,happy"},
+    }
     int_array = {"type": "array", "items": {"type": "int32", "optional": True}, "optional": True}
     assert fields[0] == {
         "id": {"type": "int32", "optional": False},
@@ -787,7 +1013,13 @@ def test_schema_changes_mid_stream_keep_type_metadata(database: str) -> None:
         # whether it was NOT NULL is no longer recorded anywhere, so it is optional
         "n": {"type": "int32", "optional": True},
     }
-    assert fields[1] == {"id": fields[0]["id"], "e2": mood, "arr2": int_array, "d2": fields[0]["d"], "n": fields[0]["n"]}
+    assert fields[1] == {
+        "id": fields[0]["id"],
+        "e2": mood,
+        "arr2": int_array,
+        "d2": fields[0]["d"],
+        "n": fields[0]["n"],
+    }
     assert fields[2]["e2"] == {"type": "string", "optional": False}
     assert fields[2]["arr2"] == {"type": "array", "items": {"type": "string", "optional": True}, "optional": True}
     assert fields[2]["n"] == {"type": "int32", "optional": True}
@@ -827,14 +1059,19 @@ def test_postgis_geometry_and_geography(database: str) -> None:
     if not _postgis_available():
         from tests.requires import unavailable
 
-        unavailable("PostGIS could not be installed (no root or no Debian package reachable)", "install Debian's postgresql-15-postgis-3")
+        unavailable(
+            "PostGIS could not be installed (no root or no Debian package reachable)",
+            "install Debian's postgresql-15-postgis-3",
+        )
     with psycopg.connect(database, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION postgis")
         conn.execute("CREATE TABLE g (id int PRIMARY KEY, geom geometry, geog geography(Point, 4326))")
     config = connector(unique("gis"))
     prepare_source(config, database)
     with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("INSERT INTO g VALUES (1, ST_GeomFromText('POINT(1 2)', 3187), ST_GeogFromText('SRID=4326;POINT(3 4)'))")
+        conn.execute(
+            "INSERT INTO g VALUES (1, ST_GeomFromText('POINT(1 2)', 3187), ST_GeogFromText('SRID=4326;POINT(3 4)'))"
+        )
         conn.execute("INSERT INTO g VALUES (2, ST_GeomFromText('LINESTRING(0 0, 1 1)'), NULL)")
     stream(config, database)
     first, second = read_topic(f"{config.topic_prefix}.public.g")
@@ -845,7 +1082,10 @@ def test_postgis_geometry_and_geography(database: str) -> None:
     # Debezium keeps PostGIS's EWKB as it is (the SRID flag and value inside) and gives the SRID beside it
     point_ewkb = b"\x01" + struct.pack("<IIdd", 0x20000001, 3187, 1.0, 2.0)
     assert first.payload["after"]["geom"] == {"wkb": b64(point_ewkb), "srid": 3187}
-    assert first.payload["after"]["geog"] == {"wkb": b64(b"\x01" + struct.pack("<IIdd", 0x20000001, 4326, 3.0, 4.0)), "srid": 4326}
+    assert first.payload["after"]["geog"] == {
+        "wkb": b64(b"\x01" + struct.pack("<IIdd", 0x20000001, 4326, 3.0, 4.0)),
+        "srid": 4326,
+    }
     line_wkb = b"\x01" + struct.pack("<II4d", 2, 2, 0.0, 0.0, 1.0, 1.0)
     assert second.payload["after"]["geom"] == {"wkb": b64(line_wkb), "srid": None}
 
@@ -863,17 +1103,23 @@ def _one_snapshot_row(database: str, name: str, ddl: str, row: str, **settings: 
     config = connector(unique(name), **settings)
     prepare_source(config, database)
     with connect(as_connector(database)) as conn:
-        (table,) = [t for t in plan_tables(conn, config) if t.name == f"public.{name}"]
+        (table,) = [t for t in plan_tables(conn, CaptureHelpers.for_config(config)) if t.name == f"public.{name}"]
         with conn.transaction():
             (values,) = list(read_chunks(conn, table, 100))
-    return config, table, values, SnapshotEmitter(config, None, "db", None, None).encoder(table.schema, "true")  # type: ignore[arg-type]
+    # the encoder sends nothing: the producer the context writes with is never used
+    context = CaptureContext.for_task(config, producer())
+    return config, table, values, SnapshotEmitter(context, "db", None, None).encoder(table.schema, "true")
 
 
 def test_columns_whose_field_names_adjust_to_one_name_are_serialised_as_one_field(database: str) -> None:
     """``field.name.adjustment.mode: avro`` makes ``a-b`` and ``a_b`` one field name: the event row holds the last
     value under it, and a snapshot's record must say the same (the straight-to-JSON path would write both)."""
     _config, table, values, encode = _one_snapshot_row(
-        database, "clash", 'id int PRIMARY KEY, "a-b" text, "a_b" text', "1, 'first', 'second'", **{"field.name.adjustment.mode": "avro"}
+        database,
+        "clash",
+        'id int PRIMARY KEY, "a-b" text, "a_b" text',
+        "1, 'first', 'second'",
+        **{"field.name.adjustment.mode": "avro"},
     )
     assert table.schema.json_row is None
     _key, value = encode(values)
@@ -887,15 +1133,21 @@ def test_an_override_query_giving_an_integer_column_other_text_fails_naming_it(d
     still refuse what is no integer, with the column and value named, rather than a record carrying ``1.5``."""
     from walflow.errors import ConversionError
 
-    overrides = {"snapshot.select.statement.overrides": "public.ovr", "snapshot.select.statement.overrides.public.ovr": "SELECT id, qty / 2.0 AS qty FROM public.ovr"}
-    _config, table, values, encode = _one_snapshot_row(database, "ovr", "id int PRIMARY KEY, qty int", "1, 3", **overrides)
+    overrides = {
+        "snapshot.select.statement.overrides": "public.ovr",
+        "snapshot.select.statement.overrides.public.ovr": "SELECT id, qty / 2.0 AS qty FROM public.ovr",
+    }
+    _config, table, values, encode = _one_snapshot_row(
+        database, "ovr", "id int PRIMARY KEY, qty int", "1, 3", **overrides
+    )
     assert table.schema.json_row is not None
     with pytest.raises(ConversionError, match=r"column 'qty'.*1\.5"):
         encode(values)
 
 
 def test_a_column_named_twice_in_the_message_key_gives_one_key_field(database: str) -> None:
-    """``message.key.columns`` naming a column twice: the key payload holds it once, as the event row's dict gives it."""
+    """``message.key.columns`` naming a column twice: the key payload holds it once,
+    as the event row's dict gives it."""
     _config, _table, values, encode = _one_snapshot_row(
         database, "twice", "id int PRIMARY KEY, v text", "1, 'x'", **{"message.key.columns": "public.twice:id,id"}
     )

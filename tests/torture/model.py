@@ -52,11 +52,11 @@ from psycopg import sql
 from tests.lakecheck import differences
 from tests.privileges import as_connector
 from tests.support import apply_lake, connector, lake_settings, setup, stream, unique
+from walflow.admin.reset import reset_connector
 from walflow.errors import LakeFenceError, WalflowError
 from walflow.lake.hooks import POINTS, ApplyHooks
 from walflow.lake.maintain import LakeMaintenance
 from walflow.lake.naming import table_name
-from walflow.runtime.reset import reset_connector
 
 STREAM_POINTS = ("before_produce", "produced", "before_flush", "flushed")
 TYPES = {
@@ -69,12 +69,19 @@ TYPES = {
 }
 #: types the migrations bring (never drawn for a new column by the plain DDL)
 MORE_TYPES = {
-    "bigint": lambda r: r.randint(-10**12, 10**12),
+    "bigint": lambda r: r.randint(-(10**12), 10**12),
     "numeric(12,2)": lambda r: round(r.uniform(-99999, 99999), 2),
     "uuid": lambda r: str(uuid.UUID(int=r.getrandbits(128), version=4)),
     "tort_qty": lambda r: r.randint(-1000, 1000),
 }
-DEFAULTS = {"int": ["5", "-1"], "text": ["'old'", "'d%s'"], "numeric(8,2)": ["1.25"], "boolean": ["true"], "int[]": ["ARRAY[1, 2]"], "jsonb": ["'{\"d\": 1}'"]}
+DEFAULTS = {
+    "int": ["5", "-1"],
+    "text": ["'old'", "'d%s'"],
+    "numeric(8,2)": ["1.25"],
+    "boolean": ["true"],
+    "int[]": ["ARRAY[1, 2]"],
+    "jsonb": ["'{\"d\": 1}'"],
+}
 #: t_refresh as it is created (again)
 REFRESH = {"id": "int", "v": "text", "n": "int"}
 
@@ -146,7 +153,9 @@ class Torture:
         self.dsn = dsn
         self.log = log
         partitions = 1 + seed % 3  # one, two or three partitions per topic by seed
-        self.config = connector(unique(f"tort{seed}"), **{"topic.creation.default.partitions": partitions, "skipped.operations": "none"})
+        self.config = connector(
+            unique(f"tort{seed}"), **{"topic.creation.default.partitions": partitions, "skipped.operations": "none"}
+        )
         self.tables = [
             Table("t_int", ["id"], {"id": "int", "name": "text", "n": "int", "doc": "text", "tags": "int[]"}),
             Table("t_comp", ["a", "b"], {"a": "text", "b": "int", "v": "numeric(8,2)"}),
@@ -180,20 +189,41 @@ class Torture:
             self.execute(conn, "CREATE TYPE tort_mood AS ENUM ('sad', 'ok', 'glad')")
             self.execute(conn, "CREATE DOMAIN tort_qty AS int DEFAULT 3 CHECK (VALUE > -100000)")
             for t in self.tables:
-                cols = [sql.SQL("{} {}{}").format(sql.Identifier(c), sql.SQL(ty), sql.SQL(" NOT NULL" if c in t.identity else ""))
-                        for c, ty in t.columns.items()]
+                cols = [
+                    sql.SQL("{} {}{}").format(
+                        sql.Identifier(c), sql.SQL(ty), sql.SQL(" NOT NULL" if c in t.identity else "")
+                    )
+                    for c, ty in t.columns.items()
+                ]
                 if t.key:
                     cols.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, t.key))))
-                partitioned = sql.SQL(" PARTITION BY HASH ({})").format(sql.Identifier(t.key[0])) if t.partitions else sql.SQL("")
-                self.execute(conn, sql.SQL("CREATE TABLE {} ({}){}").format(t.ident(), sql.SQL(", ").join(cols), partitioned))
+                partitioned = (
+                    sql.SQL(" PARTITION BY HASH ({})").format(sql.Identifier(t.key[0])) if t.partitions else sql.SQL("")
+                )
+                self.execute(
+                    conn, sql.SQL("CREATE TABLE {} ({}){}").format(t.ident(), sql.SQL(", ").join(cols), partitioned)
+                )
                 for i in range(t.partitions):
-                    self.execute(conn, sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS {}, REMAINDER {})").format(
-                        sql.Identifier("public", f"{t.name}_p{i}"), t.ident(), sql.Literal(t.partitions), sql.Literal(i)))
+                    self.execute(
+                        conn,
+                        sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES WITH (MODULUS {}, REMAINDER {})").format(
+                            sql.Identifier("public", f"{t.name}_p{i}"),
+                            t.ident(),
+                            sql.Literal(t.partitions),
+                            sql.Literal(i),
+                        ),
+                    )
                 if t.identity:
                     index = sql.Identifier(f"{t.name}_identity")
-                    self.execute(conn, sql.SQL("CREATE UNIQUE INDEX {} ON {} ({})").format(
-                        index, t.ident(), sql.SQL(", ").join(map(sql.Identifier, t.identity))))
-                    self.execute(conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY USING INDEX {}").format(t.ident(), index))
+                    self.execute(
+                        conn,
+                        sql.SQL("CREATE UNIQUE INDEX {} ON {} ({})").format(
+                            index, t.ident(), sql.SQL(", ").join(map(sql.Identifier, t.identity))
+                        ),
+                    )
+                    self.execute(
+                        conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY USING INDEX {}").format(t.ident(), index)
+                    )
                 if not t.key:
                     self.execute(conn, sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(t.ident()))
             for t in self.tables:
@@ -201,9 +231,13 @@ class Torture:
 
     def value(self, ty: str, key: bool = False) -> Any:
         if ty == "text" and not key and self.rng.random() < 0.1:
-            return "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))  # stored out of line
+            return "".join(
+                self.rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000)
+            )  # stored out of line
         if ty == "int[]" and self.rng.random() < 0.1:
-            return [self.rng.randint(-10**9, 10**9) for _ in range(800)]  # stored out of line: its placeholder is numbers
+            return [
+                self.rng.randint(-(10**9), 10**9) for _ in range(800)
+            ]  # stored out of line: its placeholder is numbers
         if ty == "tort_mood":
             return self.rng.choice(self.labels)
         if ty == "tort_mood[]":
@@ -218,13 +252,19 @@ class Torture:
                     row[c] = t.next_id
                     t.next_id += 1
                 elif c in t.identity:
-                    row[c] = 500_000 + t.next_id  # unique while the key is (a change adds the same to every row it moves)
+                    row[c] = (
+                        500_000 + t.next_id
+                    )  # unique while the key is (a change adds the same to every row it moves)
                 else:
                     row[c] = self.value(ty, c in t.key)
             if t.key and any(row[k] is None for k in t.key):
                 continue
-            query = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING" if t.key else "INSERT INTO {} ({}) VALUES ({})").format(
-                t.ident(), sql.SQL(", ").join(map(sql.Identifier, row)), sql.SQL(", ").join(sql.Literal(v) for v in row.values())
+            query = sql.SQL(
+                "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT DO NOTHING" if t.key else "INSERT INTO {} ({}) VALUES ({})"
+            ).format(
+                t.ident(),
+                sql.SQL(", ").join(map(sql.Identifier, row)),
+                sql.SQL(", ").join(sql.Literal(v) for v in row.values()),
             )
             self.execute(conn, query)
 
@@ -241,32 +281,56 @@ class Torture:
             self.insert(conn, t, self.rng.randint(1, 8))
         elif op < 0.75 and payload:
             column = self.rng.choice(payload)
-            self.execute(conn, sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
-                t.ident(), sql.Identifier(column), sql.Literal(self.value(t.columns[column])), self.some_row(t)))
+            self.execute(
+                conn,
+                sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
+                    t.ident(), sql.Identifier(column), sql.Literal(self.value(t.columns[column])), self.some_row(t)
+                ),
+            )
         elif op < 0.93:
             self.execute(conn, sql.SQL("DELETE FROM {} WHERE {}").format(t.ident(), self.some_row(t)))
         elif t.name == "t_int" and self.rng.random() < 0.5:
             # a key change (TOASTed columns left unchanged arrive as placeholders: the lake takes the old key's values)
-            self.execute(conn, sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 17 = {} AND id < 100000").format(
-                t.ident(), sql.Literal(self.rng.randint(0, 16))))
+            self.execute(
+                conn,
+                sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 17 = {} AND id < 100000").format(
+                    t.ident(), sql.Literal(self.rng.randint(0, 16))
+                ),
+            )
         elif t.name == "t_int":
             # three keys rotated in one transaction (a -> tmp, b -> a, tmp -> b): each new key takes its TOASTed values
             # from the row it came from, through a key other rows had in the same transaction
-            rows = conn.execute(sql.SQL("SELECT id FROM {} WHERE id > 0 ORDER BY id LIMIT 2 OFFSET {}").format(
-                t.ident(), sql.Literal(self.rng.randint(0, 10)))).fetchall()
+            rows = conn.execute(
+                sql.SQL("SELECT id FROM {} WHERE id > 0 ORDER BY id LIMIT 2 OFFSET {}").format(
+                    t.ident(), sql.Literal(self.rng.randint(0, 10))
+                )
+            ).fetchall()
             if len(rows) == 2:
                 (a,), (b,) = rows
                 for old_id, new_id in ((a, -1), (b, a), (-1, b)):
-                    self.execute(conn, sql.SQL("UPDATE {} SET id = {} WHERE id = {}").format(t.ident(), sql.Literal(new_id), sql.Literal(old_id)))
+                    self.execute(
+                        conn,
+                        sql.SQL("UPDATE {} SET id = {} WHERE id = {}").format(
+                            t.ident(), sql.Literal(new_id), sql.Literal(old_id)
+                        ),
+                    )
         elif t.name == "t_ident":
             # the identity index's columns change (its old tuple carries the old ones), or the key does
             column = self.rng.choice(["code", "id"])
-            self.execute(conn, sql.SQL("UPDATE {} SET {} = {} + 1000000 WHERE id % 13 = {}").format(
-                t.ident(), sql.Identifier(column), sql.Identifier(column), sql.Literal(self.rng.randint(0, 12))))
+            self.execute(
+                conn,
+                sql.SQL("UPDATE {} SET {} = {} + 1000000 WHERE id % 13 = {}").format(
+                    t.ident(), sql.Identifier(column), sql.Identifier(column), sql.Literal(self.rng.randint(0, 12))
+                ),
+            )
         elif t.name == "t_part":
             # a key change that may move the row to the other partition (a delete there, an insert here)
-            self.execute(conn, sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 11 = {} AND id < 100000").format(
-                t.ident(), sql.Literal(self.rng.randint(0, 10))))
+            self.execute(
+                conn,
+                sql.SQL("UPDATE {} SET id = id + 100000 WHERE id % 11 = {} AND id < 100000").format(
+                    t.ident(), sql.Literal(self.rng.randint(0, 10))
+                ),
+            )
         elif t.name == "t_comp":
             self.execute(conn, sql.SQL("TRUNCATE {}").format(t.ident()))
 
@@ -283,31 +347,50 @@ class Torture:
         elif t.name == "t_mood" and kind < 0.5:
             old = self.rng.choice(self.labels)
             new = f"{old[:3]}{self.counter}"
-            self.execute(conn, sql.SQL("ALTER TYPE tort_mood RENAME VALUE {} TO {}").format(sql.Literal(old), sql.Literal(new)))
+            self.execute(
+                conn, sql.SQL("ALTER TYPE tort_mood RENAME VALUE {} TO {}").format(sql.Literal(old), sql.Literal(new))
+            )
             self.labels[self.labels.index(old)] = new
             label = "enum value renamed"
         elif not t.key and kind >= 0.05:
             return False  # a rewrite of a keyless table is refused (then fixed): drawn rarely
         elif kind < 0.25 and ints:
             column = self.rng.choice(ints)
-            self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE bigint USING {} * 2").format(t.ident(), *[sql.Identifier(column)] * 2))
+            self.execute(
+                conn,
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE bigint USING {} * 2").format(
+                    t.ident(), *[sql.Identifier(column)] * 2
+                ),
+            )
             t.columns[column] = "bigint"
             label = "type change int -> bigint USING"
         elif kind < 0.35 and "numeric(8,2)" in [t.columns[c] for c in payload]:
             column = next(c for c in payload if t.columns[c] == "numeric(8,2)")
-            self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE numeric(12,2) USING {} * 3").format(t.ident(), *[sql.Identifier(column)] * 2))
+            self.execute(
+                conn,
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE numeric(12,2) USING {} * 3").format(
+                    t.ident(), *[sql.Identifier(column)] * 2
+                ),
+            )
             t.columns[column] = "numeric(12,2)"
             label = "type change numeric precision USING"
         elif kind < 0.45 and "text" in [t.columns[c] for c in payload]:
             column = self.rng.choice([c for c in payload if t.columns[c] == "text"])
-            self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE text USING upper({})").format(t.ident(), *[sql.Identifier(column)] * 2))
+            self.execute(
+                conn,
+                sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE text USING upper({})").format(
+                    t.ident(), *[sql.Identifier(column)] * 2
+                ),
+            )
             label = "type change text USING upper"
         elif kind < 0.6:
             kinds = [("bigserial", "bigint"), ("uuid DEFAULT gen_random_uuid()", "uuid"), ("tort_qty", "tort_qty")]
             if not t.partitions:  # PostgreSQL 15 takes no identity column on a partitioned table
                 kinds.append(("bigint GENERATED BY DEFAULT AS IDENTITY", "bigint"))
             ddl, ty = self.rng.choice(kinds)
-            self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(t.ident(), sql.Identifier(name), sql.SQL(ddl)))
+            self.execute(
+                conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(t.ident(), sql.Identifier(name), sql.SQL(ddl))
+            )
             t.columns[name] = ty
             label = f"column added: {ddl}"
         elif kind < 0.75 and t.key and not t.partitions:
@@ -317,18 +400,34 @@ class Torture:
             with conn.transaction():
                 self.execute(conn, sql.SQL("ALTER TABLE {} RENAME TO {}").format(t.ident(), sql.Identifier(away)))
                 if column is not None:
-                    self.execute(conn, sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
-                        sql.Identifier("public", away), sql.Identifier(column), sql.Literal(self.value(t.columns[column])), self.some_row(t)))
-                self.execute(conn, sql.SQL("ALTER TABLE {} RENAME TO {}").format(sql.Identifier("public", away), sql.Identifier(t.name)))
+                    self.execute(
+                        conn,
+                        sql.SQL("UPDATE {} SET {} = {} WHERE {}").format(
+                            sql.Identifier("public", away),
+                            sql.Identifier(column),
+                            sql.Literal(self.value(t.columns[column])),
+                            self.some_row(t),
+                        ),
+                    )
+                self.execute(
+                    conn,
+                    sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+                        sql.Identifier("public", away), sql.Identifier(t.name)
+                    ),
+                )
             label = "renamed away and back"
         elif kind < 0.9 and payload:
             # dropped and added again under its name in one statement, or in one transaction
             gone = self.rng.choice(payload)
             ty = self.rng.choice(list(TYPES))
             default = self.rng.choice([None, *DEFAULTS[ty]])
-            added = sql.SQL("ADD COLUMN {} {}{}").format(sql.Identifier(gone), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else ""))
+            added = sql.SQL("ADD COLUMN {} {}{}").format(
+                sql.Identifier(gone), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")
+            )
             if self.rng.random() < 0.5:
-                self.execute(conn, sql.SQL("ALTER TABLE {} DROP COLUMN {}, {}").format(t.ident(), sql.Identifier(gone), added))
+                self.execute(
+                    conn, sql.SQL("ALTER TABLE {} DROP COLUMN {}, {}").format(t.ident(), sql.Identifier(gone), added)
+                )
             else:
                 with conn.transaction():
                     self.execute(conn, sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(t.ident(), sql.Identifier(gone)))
@@ -347,8 +446,13 @@ class Torture:
         """t_refresh made anew: dropped and created again and filled (in one transaction, or across transactions with
         the pipeline maybe run in between), or a new table filled and swapped in by renames (the old one dropped)."""
         t.columns = dict(REFRESH)
-        columns = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(ty)) for c, ty in REFRESH.items())
-        fill = f"SELECT g, 'r' || g || '-{self.counter}', g * {self.rng.randint(2, 9)} FROM generate_series({self.rng.randint(1, 20)}, {self.rng.randint(20, 40)}) g"
+        columns = sql.SQL(", ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(ty)) for c, ty in REFRESH.items()
+        )
+        fill = (
+            f"SELECT g, 'r' || g || '-{self.counter}', g * {self.rng.randint(2, 9)}"
+            f" FROM generate_series({self.rng.randint(1, 20)}, {self.rng.randint(20, 40)}) g"
+        )
         if swap:
             fresh = sql.Identifier("public", "t_refresh_new")
             self.execute(conn, sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY (id))").format(fresh, columns))
@@ -386,25 +490,45 @@ class Torture:
             # in no event, so the stream re-reads the table (a keyless table would be refused: not drawn)
             self.execute(conn, sql.SQL("VACUUM FULL {}").format(t.ident()))
             name = f"c{self.counter}"
-            self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} int DEFAULT (random() * 1000)::int").format(t.ident(), sql.Identifier(name)))
+            self.execute(
+                conn,
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} int DEFAULT (random() * 1000)::int").format(
+                    t.ident(), sql.Identifier(name)
+                ),
+            )
             t.columns[name] = "int"
         elif op < 0.45 or len(payload) < 2:
             ty = self.rng.choice(list(TYPES))
             name = f"c{self.counter}"
             default = self.rng.choice([None, *DEFAULTS[ty]])
-            self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} {}{}").format(
-                t.ident(), sql.Identifier(name), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")))
+            self.execute(
+                conn,
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} {}{}").format(
+                    t.ident(), sql.Identifier(name), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")
+                ),
+            )
             t.columns[name] = ty
             then = self.rng.random()
             if then < 0.3:
-                self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
-                    t.ident(), sql.Identifier(name), sql.SQL(self.rng.choice(DEFAULTS[ty]))))
+                self.execute(
+                    conn,
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+                        t.ident(), sql.Identifier(name), sql.SQL(self.rng.choice(DEFAULTS[ty]))
+                    ),
+                )
             elif then < 0.5 and default:
-                self.execute(conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(t.ident(), sql.Identifier(name)))
+                self.execute(
+                    conn, sql.SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(t.ident(), sql.Identifier(name))
+                )
         elif op < 0.75:
             old = self.rng.choice(payload)
             new = f"r{self.counter}"
-            self.execute(conn, sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(t.ident(), sql.Identifier(old), sql.Identifier(new)))
+            self.execute(
+                conn,
+                sql.SQL("ALTER TABLE {} RENAME COLUMN {} TO {}").format(
+                    t.ident(), sql.Identifier(old), sql.Identifier(new)
+                ),
+            )
             t.columns = {(new if c == old else c): ty for c, ty in t.columns.items()}
         else:
             gone = self.rng.choice(payload)
@@ -413,8 +537,12 @@ class Torture:
             if self.rng.random() < 0.5:  # and added again under its old name
                 ty = self.rng.choice(list(TYPES))
                 default = self.rng.choice([None, *DEFAULTS[ty]])
-                self.execute(conn, sql.SQL("ALTER TABLE {} ADD COLUMN {} {}{}").format(
-                    t.ident(), sql.Identifier(gone), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")))
+                self.execute(
+                    conn,
+                    sql.SQL("ALTER TABLE {} ADD COLUMN {} {}{}").format(
+                        t.ident(), sql.Identifier(gone), sql.SQL(ty), sql.SQL(f" DEFAULT {default}" if default else "")
+                    ),
+                )
                 t.columns[gone] = ty
 
     def round(self) -> None:
@@ -437,8 +565,12 @@ class Torture:
                 for name in t.compared() if t.partitions else []:
                     # a DDL on the parent changes every partition, and each partition's lake table learns it from
                     # that partition's next change (the limit above): one row of each is touched
-                    self.execute(conn, sql.SQL("UPDATE {} SET {} = {} WHERE {} = (SELECT min({}) FROM {})").format(
-                        t.ident(), *[sql.Identifier(t.key[0])] * 4, sql.Identifier("public", name)))
+                    self.execute(
+                        conn,
+                        sql.SQL("UPDATE {} SET {} = {} WHERE {} = (SELECT min({}) FROM {})").format(
+                            t.ident(), *[sql.Identifier(t.key[0])] * 4, sql.Identifier("public", name)
+                        ),
+                    )
 
     # -- pipeline ----------------------------------------------------------------------------------
     def pipeline(self, cut: bool = False) -> None:
@@ -452,7 +584,10 @@ class Torture:
         except Crash:
             self.faults["stream"] += 1
         except WalflowError as exc:
-            self.log(f"seed {self.seed}: a stream run within the round stopped ({type(exc).__name__}); the round's catch-up meets it again")
+            self.log(
+                f"seed {self.seed}: a stream run within the round stopped ({type(exc).__name__});"
+                " the round's catch-up meets it again"
+            )
         self.apply(cut)
 
     def apply(self, cut: bool) -> list[dict[str, Any]]:
@@ -465,7 +600,7 @@ class Torture:
             other = self.rng.randint(20, 400)
             hooks = Overtaken(self.rng.choice(POINTS), lambda: apply_lake(self.spark, self.config, max_records=other))
         try:
-            return apply_lake(self.spark, self.config, hooks=hooks, **{"max_records": records})
+            return apply_lake(self.spark, self.config, hooks=hooks, max_records=records)
         except Crash:
             self.faults["lake"] += 1
         except LakeFenceError as exc:
@@ -532,20 +667,31 @@ class Torture:
         started = time.monotonic()
         self.create()
         setup(self.config, self.dsn)
-        outcome: dict[str, Any] = {"seed": self.seed, "partitions": self.config.topic_creation_default_partitions, "equal": 0}
+        outcome: dict[str, Any] = {
+            "seed": self.seed,
+            "partitions": self.config.topic_creation_default_partitions,
+            "equal": 0,
+        }
         for number in range(1, rounds + 1):
             self.round()
             try:
                 self.catch_up()
             except WalflowError as exc:
                 if not _names_the_fix(str(exc)):
-                    outcome.update(result="REFUSED", round=number, error=f"{type(exc).__name__}: {exc}", statements=self.statements)
+                    outcome.update(
+                        result="REFUSED", round=number, error=f"{type(exc).__name__}: {exc}", statements=self.statements
+                    )
                     break
                 self.fix(exc, number, outcome)
                 try:
                     self.catch_up()
                 except WalflowError as again:
-                    outcome.update(result="REFUSED", round=number, error=f"after the fix: {type(again).__name__}: {again}", statements=self.statements)
+                    outcome.update(
+                        result="REFUSED",
+                        round=number,
+                        error=f"after the fix: {type(again).__name__}: {again}",
+                        statements=self.statements,
+                    )
                     break
             found = self.compare()
             if found:
@@ -554,7 +700,10 @@ class Torture:
             outcome["equal"] += 1
             if not self.faults["stream"]:
                 self.keyless_until = number
-            self.log(f"seed {self.seed} round {number}: EQUAL ({len(self.statements)} statement(s), faults {self.faults}, maintained {self.maintained})")
+            self.log(
+                f"seed {self.seed} round {number}: EQUAL ({len(self.statements)} statement(s), faults {self.faults},"
+                f" maintained {self.maintained})"
+            )
         else:
             outcome["result"] = "EQUAL"
         outcome["faults"] = dict(self.faults)
@@ -569,7 +718,10 @@ class Torture:
 #: the refusals a run may meet, told apart by what their messages say (the first that fits names the class)
 REFUSAL_CLASSES = (
     ("no primary key, and its rows changed without change events (its rows were rewritten", "keyless table rewritten"),
-    ("no primary key, and its rows changed without change events (column(s)", "keyless table: a column dropped and added again"),
+    (
+        "no primary key, and its rows changed without change events (column(s)",
+        "keyless table: a column dropped and added again",
+    ),
     ("no primary key, and its rows changed without change events (enum", "keyless table: an enum value renamed"),
     ("no primary key, and its rows changed without change events", "keyless table: rows changed without events"),
     ("has no key, and its source table gained column(s)", "keyless table: a column's existing values unknown"),

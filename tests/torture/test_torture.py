@@ -17,11 +17,13 @@ SEEDS = [int(s) for s in os.environ.get("WALFLOW_TORTURE_SEEDS", "1").split(",")
 ROUNDS = int(os.environ.get("WALFLOW_TORTURE_ROUNDS", "2"))
 
 #: in make test's lane alone, whose Spark session it shares with the fault suite's disruptive tests (Makefile)
-pytestmark = [pytest.mark.timeout(max(900, ROUNDS * 60)), pytest.mark.alone, pytest.mark.long]
+pytestmark = [pytest.mark.timeout(max(900, ROUNDS * 60)), pytest.mark.spark, pytest.mark.alone, pytest.mark.long]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_the_lake_equals_the_source_after_every_round(spark: Any, database: str, seed: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_lake_equals_the_source_after_every_round(
+    spark: Any, database: str, seed: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     def progress(line: str) -> None:
         # past pytest's capture (capsys holds sys.stdout): each round is seen as it ends, in the terminal or a log
         sys.__stdout__.write(line + "\n")
@@ -29,7 +31,10 @@ def test_the_lake_equals_the_source_after_every_round(spark: Any, database: str,
 
     outcome = Torture(seed, spark, database, log=progress).run(ROUNDS)
     with capsys.disabled():
-        print("WALFLOW_TORTURE " + orjson.dumps({k: v for k, v in outcome.items() if k != "statements"}).decode(), flush=True)
+        print(
+            "WALFLOW_TORTURE " + orjson.dumps({k: v for k, v in outcome.items() if k != "statements"}).decode(),
+            flush=True,
+        )
         if outcome["result"] != "EQUAL":
             print(f"seed {seed}, round {outcome['round']}: {outcome['result']}; its statements:", flush=True)
             for statement in outcome["statements"]:

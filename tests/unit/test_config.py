@@ -57,22 +57,24 @@ def test_invalid_enum_lists_allowed_values() -> None:
 
 
 def test_include_and_exclude_conflict() -> None:
-    with pytest.raises(ConfigError, match="'table.include.list' and 'table.exclude.list' cannot both be set"):
+    with pytest.raises(ConfigError, match=r"'table\.include\.list' and 'table\.exclude\.list' cannot both be set"):
         parse_config({**BASE, "table.include.list": "public.a", "table.exclude.list": "public.b"})
 
 
 def test_bad_regex_is_reported() -> None:
-    with pytest.raises(ConfigError, match=r"'table\.include\.list'.*not a valid regular expression"):
+    with pytest.raises(
+        ConfigError, match=r"'table\.include\.list'.*not a valid Java regular expression \(unclosed group"
+    ):
         parse_config({**BASE, "table.include.list": "public.(a"})
 
 
 def test_secrets_do_not_belong_in_yaml() -> None:
-    with pytest.raises(ConfigError, match="database.password.*Airflow Connection"):
+    with pytest.raises(ConfigError, match=r"database\.password.*Airflow Connection"):
         parse_config({**BASE, "database.password": "hunter2"})
 
 
 def test_required_keys() -> None:
-    with pytest.raises(ConfigError, match="'topic.prefix' is required"):
+    with pytest.raises(ConfigError, match=r"'topic\.prefix' is required"):
         parse_config({"name": "inv"})
 
 
@@ -90,12 +92,14 @@ def test_skipped_operations() -> None:
 
 
 def test_slot_name_rules() -> None:
-    with pytest.raises(ConfigError, match="'slot.name' = 'Bad-Slot'"):
+    with pytest.raises(ConfigError, match=r"'slot\.name' = 'Bad-Slot'"):
         parse_config({**BASE, "slot.name": "Bad-Slot"})
 
 
 def test_patterned_keys() -> None:
-    config = parse_config({**BASE, "column.truncate.to.20.chars": "public.a.c", "column.mask.with.5.chars": "public.a.d"})
+    config = parse_config(
+        {**BASE, "column.truncate.to.20.chars": "public.a.c", "column.mask.with.5.chars": "public.a.d"}
+    )
     assert config.column_truncate == {20: ["public.a.c"]}
     assert config.column_mask == {5: ["public.a.d"]}
 
@@ -131,16 +135,22 @@ def test_each_connector_file_loads_on_its_own(tmp_path: Path, monkeypatch: pytes
     configs, errors = load_each(tmp_path)
     assert [c.name for c in configs] == ["good"]
     assert [p.name for p in errors] == ["twin_a.yaml", "twin_b.yaml", "typo.yaml", "unclosed.yml"]
-    assert "'snapshot.mode' = 'bogus'" in str(errors[tmp_path / "typo.yaml"]) and "'initial'" in str(errors[tmp_path / "typo.yaml"])
+    assert "'snapshot.mode' = 'bogus'" in str(errors[tmp_path / "typo.yaml"]) and "'initial'" in str(
+        errors[tmp_path / "typo.yaml"]
+    )
     assert "not valid YAML" in str(errors[tmp_path / "unclosed.yml"])
     for twin in ("twin_a.yaml", "twin_b.yaml"):
         message = str(errors[tmp_path / twin])
-        assert "slot 'shared'" in message and "twin_a.yaml and " in message and "twin_b.yaml; each connector needs its own" in message
-    with pytest.raises(ConfigError, match="slot 'shared' .* is used by both"):
+        assert (
+            "slot 'shared'" in message
+            and "twin_a.yaml and " in message
+            and "twin_b.yaml; each connector needs its own" in message
+        )
+    with pytest.raises(ConfigError, match=r"slot 'shared' .* is used by both"):
         load_all(tmp_path)  # all or nothing, for the callers that need every file
     monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
     assert resolve("good").name == "good"
-    with pytest.raises(ConfigError, match="no connector named 'zzz' .*unclosed.yml cannot be read"):
+    with pytest.raises(ConfigError, match=r"no connector named 'zzz' .*unclosed\.yml cannot be read"):
         resolve("zzz")
 
 
@@ -166,9 +176,11 @@ def test_truncate_handling_mode_is_folded_into_skipped_operations() -> None:
     assert parse_config({**BASE, "truncate.handling.mode": "skip"}).skipped_operations == ["t"]
     agreeing = parse_config({**BASE, "truncate.handling.mode": "include", "skipped.operations": "d"})
     assert agreeing.skipped_operations == ["d"]
-    with pytest.raises(ConfigError, match="'truncate.handling.mode' = 'include' contradicts 'skipped.operations'"):
+    with pytest.raises(ConfigError, match=r"'truncate\.handling\.mode' = 'include' contradicts 'skipped\.operations'"):
         parse_config({**BASE, "truncate.handling.mode": "include", "skipped.operations": "t,d"})
-    with pytest.raises(ConfigError, match="'truncate.handling.mode' = 'sometimes': allowed values are 'skip' and 'include'"):
+    with pytest.raises(
+        ConfigError, match=r"'truncate\.handling\.mode' = 'sometimes': allowed values are 'skip' and 'include'"
+    ):
         parse_config({**BASE, "truncate.handling.mode": "sometimes"})
 
 
@@ -180,11 +192,16 @@ def test_values_written_as_kafka_connect_and_yaml_write_them(tmp_path: Path) -> 
     path = tmp_path / "c.yaml"
     path.write_text(
         "name: c\ntopic.prefix: c\nwalflow.event.format: 3.6\n"
-        "walflow.lake.spark.conf:\n  spark.executor.instances: 2\n  spark.sql.adaptive.enabled: true\n  spark.executor.memory: 2g\n"
+        "walflow.lake.spark.conf:\n  spark.executor.instances: 2\n  spark.sql.adaptive.enabled: true\n "
+        " spark.executor.memory: 2g\n"
     )
     config = load_config(path)
     assert config.walflow_event_format == "3.6"
-    assert config.walflow_lake_spark_conf == {"spark.executor.instances": "2", "spark.sql.adaptive.enabled": "true", "spark.executor.memory": "2g"}
+    assert config.walflow_lake_spark_conf == {
+        "spark.executor.instances": "2",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.executor.memory": "2g",
+    }
 
 
 def test_more_than_one_task_is_refused_with_the_reason() -> None:
@@ -202,11 +219,14 @@ def test_the_readme_lists_every_debezium_property_as_the_model_treats_it() -> No
     from walflow.config.properties import DEBEZIUM_PROPERTIES, UNKNOWN, markdown_table, status
 
     unknown = [key for key in DEBEZIUM_PROPERTIES if status(key)[0] == UNKNOWN]
-    assert not unknown, f"Debezium documents these keys and walflow neither honours, accepts nor refuses them: {unknown}"
+    assert not unknown, (
+        f"Debezium documents these keys and walflow neither honours, accepts nor refuses them: {unknown}"
+    )
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("checks it -->\n") + len("checks it -->\n")
     assert readme[start : readme.index("\n<!-- end of generated table -->")] == markdown_table(), (
-        "README.md's table of Debezium's properties differs from walflow.config.properties: paste markdown_table()'s output"
+        "README.md's table of Debezium's properties differs from walflow.config.properties: paste markdown_table()'s"
+        " output"
     )
 
 
@@ -218,9 +238,10 @@ def test_keys_without_effect_are_accepted(key: str) -> None:
 def test_values_walflow_cannot_honour_are_refused_with_the_reason() -> None:
     with pytest.raises(ConfigError, match="channel\\(s\\) \\['jmx'\\] are not supported yet"):
         parse_config({"name": "c", "topic.prefix": "p", "signal.enabled.channels": "source,jmx"})
-    with pytest.raises(ConfigError, match="slot.drop.on.stop' is not supported by walflow"):
+    with pytest.raises(ConfigError, match=r"'slot\.drop\.on\.stop' = True: true is not supported.*walflow reset"):
         parse_config({"name": "c", "topic.prefix": "p", "slot.drop.on.stop": True})
-    with pytest.raises(ConfigError, match="signal.consumer.sasl.password.*belong|credential in the connector file"):
+    assert parse_config({"name": "c", "topic.prefix": "p", "slot.drop.on.stop": "false"}).slot_drop_on_stop is False
+    with pytest.raises(ConfigError, match=r"signal\.consumer\.sasl\.password.*belong|credential in the connector file"):
         parse_config({"name": "c", "topic.prefix": "p", "signal.consumer.sasl.password": "x"})
     with pytest.raises(ConfigError, match="the lake must hold what the source holds"):
         parse_config({"name": "c", "topic.prefix": "p", "value.converter.replace.null.with.default": True})
@@ -230,8 +251,10 @@ def test_the_guardrail_warns_or_fails_past_its_maximum() -> None:
     config = parse_config({"name": "c", "topic.prefix": "p", "guardrail.collections.max": 2})
     assert config.check_guardrail(2) is None
     assert "captures 3 tables, more than guardrail.collections.max=2" in (config.check_guardrail(3) or "")
-    failing = parse_config({"name": "c", "topic.prefix": "p", "guardrail.collections.max": 2, "guardrail.collections.limit.action": "fail"})
-    with pytest.raises(ConfigError, match="narrow table.include.list"):
+    failing = parse_config(
+        {"name": "c", "topic.prefix": "p", "guardrail.collections.max": 2, "guardrail.collections.limit.action": "fail"}
+    )
+    with pytest.raises(ConfigError, match=r"narrow table\.include\.list"):
         failing.check_guardrail(3)
 
 
@@ -249,28 +272,90 @@ def test_topic_creation_groups_choose_each_topics_settings() -> None:
     assert creation.settings("p.public.orders") == (12, -1, {"cleanup.policy": "compact", "compression.type": "lz4"})
     assert creation.settings("p.public.orders_tmp") == (3, -1, {"cleanup.policy": "compact"})
     assert creation.settings("__debezium-heartbeat.p") == (3, -1, {"cleanup.policy": "delete"})
-    with pytest.raises(ConfigError, match="'topic.creation.x.include' is required"):
+    with pytest.raises(ConfigError, match=r"'topic\.creation\.x\.include' is required"):
         parse_config({"name": "c", "topic.prefix": "p", "topic.creation.groups": "x", "topic.creation.x.partitions": 2})
-    with pytest.raises(ConfigError, match="which 'topic.creation.groups' does not list"):
+    with pytest.raises(ConfigError, match=r"which 'topic\.creation\.groups' does not list"):
         parse_config({"name": "c", "topic.prefix": "p", "topic.creation.y.partitions": 2})
 
 
 def test_configuration_based_snapshot_mode_reads_as_the_mode_that_does_the_same() -> None:
     base = {"name": "c", "topic.prefix": "p", "snapshot.mode": "configuration_based"}
     flags = "snapshot.mode.configuration.based."
-    assert parse_config({**base, flags + "snapshot.data": True, flags + "start.stream": "true"}).snapshot_mode == "always"
+    assert (
+        parse_config({**base, flags + "snapshot.data": True, flags + "start.stream": "true"}).snapshot_mode == "always"
+    )
     assert parse_config({**base, flags + "start.stream": True}).snapshot_mode == "no_data"
-    for refused in ({flags + "snapshot.data": True}, {flags + "start.stream": True, flags + "snapshot.on.data.error": True}, {}):
+    for refused in (
+        {flags + "snapshot.data": True},
+        {flags + "start.stream": True, flags + "snapshot.on.data.error": True},
+        {},
+    ):
         with pytest.raises(ConfigError, match="use 'initial_only'"):
             parse_config({**base, **refused})
 
 
 def test_read_only_needs_a_state_database_and_no_heartbeat_query() -> None:
     """read.only: walflow writes nothing to the source, so its state must live elsewhere, and no action query runs."""
-    with pytest.raises(ConfigError, match="set 'walflow.state.conn.id'"):
+    with pytest.raises(ConfigError, match=r"set 'walflow\.state\.conn\.id'"):
         parse_config({"name": "c", "topic.prefix": "p", "read.only": True})
-    with pytest.raises(ConfigError, match="'heartbeat.action.query' writes to the source"):
-        parse_config({"name": "c", "topic.prefix": "p", "read.only": True, "walflow.state.conn.id": "state",
-                      "heartbeat.interval.ms": 1000, "heartbeat.action.query": "UPDATE hb SET t = now()"})
-    config = parse_config({"name": "c", "topic.prefix": "p", "read.only": "true", "walflow.state.conn.id": "state", "slot.failover": True})
+    with pytest.raises(ConfigError, match=r"'heartbeat\.action\.query' writes to the source"):
+        parse_config(
+            {
+                "name": "c",
+                "topic.prefix": "p",
+                "read.only": True,
+                "walflow.state.conn.id": "state",
+                "heartbeat.interval.ms": 1000,
+                "heartbeat.action.query": "UPDATE hb SET t = now()",
+            }
+        )
+    config = parse_config(
+        {"name": "c", "topic.prefix": "p", "read.only": "true", "walflow.state.conn.id": "state", "slot.failover": True}
+    )
     assert config.read_only and config.walflow_state_conn_id == "state" and config.slot_failover
+
+
+def test_a_debezium_configuration_with_its_worker_and_queue_keys_loads_as_written() -> None:
+    """What a Debezium 3.6 configuration commonly holds beyond the connector's own keys: connector.class, tasks.max,
+    plugin.name, the JSON converters, the queue and batch keys, the poll interval, metric tags, replica identities,
+    slot.drop.on.stop false and an include list with an escaped comma; each with its meaning here."""
+    config = parse_config(
+        {
+            "name": "inventory",
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "tasks.max": "1",
+            "plugin.name": "pgoutput",
+            "topic.prefix": "inv",
+            "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable": "true",
+            "value.converter.schemas.enable": "true",
+            "table.include.list": r"public\.orders, public\.t{1\,2}",
+            "max.queue.size": "8192",
+            "max.batch.size": "2048",
+            "max.queue.size.in.bytes": "5000",
+            "poll.interval.ms": "500",
+            "custom.metric.tags": "env=prod, team=data",
+            "replica.identity.autoset.values": r"public\.orders:FULL,public\.t.*:INDEX t_idx",
+            "slot.drop.on.stop": "false",
+        }
+    )
+    assert config.table_include_list == [r"public\.orders", r"public\.t{1,2}"]
+    assert config.producer_overrides() == {
+        "batch.num.messages": 2048,
+        "queue.buffering.max.messages": 8192,
+        "queue.buffering.max.kbytes": 5,
+    }
+    assert config.trigger_poke_seconds() == 0.5
+    assert config.model_copy(update={"max_queue_size_in_bytes": 0}).producer_overrides()["batch.num.messages"] == 2048
+    assert config.custom_metric_tags == {"env": "prod", "team": "data"}
+    assert config.replica_identity_autoset_values == [(r"public\.orders", "FULL"), (r"public\.t.*", "INDEX t_idx")]
+    # walflow's own key wins over Debezium's poll interval
+    assert parse_config({"name": "c", "topic.prefix": "p", "poll.interval.ms": 500,
+                         "walflow.stream.trigger.poke.seconds": 2}).trigger_poke_seconds() == 2  # fmt: skip
+    with pytest.raises(ConfigError, match=r"'key\.converter'.*JsonConverter"):
+        parse_config({"name": "c", "topic.prefix": "p", "key.converter": "io.confluent.connect.avro.AvroConverter"})
+    with pytest.raises(ConfigError, match=r"replica identity is DEFAULT, FULL, NOTHING or INDEX"):
+        parse_config({"name": "c", "topic.prefix": "p", "replica.identity.autoset.values": "public.t:EVERYTHING"})
+    with pytest.raises(ConfigError, match=r"'env' is not '<key>=<value>'"):
+        parse_config({"name": "c", "topic.prefix": "p", "custom.metric.tags": "env"})

@@ -94,8 +94,13 @@ def test_variable_scale_decimal() -> None:
 
 
 def test_decimal_modes() -> None:
-    assert conv(c.NUMERIC, "12.34", numeric_modifier(10, 2), ConverterSettings(decimal_handling_mode="double"))[1] == 12.34
-    assert conv(c.NUMERIC, "12.34", numeric_modifier(10, 2), ConverterSettings(decimal_handling_mode="string"))[1] == "12.34"
+    assert (
+        conv(c.NUMERIC, "12.34", numeric_modifier(10, 2), ConverterSettings(decimal_handling_mode="double"))[1] == 12.34
+    )
+    assert (
+        conv(c.NUMERIC, "12.34", numeric_modifier(10, 2), ConverterSettings(decimal_handling_mode="string"))[1]
+        == "12.34"
+    )
 
 
 def test_integers_and_floats() -> None:
@@ -183,7 +188,7 @@ def _int_array(ndims: int = 1) -> ColumnType:
 
 
 def test_parse_array_nested_and_quoted() -> None:
-    assert c.parse_array('{{1,2},{3,NULL}}') == [["1", "2"], ["3", None]]
+    assert c.parse_array("{{1,2},{3,NULL}}") == [["1", "2"], ["3", None]]
     assert c.parse_array('{{"a,b","c}"},{"\\"q\\"",NULL}}') == [["a,b", "c}"], ['"q"', None]]
     assert c.parse_array("[0:1][1:2]={{1,2},{3,4}}") == [["1", "2"], ["3", "4"]]
     assert c.parse_array("{{{1},{2}},{{3},{4}}}") == [[["1"], ["2"]], [["3"], ["4"]]]
@@ -293,7 +298,9 @@ def test_numerics_beyond_pythons_integer_limit_convert_exactly_and_fast() -> Non
     whole, fraction = "9" + "1234567890" * 13107 + "7", "3" * 16382 + "1"
     started = time.monotonic()
     value = variable_scale(f"-{whole}.{fraction}")
-    back = int_to_decimal(int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)).scaleb(-value["scale"], EXACT)
+    back = int_to_decimal(int.from_bytes(base64.b64decode(value["value"]), "big", signed=True)).scaleb(
+        -value["scale"], EXACT
+    )
     assert time.monotonic() - started < 5
     assert value["scale"] == 16383 and format(back, "f") == f"-{whole}.{fraction}"
     limit = sys.get_int_max_str_digits()
@@ -307,13 +314,26 @@ def test_numerics_beyond_pythons_integer_limit_convert_exactly_and_fast() -> Non
 
 @pytest.mark.parametrize(
     ("digits", "expected"),
-    [(2, [123411, -25, 5, -123456]), (3, [1234110, -250, 50, -1234560]), (1, [12341, -3, 1, -12346]), (0, [1234, 0, 0, -1235])],
+    [
+        (2, [123411, -25, 5, -123456]),
+        (3, [1234110, -250, 50, -1234560]),
+        (1, [12341, -3, 1, -12346]),
+        (0, [1234, 0, 0, -1235]),
+    ],
 )
 def test_money_takes_the_scale_of_money_fraction_digits_and_rounds_half_up(digits: int, expected: list[int]) -> None:
     """``money.fraction.digits`` sets the decimal's scale; fewer digits than the server prints round half up, as
     Debezium's do (tests/compat's types variants run the same halves through Debezium 3.6.3)."""
-    conv = build_converter(ColumnType(c.MONEY, name="money", base_name="money"), ConverterSettings(money_fraction_digits=digits))
+    conv = build_converter(
+        ColumnType(c.MONEY, name="money", base_name="money"), ConverterSettings(money_fraction_digits=digits)
+    )
     assert conv.schema["parameters"] == {"scale": str(digits)}
     values = [conv.convert(text) for text in ("$1,234.11", "-$0.25", "$0.05", "($1,234.56)")]
     assert [int.from_bytes(base64.b64decode(v), "big", signed=True) for v in values] == expected
-    assert build_converter(ColumnType(c.MONEY, name="money"), ConverterSettings(decimal_handling_mode="string", money_fraction_digits=0)).convert("$0.25") == "0.25"
+    assert (
+        build_converter(
+            ColumnType(c.MONEY, name="money"),
+            ConverterSettings(decimal_handling_mode="string", money_fraction_digits=0),
+        ).convert("$0.25")
+        == "0.25"
+    )

@@ -1,5 +1,5 @@
-"""walflow.source.ddl_facts alone: a DDL fact's parsing, the key it gives a table (by attribute number), and which facts of
-the state a batch may use."""
+"""walflow.source.ddl_facts alone: a DDL fact's parsing, the key it gives a table (by attribute number), and which facts
+of the state a batch may use."""
 
 from __future__ import annotations
 
@@ -29,7 +29,17 @@ def table(attributes: tuple[tuple[int, str | None], ...], key: tuple[str, ...] =
 
 
 def message(primary: list[int], unique: list[int] | None = None) -> bytes:
-    return orjson.dumps({"v": 1, "oid": 16384, "schema": "public", "table": "t", "identity": "f", "primary_key": primary, "unique_key": unique or []})
+    return orjson.dumps(
+        {
+            "v": 1,
+            "oid": 16384,
+            "schema": "public",
+            "table": "t",
+            "identity": "f",
+            "primary_key": primary,
+            "unique_key": unique or [],
+        }
+    )
 
 
 def test_a_fact_keys_the_table_by_the_attributes_it_names_whatever_they_are_called_now() -> None:

@@ -11,7 +11,9 @@ from walflow.records.envelope import EventFormat, java_hash_map_order, java_stri
 def test_current_format_is_debezium_3_6() -> None:
     fmt = EventFormat(connector("fmt"))
     assert fmt.version == "3.6.3.Final"
-    assert [f["field"] for f in fmt.source_schema["fields"]][-4:] == ["txId", "lsn", "xmin", "origin", "origin_lsn"][-4:]
+    assert [f["field"] for f in fmt.source_schema["fields"]][-4:] == ["txId", "lsn", "xmin", "origin", "origin_lsn"][
+        -4:
+    ]
     assert fmt.source_schema["version"] == 1
     payload = fmt.envelope(None, {"id": 1}, {"x": 1}, "c", None)
     assert list(payload) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
@@ -24,7 +26,10 @@ def test_current_format_is_debezium_3_6() -> None:
     assert items["name"] == "event.collection" and items["optional"] is True
     names = [name for name, _ in fmt.context_headers]
     assert names == [f"__debezium.context.{n}" for n in ("connectorLogicalName", "taskId", "connectorName", "runId")]
-    assert orjson.loads(fmt.context_headers[0][1]) == {"schema": {"type": "string", "optional": False}, "payload": "fmt"}
+    assert orjson.loads(fmt.context_headers[0][1]) == {
+        "schema": {"type": "string", "optional": False},
+        "payload": "fmt",
+    }
 
 
 def test_pre_2_6_format_keeps_the_old_envelope() -> None:
@@ -46,7 +51,7 @@ def test_java_string_hash() -> None:
     assert java_string_hash("a") == 97
     assert java_string_hash("public.t1") == 1446872034
     assert java_string_hash("€") == 8364
-    assert java_string_hash("\U0001F600x") == 54959989  # a supplementary character counts as two UTF-16 units
+    assert java_string_hash("\U0001f600x") == 54959989  # a supplementary character counts as two UTF-16 units
 
 
 def test_java_hash_map_order() -> None:

@@ -51,7 +51,9 @@ def f(type_: str, name: str | None = None, **extra: object) -> dict:
 
 
 def unscaled(value: int) -> str:
-    return base64.b64encode(value.to_bytes(((value if value >= 0 else ~value).bit_length() + 8) // 8, "big", signed=True)).decode()
+    return base64.b64encode(
+        value.to_bytes(((value if value >= 0 else ~value).bit_length() + 8) // 8, "big", signed=True)
+    ).decode()
 
 
 def decimal_field(scale: int, precision: int | None = None) -> dict:
@@ -113,9 +115,18 @@ def test_row_conversion_and_toast() -> None:
     }
     shape = RowShape(schema)
     row = {
-        "id": 1, "price": unscaled(1234), "ts": 1529507596945104, "ts_ms": 1529507596945, "tz": "2018-06-20T13:13:16.945104Z",
-        "doc": PLACEHOLDER, "v": {"scale": 3, "value": unscaled(-1500)}, "t": 1000, "h": {"a": "1", "b": None},
-        "tags": [PLACEHOLDER], "words": [PLACEHOLDER, "x"], "wide": unscaled(10**37 + 1),
+        "id": 1,
+        "price": unscaled(1234),
+        "ts": 1529507596945104,
+        "ts_ms": 1529507596945,
+        "tz": "2018-06-20T13:13:16.945104Z",
+        "doc": PLACEHOLDER,
+        "v": {"scale": 3, "value": unscaled(-1500)},
+        "t": 1000,
+        "h": {"a": "1", "b": None},
+        "tags": [PLACEHOLDER],
+        "words": [PLACEHOLDER, "x"],
+        "wide": unscaled(10**37 + 1),
     }
     values, toasted = shape.convert(row, placeholder_values(PLACEHOLDER))
     assert values[0] == 1 and values[1] == Decimal("12.34")
@@ -129,12 +140,26 @@ def test_row_conversion_and_toast() -> None:
     assert values[11] == Decimal("100000000000000000000000000000000000.01")  # 38 digits, none rounded
     # the generated converter the decoder runs gives the same, for this row, a row of nulls and a missing column
     compiled = shape.compiled()
-    for image in (row, dict.fromkeys(row), {k: v for k, v in row.items() if k != "price"}, {**row, "doc": "real text", "tags": None}):
+    for image in (
+        row,
+        dict.fromkeys(row),
+        {k: v for k, v in row.items() if k != "price"},
+        {**row, "doc": "real text", "tags": None},
+    ):
         assert compiled(image, placeholder_values(PLACEHOLDER)) == shape.convert(image, placeholder_values(PLACEHOLDER))
     with pytest.raises(Exception):  # noqa: B017 - a value the converter cannot take fails as in convert()
         compiled({**row, "price": 5}, placeholder_values(PLACEHOLDER))
     # schemaless columns: a value of the type the converter keeps skips the call, any other still goes through it
-    loose = RowShape(loose_schema([loose_field("n", "bigint"), loose_field("s", "string"), loose_field("b", "boolean"), loose_field("d", "double")]))
+    loose = RowShape(
+        loose_schema(
+            [
+                loose_field("n", "bigint"),
+                loose_field("s", "string"),
+                loose_field("b", "boolean"),
+                loose_field("d", "double"),
+            ]
+        )
+    )
     for image in ({"n": 1, "s": "x", "b": True, "d": 1.5}, {"n": None, "s": {"a": [1]}, "b": False, "d": 2}, {"s": 7}):
         assert loose.compiled()(image, ()) == loose.convert(image, ())
     for bad in ({"n": True}, {"n": "1"}, {"b": 1}, {"n": 1.5}):
@@ -143,7 +168,9 @@ def test_row_conversion_and_toast() -> None:
         with pytest.raises(TypeError):
             loose.convert(bad, ())
     # column names that are no identifiers enter the generated code only as literals
-    odd = RowShape({"fields": [{"field": "before"}, {"field": "after", "fields": [{"type": "string", "field": "a'b\"c\\n)"}]}]})
+    odd = RowShape(
+        {"fields": [{"field": "before"}, {"field": "after", "fields": [{"type": "string", "field": "a'b\"c\\n)"}]}]}
+    )
     assert odd.compiled()({"a'b\"c\\n)": "x"}, ()) == (["x"], [])
 
 
@@ -179,7 +206,13 @@ def test_values_outside_sparks_range_are_clamped_and_kept_as_text() -> None:
 
 
 def _schema(*fields: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "struct", "fields": [{"field": "before", "type": "struct", "fields": list(fields)}, {"field": "after", "type": "struct", "fields": list(fields)}]}
+    return {
+        "type": "struct",
+        "fields": [
+            {"field": "before", "type": "struct", "fields": list(fields)},
+            {"field": "after", "type": "struct", "fields": list(fields)},
+        ],
+    }
 
 
 ROW_SCHEMA = _schema(
@@ -189,13 +222,38 @@ ROW_SCHEMA = _schema(
 )
 
 
-def record(offset: int, op: str, after: dict | None, before: dict | None = None, key: bytes | None = b'{"id":1}', schema: dict | None = ROW_SCHEMA,
-           partition: int = 0, **source: Any) -> tuple[int, int, bytes | None, bytes]:
+def record(
+    offset: int,
+    op: str,
+    after: dict | None,
+    before: dict | None = None,
+    key: bytes | None = b'{"id":1}',
+    schema: dict | None = ROW_SCHEMA,
+    partition: int = 0,
+    **source: Any,
+) -> tuple[int, int, bytes | None, bytes]:
     payload = {
-        "before": before, "after": after, "op": op, "ts_ms": 1, "ts_us": 1000, "ts_ns": 1000000, "transaction": None,
+        "before": before,
+        "after": after,
+        "op": op,
+        "ts_ms": 1,
+        "ts_us": 1000,
+        "ts_ns": 1000000,
+        "transaction": None,
         # fields a newer Debezium adds to the source block are ignored
-        "source": {"version": "3.6.3.Final", "connector": "postgresql", "schema": "public", "table": "t", "lsn": 100 + offset,
-                   "sequence": f'["90","{100 + offset}"]', "ts_ms": 7, "ts_us": 7000, "ts_ns": 7000000, "origin": "x", **source},
+        "source": {
+            "version": "3.6.3.Final",
+            "connector": "postgresql",
+            "schema": "public",
+            "table": "t",
+            "lsn": 100 + offset,
+            "sequence": f'["90","{100 + offset}"]',
+            "ts_ms": 7,
+            "ts_us": 7000,
+            "ts_ns": 7000000,
+            "origin": "x",
+            **source,
+        },
     }
     value = orjson.dumps({"schema": schema, "payload": payload} if schema is not None else payload)
     return partition, offset, key, value
@@ -217,10 +275,14 @@ def test_decoder_decodes_each_record_once_with_its_place_and_schema() -> None:
     ]
     rows = decode(records)
     assert [(r[C.OP], r[C.OFFSET], r[C.SIGN]) for r in rows] == [("c", 0, 1), ("u", 2, 1), ("d", 3, -1), ("t", 4, 1)]
-    assert rows[0][C.SCHEMA] is not None and all(r[C.SCHEMA] is None for r in rows[1:])  # the schema text once per slice
+    assert rows[0][C.SCHEMA] is not None and all(
+        r[C.SCHEMA] is None for r in rows[1:]
+    )  # the schema text once per slice
     assert rows[0][C.KEY] == b'{"id":1}' and rows[1][C.KEY] is None and rows[3][C.KEYED] is False
     assert rows[1][C.TOAST] == ["doc"] and rows[1]["doc"] is None
-    assert rows[1]["ts"] == dt.datetime(9999, 12, 31, 23, 59, 59, 999999) and rows[1][C.OVERFLOW] == [("ts", "infinity")]
+    assert rows[1]["ts"] == dt.datetime(9999, 12, 31, 23, 59, 59, 999999) and rows[1][C.OVERFLOW] == [
+        ("ts", "infinity")
+    ]
     assert rows[0][C.OVERFLOW] is None and rows[2]["id"] == 1 and rows[2]["ts"] == dt.datetime(1970, 1, 1, 0, 0, 0, 5)
     assert (rows[1][C.POS_A], rows[1][C.POS_B], rows[1][C.LSN], rows[1][C.SOURCE_TS]) == (102, 102, 102, 7)
     assert rows[0][C.SRC_TABLE] == "t" and rows[1][C.SRC_TABLE] is None  # names only when they change
@@ -248,8 +310,14 @@ def test_a_row_event_without_a_key_writes_out_the_empty_key_and_cuts_the_run() -
     from walflow.lake import frames
     from walflow.lake.reader import NO_KEY
 
-    rows = decode([record(0, "c", {"id": 1, "ts": 0, "doc": "a"}), record(1, "t", None, key=None),
-                   record(2, "c", {"id": 1, "ts": 0, "doc": "b"}, key=None), record(3, "c", {"id": 1, "ts": 0, "doc": "c"}, key=None)])
+    rows = decode(
+        [
+            record(0, "c", {"id": 1, "ts": 0, "doc": "a"}),
+            record(1, "t", None, key=None),
+            record(2, "c", {"id": 1, "ts": 0, "doc": "b"}, key=None),
+            record(3, "c", {"id": 1, "ts": 0, "doc": "c"}, key=None),
+        ]
+    )
     assert [r[C.KEY] for r in rows] == [b'{"id":1}', None, NO_KEY, None]
     cut = frames.key_cut([r for r in rows if r[C.KEY] is not None])
     assert cut["key_names"] == ["id"] and cut["key_cut"] == {0: 2} and cut["key_change"] == (["id"], [])
@@ -258,28 +326,49 @@ def test_a_row_event_without_a_key_writes_out_the_empty_key_and_cuts_the_run() -
 def test_a_lone_tombstone_is_a_delete_of_its_key_without_a_position() -> None:
     """A tombstone right after the delete of its key adds nothing; one alone (compaction removed the delete) is a
     delete of its key, with no position; a tombstone without a key is dropped."""
-    rows = decode([
-        record(0, "c", {"id": 1, "ts": 0, "doc": "a"}),
-        record(1, "d", None, {"id": 1, "ts": 0, "doc": None}),
-        (0, 2, b'{"id":1}', None),  # the delete's own tombstone
-        (0, 3, b'{"id":7}', None),  # alone
-        (0, 4, None, None),  # no key
-        (0, 5, b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":8}}', None),
-        record(6, "c", {"id": 9, "ts": 0, "doc": "b"}),
-    ])
+    rows = decode(
+        [
+            record(0, "c", {"id": 1, "ts": 0, "doc": "a"}),
+            record(1, "d", None, {"id": 1, "ts": 0, "doc": None}),
+            (0, 2, b'{"id":1}', None),  # the delete's own tombstone
+            (0, 3, b'{"id":7}', None),  # alone
+            (0, 4, None, None),  # no key
+            (0, 5, b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":8}}', None),
+            record(6, "c", {"id": 9, "ts": 0, "doc": "b"}),
+        ]
+    )
     assert [(r[C.OP], r[C.OFFSET], r["id"], r[C.POS_A], r[C.SIGN]) for r in rows] == [
-        ("c", 0, 1, 100, 1), ("d", 1, 1, 101, -1), ("d", 3, 7, None, -1), ("d", 5, 8, None, -1), ("c", 6, 9, 106, 1)]
-    assert rows[2][C.POS_B] is None and rows[2]["doc"] is None and rows[2][C.HASH] == "" and rows[4][C.HASH] == rows[0][C.HASH]
+        ("c", 0, 1, 100, 1),
+        ("d", 1, 1, 101, -1),
+        ("d", 3, 7, None, -1),
+        ("d", 5, 8, None, -1),
+        ("c", 6, 9, 106, 1),
+    ]
+    assert (
+        rows[2][C.POS_B] is None
+        and rows[2]["doc"] is None
+        and rows[2][C.HASH] == ""
+        and rows[4][C.HASH] == rows[0][C.HASH]
+    )
 
 
 def test_decoder_maps_older_shapes_onto_the_target_with_defaults() -> None:
-    old = _schema({"type": "int32", "field": "id", "optional": False}, {"type": "string", "field": "doc", "optional": True})
+    old = _schema(
+        {"type": "int32", "field": "id", "optional": False}, {"type": "string", "field": "doc", "optional": True}
+    )
     new = _schema(
-        {"type": "int32", "field": "id", "optional": False}, {"type": "string", "field": "doc", "optional": True},
+        {"type": "int32", "field": "id", "optional": False},
+        {"type": "string", "field": "doc", "optional": True},
         {"type": "int32", "field": "tier", "optional": True, "default": 1},
     )
-    rows = decode([record(0, "c", {"id": 1, "doc": "x"}, schema=old), record(1, "c", {"id": 2, "doc": "y", "tier": 5}, schema=new)],
-                  value_schema=new, defaults={"tier": 1})
+    rows = decode(
+        [
+            record(0, "c", {"id": 1, "doc": "x"}, schema=old),
+            record(1, "c", {"id": 2, "doc": "y", "tier": 5}, schema=new),
+        ],
+        value_schema=new,
+        defaults={"tier": 1},
+    )
     assert [(r["id"], r["doc"], r["tier"]) for r in rows] == [(1, "x", 1), (2, "y", 5)]
     assert rows[0][C.HASH] != rows[1][C.HASH] and rows[1][C.SCHEMA] is not None
 
@@ -299,14 +388,20 @@ def test_undecodable_records_are_reported_with_topic_partition_offset_column_and
     rows = decode(records)
     problems = {r[C.OFFSET]: orjson.loads(r[C.PROBLEM]) for r in rows if r[C.PROBLEM]}
     assert set(problems) == {1, 2}
-    assert problems[1]["topic"] == "inv.public.t" and problems[1]["partition"] == 0 and "not JSON" in problems[1]["error"]
+    assert (
+        problems[1]["topic"] == "inv.public.t" and problems[1]["partition"] == 0 and "not JSON" in problems[1]["error"]
+    )
     assert problems[1]["error"].endswith(": 'not json at all'")  # what the record holds
     assert problems[2]["column"] == "ts" and problems[2]["value"] == "yesterday"
     # listed in walflow.lake.accept.records: the value is null with its text kept, the record that is no event skipped
     rows = decode(records, accept=frozenset({(0, 1), (0, 2)}))
     accepted = {r[C.OFFSET]: r for r in rows}
     assert orjson.loads(accepted[1][C.PROBLEM])["accepted"] is True and accepted[1][C.OP] is None
-    assert accepted[2][C.PROBLEM] is None and accepted[2]["ts"] is None and accepted[2][C.OVERFLOW] == [("ts", "yesterday")]
+    assert (
+        accepted[2][C.PROBLEM] is None
+        and accepted[2]["ts"] is None
+        and accepted[2][C.OVERFLOW] == [("ts", "yesterday")]
+    )
 
 
 def test_records_that_are_not_utf8_or_nest_too_deep_are_problems_not_crashes() -> None:
@@ -315,7 +410,12 @@ def test_records_that_are_not_utf8_or_nest_too_deep_are_problems_not_crashes() -
     records = [
         (0, 0, b"k", b'{"op":"c","after":{"id":1,"doc":"\xff\xfe"}}'),
         (0, 1, b"k", b'{"op":"c","after":{"id":2,"doc":' + b"[" * 5000 + b"]" * 5000 + b"}}"),
-        (0, 2, b"k", b'{"schema":{"type":"struct"},"payload":{"op":"c","after":' + b"[" * 100000 + b"]" * 100000 + b"}}"),
+        (
+            0,
+            2,
+            b"k",
+            b'{"schema":{"type":"struct"},"payload":{"op":"c","after":' + b"[" * 100000 + b"]" * 100000 + b"}}",
+        ),
         record(3, "c", {"id": 3, "ts": 0, "doc": "c"}),
     ]
     rows = decode(records)
@@ -336,8 +436,13 @@ def test_events_of_the_wrong_shape_are_reported_not_decoded() -> None:
         [1, 2, 3],
     ]
     for with_schema in (True, False):
-        records = [(0, i, b"k", orjson.dumps({"schema": ROW_SCHEMA, "payload": p} if with_schema else p)) for i, p in enumerate(shapes)]
-        records.append(record(len(shapes), "c", {"id": 9, "ts": 0, "doc": "fine"}, schema=ROW_SCHEMA if with_schema else None))
+        records = [
+            (0, i, b"k", orjson.dumps({"schema": ROW_SCHEMA, "payload": p} if with_schema else p))
+            for i, p in enumerate(shapes)
+        ]
+        records.append(
+            record(len(shapes), "c", {"id": 9, "ts": 0, "doc": "fine"}, schema=ROW_SCHEMA if with_schema else None)
+        )
         rows = decode(records)
         problems = {r[C.OFFSET]: orjson.loads(r[C.PROBLEM])["error"] for r in rows if r[C.PROBLEM]}
         assert set(problems) == set(range(len(shapes))), problems
@@ -346,7 +451,10 @@ def test_events_of_the_wrong_shape_are_reported_not_decoded() -> None:
 
 
 def test_decoder_cuts_batches_by_bytes_for_huge_rows() -> None:
-    big = _schema({"type": "int32", "field": "id", "optional": False}, {"type": "array", "items": {"type": "int32", "optional": True}, "field": "arr"})
+    big = _schema(
+        {"type": "int32", "field": "id", "optional": False},
+        {"type": "array", "items": {"type": "int32", "optional": True}, "field": "arr"},
+    )
     records = [record(i, "c", {"id": i, "arr": list(range(100_000))}, schema=big) for i in range(6)]
     decoder = Decoder(DecodePlan("t", {}, big, batch_bytes=500_000))  # each record is ~590 kB
     batches = list(decoder.decode(records))
@@ -357,8 +465,8 @@ def test_decoder_cuts_batches_by_bytes_for_huge_rows() -> None:
 def test_decoder_reports_json_kinds_of_schemaless_columns_it_does_not_know() -> None:
     target = loose_schema([loose_field("id", "bigint")])
     records = [
-        record(0, "c", {"id": 1, "n": 1, "s": None}, schema=None, key=b"{\"id\":1}"),
-        record(1, "c", {"id": 2, "n": 2.5, "s": "x"}, schema=None, key=b"{\"id\":2}"),
+        record(0, "c", {"id": 1, "n": 1, "s": None}, schema=None, key=b'{"id":1}'),
+        record(1, "c", {"id": 2, "n": 2.5, "s": "x"}, schema=None, key=b'{"id":2}'),
     ]
     rows = decode(records, value_schema=target)
     kinds = [orjson.loads(r[C.KINDS]) for r in rows if r[C.KINDS]]
@@ -418,8 +526,19 @@ def test_table_names_never_collide() -> None:
     assert table_name("public", "orders") == "public__orders"
     assert table_name("inventory", "order_lines") == "inventory__order_lines"
     pairs = [
-        ("public", "a.b"), ("public", "a_b"), ("public", "café"), ("public", "cafè"), ("public", "Orders"), ("public", "orders"),
-        ("a", "b__c"), ("a__b", "c"), ("a_", "_b"), ("a", "__b"), ("Public", "My Table"), ("public", "my table"), ("public", 'we"ird`x'),
+        ("public", "a.b"),
+        ("public", "a_b"),
+        ("public", "café"),
+        ("public", "cafè"),
+        ("public", "Orders"),
+        ("public", "orders"),
+        ("a", "b__c"),
+        ("a__b", "c"),
+        ("a_", "_b"),
+        ("a", "__b"),
+        ("Public", "My Table"),
+        ("public", "my table"),
+        ("public", 'we"ird`x'),
     ]
     names = [table_name(s, t) for s, t in pairs]
     assert len(set(names)) == len(names), names
@@ -453,10 +572,17 @@ def test_sql_quoting_and_statements() -> None:
     soft = sql.merge_keyed("lake.ns.t", "v", ["id"], ["id"], ["id"], soft=True)
     assert "DELETE" not in soft and f"t.{C.DELETED} = true" in soft
     assert f"element_at(t.{C.OVERFLOW}, 'id') <=> element_at(s.{C.OVERFLOW}, 'id')" in soft
-    assert sql.truncate("x", "0/1", None, 5, soft=False) == f"DELETE FROM x WHERE ({C.POSITION} IS NULL OR {C.POSITION} < '0/1')"
+    assert (
+        sql.truncate("x", "0/1", None, 5, soft=False)
+        == f"DELETE FROM x WHERE ({C.POSITION} IS NULL OR {C.POSITION} < '0/1')"
+    )
     # without TOAST placeholders in the batch the statement reads none of the target's own columns
-    lean = sql.merge_keyed("lake.ns.t", "v", ["id", "v"], ["id"], [], soft=False, toast=False, prefilter="t.`id` IN (1, 2)")
-    assert "t.`v` = s.`v`" in lean and "array_contains" not in lean and "t._walflow_overflow = s._walflow_overflow" in lean
+    lean = sql.merge_keyed(
+        "lake.ns.t", "v", ["id", "v"], ["id"], [], soft=False, toast=False, prefilter="t.`id` IN (1, 2)"
+    )
+    assert (
+        "t.`v` = s.`v`" in lean and "array_contains" not in lean and "t._walflow_overflow = s._walflow_overflow" in lean
+    )
     assert "ON t.`id` <=> s.`id` AND t.`id` IN (1, 2) WHEN" in lean
     assert sql.insert_latest("x", "v", ["id"], soft=False).endswith("FROM v s WHERE s._walflow_op <> 'd'")
 
@@ -469,7 +595,10 @@ def test_merge_prefilter_lists_keys_or_their_hashes() -> None:
     # a null key matches a null key (<=>): IN alone would drop those rows
     assert sql.target_prefilter(["id"], ["int"], [None, 2]) == "(t.`id` IN (2) OR t.`id` IS NULL)"
     assert sql.target_prefilter(["id"], ["int"], [None]) == "(t.`id` IS NULL)"
-    assert sql.target_prefilter(["a", "b`"], ["int", "string"], [7, -7]) == "xxhash64(CAST(t.`a` AS int), CAST(t.`b``` AS string)) IN (-7, 7)"
+    assert (
+        sql.target_prefilter(["a", "b`"], ["int", "string"], [7, -7])
+        == "xxhash64(CAST(t.`a` AS int), CAST(t.`b``` AS string)) IN (-7, 7)"
+    )
     assert sql.target_prefilter(["id"], ["bigint"], []) == "false"
     with pytest.raises(ValueError):
         sql.target_prefilter(["f"], ["double"], [1.0])
@@ -478,7 +607,9 @@ def test_merge_prefilter_lists_keys_or_their_hashes() -> None:
 def test_source_position_orders_by_commit() -> None:
     def event(previous: str | None, lsn: int, total: int | None = None) -> tuple[int, int, int]:
         sequence = f'["{previous}","{lsn}"]' if previous else f'[null,"{lsn}"]'
-        return source_position({"lsn": lsn, "sequence": sequence, "ts_us": 1, "ts_ns": 2}, {"total_order": total} if total else None)
+        return source_position(
+            {"lsn": lsn, "sequence": sequence, "ts_us": 1, "ts_ns": 2}, {"total_order": total} if total else None
+        )
 
     # two transactions: the second committed after the first although one of its changes is older in the WAL
     first = [event("100", 120), event("100", 130)]
@@ -497,20 +628,36 @@ def test_source_position_orders_by_commit() -> None:
     assert format_position((0x1A, 0x2B, 3)) == "000000000000001A/000000000000002B"
     assert event("100", 120, 2) > event("100", 120, 1)
     # a sequence as a JSON list rather than its text, and missing fields, still give a position
-    assert source_position({"lsn": 5, "sequence": ["1", "5"]}, None) == (5, 5, 0) and source_position({}, None) == (0, 0, 0)
+    assert source_position({"lsn": 5, "sequence": ["1", "5"]}, None) == (5, 5, 0) and source_position({}, None) == (
+        0,
+        0,
+        0,
+    )
 
 
 @pytest.mark.parametrize(
     ("rows", "by_arrow"),
     [
         # the common forms, computed by Arrow: streamed changes, snapshot rows, a total order, a row that is no event
-        ([("u", 120, '["100","120"]', None), ("c", 90, '["150","90"]', 3), ("r", 100, None, None), ("c", 7, "", None), (None, None, None, None)], True),
+        (
+            [
+                ("u", 120, '["100","120"]', None),
+                ("c", 90, '["150","90"]', 3),
+                ("r", 100, None, None),
+                ("c", 7, "", None),
+                (None, None, None, None),
+            ],
+            True,
+        ),
         ([("u", None, '["1","2"]', None), ("d", 5, None, 0), ("r", 2**59, f'["{2**59}","1"]', None)], True),
         # other forms, one by one through position(): JSON lists, nulls in the sequence, text orders, odd digits,
         # LSNs beyond 18 digits, a text LSN
         ([("u", 5, ["1", "5"], None), ("u", 6, '["4","6"]', None)], False),
         ([("u", 5, '[null,"5"]', None), ("c", 6, '["4","6"]', "2")], False),
-        ([("u", 5, '["\u00b2","5"]', None), ("u", 6, "[]", None), ("u", 7, '["1234567890123456789","7"]', None)], False),
+        (
+            [("u", 5, '["\u00b2","5"]', None), ("u", 6, "[]", None), ("u", 7, '["1234567890123456789","7"]', None)],
+            False,
+        ),
         ([("u", "12", '["4","6"]', None), (None, None, None, None)], False),
         ([], True),
     ],
@@ -535,13 +682,27 @@ def test_positions_of_a_batch_equal_each_events_position(
     arrays = decoder.position_arrays(pc.is_valid(pa.array(ops, pa.string())), lsns, sequences, orders)
     assert bool(one_by_one) is not by_arrow
     got = list(zip(*(array.to_pylist() for array in arrays)))
-    assert got == [position(lsn, sequence, order) if op is not None else (None, None, None) for op, lsn, sequence, order in rows]
+    assert got == [
+        position(lsn, sequence, order) if op is not None else (None, None, None) for op, lsn, sequence, order in rows
+    ]
 
 
 def test_schemaless_typing() -> None:
-    assert [json_kind(v) for v in (1, 1.5, True, "x", {"a": 1}, [1], None)] == ["long", "double", "boolean", "string", "json", "json", None]
+    assert [json_kind(v) for v in (1, 1.5, True, "x", {"a": 1}, [1], None)] == [
+        "long",
+        "double",
+        "boolean",
+        "string",
+        "json",
+        "json",
+        None,
+    ]
     assert inferred_type({"long"}) == "bigint" and inferred_type({"long", "double"}) == "double"
-    assert inferred_type({"boolean"}) == "boolean" and inferred_type({"json"}) == "string" and inferred_type(set()) == "string"
+    assert (
+        inferred_type({"boolean"}) == "boolean"
+        and inferred_type({"json"}) == "string"
+        and inferred_type(set()) == "string"
+    )
     assert loose_kinds_fit("bigint", {"long"}) and not loose_kinds_fit("bigint", {"string"})
     assert loose_converter("string")({"a": [1, 2]}) == '{"a":[1,2]}'
     assert loose_converter("decimal(10,2)")(unscaled(1234)) == Decimal("12.34")
@@ -557,7 +718,7 @@ def test_schemaless_typing() -> None:
     shape = RowShape(loose_schema([loose_field("n", "bigint"), loose_field("doc", "string")]))
     assert shape.types == {"n": "bigint", "doc": "string"}
     assert shape.convert({"n": 3, "doc": {"k": 1}}, ())[0] == [3, '{"k":1}']
-    with pytest.raises(LakeError, match="schemas.enable"):
+    with pytest.raises(LakeError, match=r"schemas\.enable"):
         loose_converter("struct<a:int>")
 
 
@@ -567,11 +728,23 @@ def test_settings_are_derived_once_and_travel_as_one_argument(monkeypatch: pytes
     monkeypatch.setenv("WALFLOW_WAREHOUSE", "/tmp/wh")
     config = parse_config({"name": "c1", "topic.prefix": "inv", "topic.delimiter": "_", "topic.transaction": "tx"})
     settings = LakeSettings.from_config(config)
-    assert (settings.namespace, settings.warehouse, settings.catalog, settings.max_records) == ("inv", "/tmp/wh", "lake", 5_000_000)
+    assert (settings.namespace, settings.warehouse, settings.catalog, settings.max_records) == (
+        "inv",
+        "/tmp/wh",
+        "lake",
+        5_000_000,
+    )
     assert settings.transaction_topic == "inv_tx" and settings.ident("public__t") == "`lake`.`inv`.`public__t`"
     custom = LakeSettings.from_config(
-        parse_config({"name": "c2", "topic.prefix": "inv", "walflow.lake.namespace": "n{{x}}", "walflow.lake.warehouse": "/w",
-                      "walflow.lake.accept.records": ["inv.public.t:0:17"]})
+        parse_config(
+            {
+                "name": "c2",
+                "topic.prefix": "inv",
+                "walflow.lake.namespace": "n{{x}}",
+                "walflow.lake.warehouse": "/w",
+                "walflow.lake.accept.records": ["inv.public.t:0:17"],
+            }
+        )
     )
     argument = custom.argument()
     assert LakeSettings.from_argument(argument) == custom
@@ -581,14 +754,18 @@ def test_settings_are_derived_once_and_travel_as_one_argument(monkeypatch: pytes
 
     assert jinja2.Environment().from_string(odd.argument()).render() == odd.argument()
     assert LakeSettings.from_argument(odd.argument()).namespace == "a{%endraw%}{{ 7*7 }}{#b"
-    assert LakeSettings.from_argument("{% raw %}" + custom.model_dump_json() + "{% endraw %}") == custom  # an older walflow's
+    assert (
+        LakeSettings.from_argument("{% raw %}" + custom.model_dump_json() + "{% endraw %}") == custom
+    )  # an older walflow's
     # rendered by Airflow's Jinja, the argument is the JSON itself
     import jinja2
 
     assert LakeSettings.model_validate_json(jinja2.Template(argument).render()) == custom
     assert custom.accepted("inv.public.t") == frozenset({(0, 17)}) and custom.accepted("other") == frozenset()
     with pytest.raises(ConfigError, match="partition"):
-        LakeSettings.from_config(parse_config({"name": "c3", "topic.prefix": "inv", "walflow.lake.accept.records": ["inv.public.t:x"]}))
+        LakeSettings.from_config(
+            parse_config({"name": "c3", "topic.prefix": "inv", "walflow.lake.accept.records": ["inv.public.t:x"]})
+        )
 
 
 def test_hooks_are_loaded_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -620,10 +797,13 @@ def test_the_executors_need_only_the_shipped_modules(tmp_path: Any) -> None:
     code = (
         "import sys; sys.path = [p for p in sys.path if 'plugins' not in p]; sys.path.insert(0, sys.argv[1]); "
         "import walflow.lake.decoder as d, walflow; assert walflow.__file__.startswith(sys.argv[1]), walflow.__file__; "
-        "assert 'pydantic' not in sys.modules and 'pyspark' not in sys.modules and 'walflow.config' not in sys.modules, sorted(sys.modules)"
+        "assert 'pydantic' not in sys.modules and 'pyspark' not in sys.modules and 'walflow.config' not in sys.modules,"
+        " sorted(sys.modules)"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", code, str(archive)], capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(archive)], capture_output=True, text=True, env=env, cwd=str(tmp_path)
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -638,17 +818,26 @@ def test_a_partition_must_still_hold_what_the_lake_has_to_read() -> None:
     # retention or compaction removed the record: nothing the lake needs is lost by that
     warning = check_last_applied("t", 0, 41, "", "abc", "lake.ns.t", "inv")
     assert warning is not None and "offset 41" in warning and "retention or compaction" in warning
-    with pytest.raises(TopicMismatchError, match=r"offset 41 is not the one .* \(fingerprint def, expected abc\).*walflow reset inv --lake"):
+    with pytest.raises(
+        TopicMismatchError,
+        match=r"offset 41 is not the one .* \(fingerprint def, expected abc\).*walflow reset inv --lake",
+    ):
         check_last_applied("t", 0, 41, "def", "abc", "lake.ns.t", "inv")
 
     check_offsets("t", 0, start=42, applied=42, low=0, end=100, table="lake.ns.t", connector="inv")
-    check_offsets("t", 0, start=42, applied=42, low=42, end=42, table="lake.ns.t", connector="inv")  # all applied, then expired
+    check_offsets(
+        "t", 0, start=42, applied=42, low=42, end=42, table="lake.ns.t", connector="inv"
+    )  # all applied, then expired
     with pytest.raises(TopicMismatchError, match="ends at offset 10, below the offset 42"):
         check_offsets("t", 0, start=42, applied=42, low=0, end=10, table="lake.ns.t", connector="inv")
-    with pytest.raises(RecordsDeletedError, match=r"now starts at offset 50, .* up to offset 42: records 42 to 49 were deleted") as err:
+    with pytest.raises(
+        RecordsDeletedError, match=r"now starts at offset 50, .* up to offset 42: records 42 to 49 were deleted"
+    ) as err:
         check_offsets("t", 0, start=42, applied=42, low=50, end=100, table="lake.ns.t", connector="inv")
     assert "walflow reset inv --lake" in str(err.value) and not err.value.retryable
-    with pytest.raises(RecordsDeletedError, match="records 0 to 9 were deleted"):  # a first read of a topic that lost its start
+    with pytest.raises(
+        RecordsDeletedError, match="records 0 to 9 were deleted"
+    ):  # a first read of a topic that lost its start
         check_offsets("t", 0, start=0, applied=0, low=10, end=20, table="lake.ns.t", connector="inv")
 
 
@@ -657,11 +846,23 @@ def test_array_and_map_defaults_are_written_as_literals() -> None:
     from walflow.lake.types import type_arguments
 
     assert sql_literal([], "array<string>") == "CAST(array() AS array<string>)"
-    assert sql_literal(["a", "b"], "array<string>") == "CAST(array(CAST('a' AS string), CAST('b' AS string)) AS array<string>)"
-    assert sql_literal([[1], []], "array<array<int>>") == "CAST(array(CAST(array(CAST('1' AS int)) AS array<int>), CAST(array() AS array<int>)) AS array<array<int>>)"
-    assert sql_literal({"k": "v"}, "map<string,string>") == "CAST(map(CAST('k' AS string), CAST('v' AS string)) AS map<string,string>)"
+    assert (
+        sql_literal(["a", "b"], "array<string>")
+        == "CAST(array(CAST('a' AS string), CAST('b' AS string)) AS array<string>)"
+    )
+    assert (
+        sql_literal([[1], []], "array<array<int>>")
+        == "CAST(array(CAST(array(CAST('1' AS int)) AS array<int>), CAST(array() AS array<int>)) AS array<array<int>>)"
+    )
+    assert (
+        sql_literal({"k": "v"}, "map<string,string>")
+        == "CAST(map(CAST('k' AS string), CAST('v' AS string)) AS map<string,string>)"
+    )
     assert sql_literal({}, "map<string,string>") == "CAST(map() AS map<string,string>)"
-    assert sql_literal([("k", "v")], "map<string,string>") == "CAST(map(CAST('k' AS string), CAST('v' AS string)) AS map<string,string>)"
+    assert (
+        sql_literal([("k", "v")], "map<string,string>")
+        == "CAST(map(CAST('k' AS string), CAST('v' AS string)) AS map<string,string>)"
+    )
     assert type_arguments("map<string,decimal(10,2)>") == ["string", "decimal(10,2)"]
     assert type_arguments("array<map<string,array<int>>>") == ["map<string,array<int>>"]
     with pytest.raises(LakeError, match=r"cannot write a default value of type dict \(struct<a:int>\): \{'a': 1\}"):
@@ -674,8 +875,10 @@ def test_an_unforeseen_failure_is_named_in_one_line() -> None:
     from walflow.lake.job import describe_failure
 
     class JavaException:
-        def toString(self) -> str:  # noqa: N802 - the Java method's name
-            return "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata\n\tat org.apache..."
+        def toString(self) -> str:
+            return (
+                "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata\n\tat org.apache..."
+            )
 
     class Py4JJavaError(Exception):
         java_exception = JavaException()
@@ -688,10 +891,15 @@ def test_an_unforeseen_failure_is_named_in_one_line() -> None:
         pass
 
     worker = PythonException(
-        "\n  An exception was thrown from the Python worker. Please see the stack trace below.\nTraceback (most recent call last):\n"
-        '  File "reader.py", line 187, in read_slice\nwalflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s\n'
+        "\n  An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        "Traceback (most recent call last):\n"
+        '  File "reader.py", line 187, in read_slice\n'
+        "walflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s\n"
     )
-    assert describe_failure(worker) == "PythonException: walflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s"
+    assert (
+        describe_failure(worker)
+        == "PythonException: walflow.errors.LakeError: t[0]: nothing to read before offset 9 for 60 s"
+    )
     assert describe_failure(OSError("disk full\nmore")) == "OSError: disk full"
     assert describe_failure(RuntimeError()) == "RuntimeError"
 
@@ -704,17 +912,23 @@ def test_only_failures_a_rerun_may_pass_are_left_to_the_retries() -> None:
 
     def java(text: str) -> Exception:
         class Failure(Exception):
-            class java_exception:  # noqa: N801 - py4j's attribute
+            class java_exception:
                 @staticmethod
-                def toString() -> str:  # noqa: N802 - the Java method's name
+                def toString() -> str:
                     return text
 
         return Failure("An error occurred while calling o54.sql.")
 
-    assert not failure_is_transient(java("org.apache.iceberg.exceptions.NoSuchNamespaceException: Namespace does not exist: x"))
+    assert not failure_is_transient(
+        java("org.apache.iceberg.exceptions.NoSuchNamespaceException: Namespace does not exist: x")
+    )
     assert not failure_is_transient(java("org.apache.spark.sql.AnalysisException: [TABLE_OR_VIEW_NOT_FOUND] ..."))
-    assert failure_is_transient(java("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata"))
-    assert failure_is_transient(java("org.apache.spark.SparkException: Job aborted due to stage failure: executor lost"))
+    assert failure_is_transient(
+        java("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata")
+    )
+    assert failure_is_transient(
+        java("org.apache.spark.SparkException: Job aborted due to stage failure: executor lost")
+    )
     assert failure_is_transient(OSError("disk full"))
 
 
@@ -723,26 +937,50 @@ def test_every_form_of_the_toast_placeholder_is_recognised_and_values_are_not() 
     base64, one text or UUID element, the bytes as numbers (int4[], int8[], date[]), a one-entry map or JSON object
     (hstore). Each is recognised in its column, and values that only resemble one are kept."""
     forms = placeholder_values(PLACEHOLDER)
-    numbers = [b for b in PLACEHOLDER.encode()]
+    numbers = list(PLACEHOLDER.encode())
     uuid_text = forms[2]
-    schema = {"fields": [{"field": "before"}, {"field": "after", "fields": [
-        {"type": "array", "items": {"type": "int32"}, "field": "ints"},
-        {"type": "array", "items": {"type": "int64"}, "field": "longs"},
-        {"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}, "field": "days"},
-        {"type": "array", "items": {"type": "string", "name": "io.debezium.data.Uuid"}, "field": "ids"},
-        {"type": "map", "keys": {"type": "string"}, "values": {"type": "string"}, "field": "attrs"},
-        {"type": "string", "name": "io.debezium.data.Json", "field": "attrs_json"},
-        {"type": "bytes", "field": "blob"},
-        {"type": "array", "items": {"type": "double"}, "field": "floats"},
-    ]}]}
+    schema = {
+        "fields": [
+            {"field": "before"},
+            {
+                "field": "after",
+                "fields": [
+                    {"type": "array", "items": {"type": "int32"}, "field": "ints"},
+                    {"type": "array", "items": {"type": "int64"}, "field": "longs"},
+                    {"type": "array", "items": {"type": "int32", "name": "io.debezium.time.Date"}, "field": "days"},
+                    {"type": "array", "items": {"type": "string", "name": "io.debezium.data.Uuid"}, "field": "ids"},
+                    {"type": "map", "keys": {"type": "string"}, "values": {"type": "string"}, "field": "attrs"},
+                    {"type": "string", "name": "io.debezium.data.Json", "field": "attrs_json"},
+                    {"type": "bytes", "field": "blob"},
+                    {"type": "array", "items": {"type": "double"}, "field": "floats"},
+                ],
+            },
+        ]
+    }
     shape = RowShape(schema)
-    placeholders = {"ints": numbers, "longs": numbers, "days": numbers, "ids": [uuid_text], "attrs": {PLACEHOLDER: PLACEHOLDER},
-                    "attrs_json": forms[3], "blob": forms[1], "floats": None}
+    placeholders = {
+        "ints": numbers,
+        "longs": numbers,
+        "days": numbers,
+        "ids": [uuid_text],
+        "attrs": {PLACEHOLDER: PLACEHOLDER},
+        "attrs_json": forms[3],
+        "blob": forms[1],
+        "floats": None,
+    }
     values, toasted = shape.convert(placeholders, forms)
     assert toasted == ["ints", "longs", "days", "ids", "attrs", "attrs_json", "blob"] and values == [None] * 8
     assert shape.compiled()(placeholders, forms) == (values, toasted)
-    real = {"ints": numbers[:-1], "longs": [*numbers, 1], "days": [1, 2], "ids": [uuid_text, uuid_text], "attrs": {PLACEHOLDER: "x"},
-            "attrs_json": '{"a": "b"}', "blob": "AAEC", "floats": [1.5]}
+    real = {
+        "ints": numbers[:-1],
+        "longs": [*numbers, 1],
+        "days": [1, 2],
+        "ids": [uuid_text, uuid_text],
+        "attrs": {PLACEHOLDER: "x"},
+        "attrs_json": '{"a": "b"}',
+        "blob": "AAEC",
+        "floats": [1.5],
+    }
     values, toasted = shape.convert(real, forms)
     assert toasted == [] and values[0] == numbers[:-1] and values[3] == [uuid_text, uuid_text]
     assert shape.compiled()(real, forms) == (values, toasted)
@@ -752,7 +990,9 @@ def test_a_run_fenced_on_every_topic_fails_with_the_fence_error_and_a_mixed_one_
     from walflow.errors import LakeError, LakeFenceError, LakeSchemaError
     from walflow.lake.apply import LakeJob
 
-    fenced = LakeJob._failed({"t.a": LakeFenceError("branch removed"), "t.b": LakeFenceError("committed to")}, [{"topic": "t.c"}])
+    fenced = LakeJob._failed(
+        {"t.a": LakeFenceError("branch removed"), "t.b": LakeFenceError("committed to")}, [{"topic": "t.c"}]
+    )
     assert isinstance(fenced, LakeFenceError) and fenced.retryable
     assert "topic t.a: branch removed" in str(fenced) and fenced.results == [{"topic": "t.c"}]  # type: ignore[attr-defined]
     mixed = LakeJob._failed({"t.a": LakeFenceError("branch removed"), "t.b": LakeSchemaError("type")}, [])

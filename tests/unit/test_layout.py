@@ -96,7 +96,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 #: walflow's stages, earliest first: a module may import from its own stage and earlier ones, never from a later one
 STAGES = (
-    ("base", ("walflow", "walflow.errors", "walflow.names")),
+    ("base", ("walflow", "walflow.errors", "walflow.names", "walflow.resources")),
     ("config", ("walflow.config",)),
     ("source", ("walflow.source",)),
     ("records", ("walflow.records",)),
@@ -105,7 +105,7 @@ STAGES = (
     ("capture", ("walflow.capture",)),
     ("lake", ("walflow.lake",)),
     ("airflow", ("walflow.airflow",)),
-    ("runtime", ("walflow.runtime",)),
+    ("admin", ("walflow.admin",)),
 )
 
 
@@ -140,7 +140,10 @@ def test_no_module_imports_from_a_later_stage() -> None:
 
 
 def test_a_later_import_is_found_where_there_is_one() -> None:
-    graph = {"walflow.records.events": {"walflow.capture.stream", "walflow.errors"}, "walflow.capture.stream": {"walflow.records.events"}}
+    graph = {
+        "walflow.records.events": {"walflow.capture.stream", "walflow.errors"},
+        "walflow.capture.stream": {"walflow.records.events"},
+    }
     assert later_imports(graph) == ["walflow.records.events (records) -> walflow.capture.stream (capture)"]
     assert stage_of("walflow.kafka") == 4 and stage_of("walflow.stray") is None and stage_of("walflow") == 0
 
@@ -149,7 +152,9 @@ def test_no_two_modules_import_each_other() -> None:
     graph = import_graph()
     assert "walflow.capture.snapshot" in graph and "walflow.lake.apply" in graph, sorted(graph)[:10]
     found = cycles(graph)
-    assert not found, "modules that import each other (directly or through others): " + "; ".join(" <-> ".join(c) for c in found)
+    assert not found, "modules that import each other (directly or through others): " + "; ".join(
+        " <-> ".join(c) for c in found
+    )
 
 
 def test_a_cycle_is_found_where_there_is_one() -> None:
@@ -178,11 +183,15 @@ def _documented_modules() -> set[str]:
 
 def test_the_docs_map_every_module() -> None:
     modules = {
-        str(path.relative_to(PLUGINS / "walflow")) for path in (PLUGINS / "walflow").rglob("*.py") if path.name != "__init__.py"
+        str(path.relative_to(PLUGINS / "walflow"))
+        for path in (PLUGINS / "walflow").rglob("*.py")
+        if path.name != "__init__.py"
     }
     documented = _documented_modules()
     assert modules - documented == set(), f"modules docs/layout.md does not describe: {sorted(modules - documented)}"
-    assert documented - modules == set(), f"docs/layout.md describes modules that do not exist: {sorted(documented - modules)}"
+    assert documented - modules == set(), (
+        f"docs/layout.md describes modules that do not exist: {sorted(documented - modules)}"
+    )
 
 
 def test_the_readme_maps_every_stage() -> None:
@@ -195,3 +204,84 @@ def test_the_readme_maps_every_stage() -> None:
         for root in roots:
             if root.count(".") == 1 and (PLUGINS / (root.replace(".", "/") + ".py")).exists():
                 assert f"{root.split('.')[1]}.py" in tree, f"the README's layout map lacks {root}"
+
+
+#: the capture stage's own order, earliest first: what every capture task shares, then the snapshots, then the stream
+#: sub-package from its records up to the batch. A capture module imports from its own layer and earlier ones only
+CAPTURE_LAYERS = (
+    (
+        "shared",
+        (
+            "walflow.capture.context",
+            "walflow.capture.batches",
+            "walflow.capture.metrics",
+            "walflow.capture.prefetch",
+            "walflow.capture.drift",
+            "walflow.capture.emitter",
+            "walflow.capture.kafka_signals",
+            "walflow.capture.notifications",
+            "walflow.capture.reselect",
+            "walflow.capture.rereads",
+            "walflow.capture.schema_facts",
+            "walflow.capture.snapshot_tables",
+        ),
+    ),
+    (
+        "snapshots",
+        (
+            "walflow.capture.snapshot_workers",
+            "walflow.capture.snapshot",
+            "walflow.capture.snapshot_mode",
+            "walflow.capture.incremental.conditions",
+            "walflow.capture.incremental.progress",
+            "walflow.capture.incremental.marks",
+            "walflow.capture.incremental.chunks",
+            "walflow.capture.incremental.state",
+            "walflow.capture.incremental.queue",
+            "walflow.capture.incremental.signals",
+            "walflow.capture.incremental.selection",
+            "walflow.capture.incremental.windows",
+            "walflow.capture.incremental.snapshots",
+            "walflow.capture.incremental",
+            "walflow.capture.setup",
+        ),
+    ),
+    (
+        "stream parts",
+        (
+            "walflow.capture.stream.resume",
+            "walflow.capture.stream.transactions",
+            "walflow.capture.stream.changes",
+            "walflow.capture.stream.checks",
+            "walflow.capture.stream.relations",
+            "walflow.capture.stream.snapshots",
+        ),
+    ),
+    ("stream dispatch", ("walflow.capture.stream.dispatch",)),
+    ("stream read", ("walflow.capture.stream.peek",)),
+    ("stream rounds", ("walflow.capture.stream.rounds",)),
+    ("stream batch", ("walflow.capture.stream.batch", "walflow.capture.stream")),
+)
+
+
+def layer_of(module: str) -> int | None:
+    for index, (_name, modules) in enumerate(CAPTURE_LAYERS):
+        if module in modules:
+            return index
+    return None
+
+
+def test_every_capture_module_has_a_layer() -> None:
+    homeless = sorted(m for m in import_graph() if m.startswith("walflow.capture.") and layer_of(m) is None)
+    assert not homeless, f"capture modules outside every layer of CAPTURE_LAYERS: {homeless}"
+
+
+def test_no_capture_module_imports_from_a_later_layer() -> None:
+    found = []
+    for module, imported in sorted(import_graph().items()):
+        mine = layer_of(module)
+        for other in sorted(imported):
+            theirs = layer_of(other)
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(f"{module} ({CAPTURE_LAYERS[mine][0]}) -> {other} ({CAPTURE_LAYERS[theirs][0]})")
+    assert not found, "capture imports against its layers: " + "; ".join(found)

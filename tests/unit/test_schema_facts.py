@@ -1,5 +1,5 @@
-"""walflow.capture.schema_facts alone: what a fact says rows older than a column hold in it, when the catalog keeps no value
-for them (``attmissingval``), from the table's storage (``relfilenode``) as walflow first saw it."""
+"""walflow.capture.schema_facts alone: what a fact says rows older than a column hold in it, when the catalog keeps no
+value for them (``attmissingval``), from the table's storage (``relfilenode``) as walflow first saw it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The pure parts of walflow.source and walflow.source.health: the server version check, initial statements, replica
-identity warnings and the slot-health judgement (each a function of its inputs, so every branch is tested without a server)."""
+identity warnings and the slot-health judgement
+(each a function of its inputs, so every branch is tested without a server)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def test_supported_servers_pass(version_num: int) -> None:
 
 def test_initial_statements_split_like_debezium() -> None:
     assert split_statements(None) == [] and split_statements("  ") == []
-    assert split_statements("SET search_path = app; SET lock_timeout = '1s';") == ["SET search_path = app", "SET lock_timeout = '1s'"]
+    assert split_statements("SET search_path = app; SET lock_timeout = '1s';") == [
+        "SET search_path = app",
+        "SET lock_timeout = '1s'",
+    ]
     # ';;' stands for a literal semicolon inside one statement
     assert split_statements("SELECT 'a;;b'; SET x = 1") == ["SELECT 'a;b'", "SET x = 1"]
 
@@ -65,17 +69,37 @@ def test_confirmed_time_prefers_the_last_confirmation_over_the_last_batch() -> N
 
 
 def test_slot_health_judgement() -> None:
-    healthy = SlotHealth("s", True, retained_wal_bytes=100, confirmed_lag_bytes=50, seconds_since_confirmed=10.0, wal_status="reserved")
-    limits = HealthLimits(warn_retained_wal_bytes=1000, fail_retained_wal_bytes=5000, warn_lag_bytes=500, warn_seconds_since_confirmed=600)
+    healthy = SlotHealth(
+        "s", True, retained_wal_bytes=100, confirmed_lag_bytes=50, seconds_since_confirmed=10.0, wal_status="reserved"
+    )
+    limits = HealthLimits(
+        warn_retained_wal_bytes=1000, fail_retained_wal_bytes=5000, warn_lag_bytes=500, warn_seconds_since_confirmed=600
+    )
     assert assess_slot_health(healthy, limits) == ([], None)
-    behind = SlotHealth("s", True, retained_wal_bytes=2000, confirmed_lag_bytes=900, seconds_since_confirmed=3600.0, wal_status="reserved")
+    behind = SlotHealth(
+        "s",
+        True,
+        retained_wal_bytes=2000,
+        confirmed_lag_bytes=900,
+        seconds_since_confirmed=3600.0,
+        wal_status="reserved",
+    )
     warnings, error = assess_slot_health(behind, limits)
     assert error is None and len(warnings) == 3
     assert "retains 2000 bytes" in warnings[0] and "900 bytes behind" in warnings[1] and "3600 s ago" in warnings[2]
-    warnings, error = assess_slot_health(SlotHealth("s", True, retained_wal_bytes=6000, wal_status="unreserved"), limits)
-    assert error is not None and "above the hard limit walflow.slot.fail.retained.wal.bytes=5000" in error and "heartbeat.action.query" in error
+    warnings, error = assess_slot_health(
+        SlotHealth("s", True, retained_wal_bytes=6000, wal_status="unreserved"), limits
+    )
+    assert (
+        error is not None
+        and "above the hard limit walflow.slot.fail.retained.wal.bytes=5000" in error
+        and "heartbeat.action.query" in error
+    )
     assert "wal_status=unreserved" in warnings[0]
-    assert assess_slot_health(SlotHealth("s", True, retained_wal_bytes=10**12), HealthLimits()) == ([], None)  # limits off
+    assert assess_slot_health(SlotHealth("s", True, retained_wal_bytes=10**12), HealthLimits()) == (
+        [],
+        None,
+    )  # limits off
     _, error = assess_slot_health(SlotHealth("gone", False), limits)
     assert error is not None and "'gone' does not exist" in error and "when_needed" in error
     # a slot that lost WAL it needed cannot stream again: an error, whatever the limits, not a warning to stream now

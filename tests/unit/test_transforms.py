@@ -26,14 +26,42 @@ def _config(**keys: object):
     [
         ({"transforms": "a", "transforms.a.type": "io.debezium.transforms.ContentBasedRouter"}, "runs a script"),
         ({"transforms": "a", "transforms.a.type": "com.example.Mine"}, "walflow runs these transforms"),
-        ({"transforms": "a", "transforms.a.type": T + "RegexRouter", "transforms.a.regex": "x"}, "'transforms.a.replacement' is required"),
-        ({"transforms": "a", "transforms.a.type": T + "RegexRouter", "transforms.a.regex": "(", "transforms.a.replacement": "x"}, "not a valid regular expression"),
+        (
+            {"transforms": "a", "transforms.a.type": T + "RegexRouter", "transforms.a.regex": "x"},
+            "'transforms.a.replacement' is required",
+        ),
+        (
+            {
+                "transforms": "a",
+                "transforms.a.type": T + "RegexRouter",
+                "transforms.a.regex": "(",
+                "transforms.a.replacement": "x",
+            },
+            "not a valid Java regular expression",
+        ),
         ({"transforms": "a", "transforms.a.type": T + "Filter", "transforms.a.predicate": "nope"}, "no such predicate"),
         ({"transforms.b.type": T + "Filter"}, "which 'transforms' does not list"),
-        ({"transforms": "a", "transforms.a.type": T + "InsertField$Value", "transforms.a.offset.field": "o"}, "sink connectors only"),
-        ({"transforms": "a", "transforms.a.type": T + "MaskField$Value", "transforms.a.fields": "x", "transforms.a.colour": "red"}, "not a property of"),
-        ({"transforms": "a", "transforms.a.type": "io.debezium.transforms.ExtractNewRecordState",
-          "transforms.a.delete.tombstone.handling.mode": "keep"}, "allowed values are drop, tombstone"),
+        (
+            {"transforms": "a", "transforms.a.type": T + "InsertField$Value", "transforms.a.offset.field": "o"},
+            "sink connectors only",
+        ),
+        (
+            {
+                "transforms": "a",
+                "transforms.a.type": T + "MaskField$Value",
+                "transforms.a.fields": "x",
+                "transforms.a.colour": "red",
+            },
+            "not a property of",
+        ),
+        (
+            {
+                "transforms": "a",
+                "transforms.a.type": "io.debezium.transforms.ExtractNewRecordState",
+                "transforms.a.delete.tombstone.handling.mode": "keep",
+            },
+            "allowed values are drop, tombstone",
+        ),
     ],
 )
 def test_a_chain_it_cannot_run_is_refused_naming_the_key(keys: dict[str, object], says: str) -> None:
@@ -42,7 +70,7 @@ def test_a_chain_it_cannot_run_is_refused_naming_the_key(keys: dict[str, object]
 
 
 def test_transforms_and_the_lake_are_refused_together_with_the_way_out() -> None:
-    with pytest.raises(ConfigError, match="walflow.lake.enabled: false"):
+    with pytest.raises(ConfigError, match=r"walflow\.lake\.enabled: false"):
         parse_config({"name": "c", "topic.prefix": "p", "transforms": "a", "transforms.a.type": T + "Filter"})
 
 
@@ -85,27 +113,47 @@ def _apply(config, value: bytes):
 def test_mask_field_writes_a_decimal_at_its_scale_and_refuses_another() -> None:
     mask = {"transforms": "m", "transforms.m.type": T + "MaskField$Value", "transforms.m.fields": "price"}
     value = _record(ROW, {"id": 1, "price": "AJY=", "at": 5})
-    assert _apply(parse_config({**BASE, **mask, "transforms.m.replacement": "-1.25"}), value).value["price"] == "gw=="  # -125 in one byte, as Java's BigInteger writes it
+    assert (
+        _apply(parse_config({**BASE, **mask, "transforms.m.replacement": "-1.25"}), value).value["price"] == "gw=="
+    )  # -125 in one byte, as Java's BigInteger writes it
     with pytest.raises(TransformError, match="scale 2"):
         _apply(parse_config({**BASE, **mask}), value)
 
 
 def test_timestamp_converter_writes_java_date_formats_in_utc() -> None:
-    config = parse_config({**BASE, "transforms": "t", "transforms.t.type": T + "TimestampConverter$Value", "transforms.t.field": "at",
-                           "transforms.t.target.type": "string", "transforms.t.format": "yy-M-d h:mm:ss.SSS a 'at' X"})
-    assert _apply(config, _record(ROW, {"id": 1, "price": None, "at": -1})).value["at"] == "69-12-31 11:59:59.999 PM at Z"
+    config = parse_config(
+        {
+            **BASE,
+            "transforms": "t",
+            "transforms.t.type": T + "TimestampConverter$Value",
+            "transforms.t.field": "at",
+            "transforms.t.target.type": "string",
+            "transforms.t.format": "yy-M-d h:mm:ss.SSS a 'at' X",
+        }
+    )
+    assert (
+        _apply(config, _record(ROW, {"id": 1, "price": None, "at": -1})).value["at"] == "69-12-31 11:59:59.999 PM at Z"
+    )
     with pytest.raises(ConfigError, match="letter\\(s\\) E are not"):
-        parse_config({**BASE, "transforms": "t", "transforms.t.type": T + "TimestampConverter$Value", "transforms.t.field": "at",
-                      "transforms.t.target.type": "string", "transforms.t.format": "EEE yyyy"})
+        parse_config(
+            {
+                **BASE,
+                "transforms": "t",
+                "transforms.t.type": T + "TimestampConverter$Value",
+                "transforms.t.field": "at",
+                "transforms.t.target.type": "string",
+                "transforms.t.format": "EEE yyyy",
+            }
+        )
 
 
 def test_the_docs_list_the_transforms_the_model_runs() -> None:
     from pathlib import Path
 
-    from walflow.config.transforms import markdown_table
+    from walflow.config.smt_chain import markdown_table
 
     page = (Path(__file__).resolve().parents[2] / "docs" / "transforms.md").read_text()
     start = page.index("checks it -->\n") + len("checks it -->\n")
     assert page[start : page.index("\n<!-- end of generated table -->")] == markdown_table(), (
-        "docs/transforms.md's table differs from walflow.config.transforms: paste markdown_table()'s output"
+        "docs/transforms.md's table differs from walflow.config.smt_chain: paste markdown_table()'s output"
     )

@@ -9,8 +9,12 @@ from walflow.source.watch import Observed, changed, readded_unclear
 
 #: id, qty and name, each catalog row written by transaction 700
 BASE = Observed(
-    oid=16384, filenode=16384, persistence="p", keyed=True,
-    attributes=((1, "id", "700", ""), (2, "qty", "700", ""), (3, "name", "700", "")), labels=(("16400", "sad"), ("16401", "ok")),
+    oid=16384,
+    filenode=16384,
+    persistence="p",
+    keyed=True,
+    attributes=((1, "id", "700", ""), (2, "qty", "700", ""), (3, "name", "700", "")),
+    labels=(("16400", "sad"), ("16401", "ok")),
 )
 
 
@@ -29,7 +33,9 @@ def test_nothing_changed_and_new_storage_alone_change_no_value() -> None:
 
 def test_a_rewrite_that_computed_values_is_a_change() -> None:
     # ALTER COLUMN qty TYPE bigint USING qty * 100 (even to the same type): new storage, the attribute's row rewritten
-    typed = replace(BASE, filenode=16999, attributes=((1, "id", "700", ""), (2, "qty", "702", ""), (3, "name", "700", "")))
+    typed = replace(
+        BASE, filenode=16999, attributes=((1, "id", "700", ""), (2, "qty", "702", ""), (3, "name", "700", ""))
+    )
     assert "rewritten" in (changed(BASE, typed) or "") and "['qty']" in (changed(BASE, typed) or "")
     # ADD COLUMN x int GENERATED ALWAYS AS IDENTITY (or DEFAULT random(), a serial, a domain with a CHECK)
     added = replace(BASE, filenode=16999, attributes=(*BASE.attributes, (4, "x", "703", "")))

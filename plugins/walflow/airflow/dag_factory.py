@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from airflow.sdk import DAG, Param
 
-from walflow.airflow.docs import maintain_doc, setup_doc, snapshot_doc, stream_doc
-from walflow.airflow.lake import apply_task, maintain_task
-from walflow.airflow.operators import WalflowSetupOperator, WalflowSignalOperator, WalflowStreamOperator
+from walflow.airflow.docs import maintain_doc, monitor_doc, setup_doc, snapshot_doc, stream_doc
+from walflow.airflow.operators import (
+    WalflowMonitorOperator,
+    WalflowSetupOperator,
+    WalflowSignalOperator,
+    WalflowStreamOperator,
+)
 from walflow.airflow.sensors import WalflowPendingWalSensor, WalflowSnapshotSensor
 from walflow.airflow.timetables import BackfillOnlyTimetable
 from walflow.config.connector import ConnectorConfig
@@ -22,6 +27,31 @@ from walflow.errors import ConfigError, ConnectorFilesError
 log = logging.getLogger(__name__)
 
 START = datetime(2024, 1, 1)
+
+#: what the lake's tasks import (the ``walflow[lake]`` extra): Spark's provider and pyspark on every component that
+#: parses the DAGs or runs the apply task, pyiceberg and pyarrow where the job runs
+LAKE_MODULES = ("airflow.providers.apache.spark", "pyspark", "pyiceberg", "pyarrow")
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def lake_libraries(config: ConnectorConfig) -> str | None:
+    """Why a connector whose lake is on cannot run in this Airflow (its lake libraries are missing), or ``None``."""
+    if not config.walflow_lake_enabled:
+        return None
+    missing = [module for module in LAKE_MODULES if not _installed(module)]
+    if not missing:
+        return None
+    return (
+        f"'walflow.lake.enabled' is true but this Airflow lacks {', '.join(missing)}: install walflow's lake extra "
+        "(pip install 'walflow[lake]') on the scheduler, DAG processor and workers, or set 'walflow.lake.enabled: "
+        "false'"
+    )
 
 
 def failure_callback(config: ConnectorConfig) -> Callable[..., Any] | None:
@@ -43,7 +73,7 @@ def failure_callback(config: ConnectorConfig) -> Callable[..., Any] | None:
         ) from None
     if not callable(target):
         raise ConfigError(f"connector {config.name!r}: 'walflow.on.failure.callback' = {path!r} is not a function")
-    return target
+    return cast("Callable[..., Any]", target)
 
 
 def _default_args(config: ConnectorConfig, **extra: Any) -> dict[str, Any]:
@@ -57,8 +87,16 @@ def _default_args(config: ConnectorConfig, **extra: Any) -> dict[str, Any]:
 def _stream_retries(config: ConnectorConfig) -> dict[str, Any]:
     """The stream task's retries: Debezium's ``errors.max.retries`` and ``retriable.restart.connector.wait.ms``
     where the connector sets them, else 2 retries 30 s apart."""
-    retries = 2 if config.errors_max_retries is None else (1000 if config.errors_max_retries < 0 else config.errors_max_retries)
-    wait = timedelta(seconds=30) if config.retriable_restart_connector_wait_ms is None else timedelta(milliseconds=config.retriable_restart_connector_wait_ms)
+    retries = (
+        2
+        if config.errors_max_retries is None
+        else (1000 if config.errors_max_retries < 0 else config.errors_max_retries)
+    )
+    wait = (
+        timedelta(seconds=30)
+        if config.retriable_restart_connector_wait_ms is None
+        else timedelta(milliseconds=config.retriable_restart_connector_wait_ms)
+    )
     return {"retries": retries, "retry_delay": wait}
 
 
@@ -108,14 +146,20 @@ def stream_dag(config: ConnectorConfig) -> DAG:
     ) as dag:
         stream = WalflowStreamOperator(task_id="stream", connector=config.name)
         if trigger_bytes:
-            WalflowPendingWalSensor(
-                task_id="wait_for_wal",
-                connector=config.name,
-                min_bytes=trigger_bytes,
-                poke_interval=config.walflow_stream_trigger_poke_seconds,
-                deferrable=True,
-            ) >> stream
+            (
+                WalflowPendingWalSensor(
+                    task_id="wait_for_wal",
+                    connector=config.name,
+                    min_bytes=trigger_bytes,
+                    poke_interval=config.trigger_poke_seconds(),
+                    deferrable=True,
+                )
+                >> stream
+            )
         if config.walflow_lake_enabled:
+            # Spark's provider and pyspark (the lake extra) are imported only for a connector whose lake is on
+            from walflow.airflow.lake import apply_task
+
             stream >> apply_task(config)
     return dag
 
@@ -126,7 +170,9 @@ def maintain_dag(config: ConnectorConfig) -> DAG:
     take the connector's lake lock, so they never run at the same time."""
     with DAG(
         dag_id=f"{config.name}__maintain",
-        description=f"walflow connector {config.name}: compact the lake tables, expire old snapshots, remove orphan files",
+        description=(
+            f"walflow connector {config.name}: compact the lake tables, expire old snapshots, remove orphan files"
+        ),
         schedule=config.walflow_lake_maintain_schedule,
         start_date=START,
         catchup=False,
@@ -135,7 +181,33 @@ def maintain_dag(config: ConnectorConfig) -> DAG:
         tags=["walflow", config.name, "lake"],
         doc_md=maintain_doc(config),
     ) as dag:
+        from walflow.airflow.lake import maintain_task
+
         maintain_task(config)
+    return dag
+
+
+def monitor_dag(config: ConnectorConfig) -> DAG:
+    """``<name>__monitor``: the connector judged from outside its stream task, on ``walflow.monitor.schedule`` (every
+    five minutes by default). It fails, and so calls the connector's failure callback and whatever notifier the DAG's
+    users add, when the slot holds too much WAL, lags, is lost, or no batch succeeded for too long: exactly when the
+    stream DAG is paused, stuck or failing and cannot say so itself."""
+    with DAG(
+        dag_id=f"{config.name}__monitor",
+        description=f"walflow connector {config.name}: check the slot, the batches and the lake against their limits",
+        schedule=config.walflow_monitor_schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        # one problem, one failed run: the next scheduled run is the retry
+        default_args=_default_args(config, retries=0),
+        # on from the start (Airflow creates DAGs paused by default): an alert that must be switched on is one that
+        # is missing the day it is needed; a user who does not want it sets walflow.monitor.schedule: null
+        is_paused_upon_creation=False,
+        tags=["walflow", config.name, "monitor"],
+        doc_md=monitor_doc(config),
+    ) as dag:
+        WalflowMonitorOperator(task_id="monitor", connector=config.name)
     return dag
 
 
@@ -170,7 +242,9 @@ def snapshot_dag(config: ConnectorConfig) -> DAG:
                 items={"type": "string"},
                 minItems=1,
                 title="Tables",
-                description="Tables to snapshot (at least one): schema.table names or regular expressions, one per line.",
+                description=(
+                    "Tables to snapshot (at least one): schema.table names or regular expressions, one per line."
+                ),
             ),
             "snapshot_type": Param(
                 "incremental",
@@ -231,13 +305,15 @@ def build_connector_dags(directory: str | None = None) -> dict[str, Any]:
     second DAG file calls so that Airflow lists it among its import errors): a DAG file that raised would take every
     connector's DAGs away, and their slots would keep WAL while nothing streams."""
     dags: dict[str, Any] = {}
-    configs, errors = load_each(directory)
+    configs, errors = load_each(directory, lake_libraries)
     for path, error in errors.items():
         log.error("connector file %s left out (no DAG until it is fixed): %s", path, error)
     for config in configs:
         built = [setup_dag(config), stream_dag(config)]
         if config.walflow_lake_enabled:
             built.append(maintain_dag(config))
+        if config.walflow_monitor_schedule is not None:
+            built.append(monitor_dag(config))
         if config.signal_table or "kafka" in config.signal_enabled_channels:
             # the snapshot DAG's signal goes to the signal table, or to Kafka (a read-only connector)
             built.append(snapshot_dag(config))
@@ -253,6 +329,6 @@ def check_connector_files(directory: str | None = None) -> None:
     Called by a DAG file of its own (``dags/walflow_connector_errors.py``): Airflow records an import error per DAG
     file, and marks the DAGs of a file with an import error stale, so the errors go to a file that holds no DAG while
     the connectors' DAG file loads every valid connector."""
-    _configs, errors = load_each(directory)
+    _configs, errors = load_each(directory, lake_libraries)
     if errors:
         raise ConnectorFilesError({str(path): error for path, error in errors.items()})

@@ -68,8 +68,9 @@ refuses to start.
 def stream_doc(config: ConnectorConfig) -> str:
     if config.walflow_stream_trigger_wal_bytes:
         when = (
-            f"Runs continuously: each run waits (deferred) until the slot has {config.walflow_stream_trigger_wal_bytes} "
-            f"bytes of WAL pending, or {config.walflow_stream_trigger_max_wait_seconds:g} s passed."
+            "Runs continuously: each run waits (deferred) until the slot has "
+            f"{config.walflow_stream_trigger_wal_bytes} bytes of WAL pending, or "
+            f"{config.walflow_stream_trigger_max_wait_seconds:g} s passed."
         )
     else:
         when = f"Scheduled `{config.walflow_schedule}`, one run at a time."
@@ -106,7 +107,11 @@ acknowledgement, and only then advance the slot (at-least-once; a failed run rep
 
 def snapshot_doc(config: ConnectorConfig) -> str:
     # the signal table, or the Kafka signal topic when there is none (a read-only connector)
-    where = f"`{config.signal_data_collection}`" if config.signal_data_collection else f"the Kafka topic `{config.signal_topic}`"
+    where = (
+        f"`{config.signal_data_collection}`"
+        if config.signal_data_collection
+        else f"the Kafka topic `{config.signal_topic}`"
+    )
     return f"""\
 ### Ad-hoc incremental snapshot for connector `{config.name}`
 
@@ -117,8 +122,9 @@ sensor waits until that is done. The snapshot's records (`op: r`, `source.snapsh
 tables' topics {_topics(config)}.
 
 It never runs on a schedule (safe to leave unpaused). Backfills get one run per
-`{config.walflow_snapshot_schedule}` interval: use `{{{{ data_interval_start }}}}` and `{{{{ data_interval_end }}}}` in the
-condition, for example `updated_at >= '{{{{ data_interval_start }}}}' AND updated_at < '{{{{ data_interval_end }}}}'`.
+`{config.walflow_snapshot_schedule}` interval: use `{{{{ data_interval_start }}}}` and `{{{{ data_interval_end }}}}` in
+the condition, for example
+`updated_at >= '{{{{ data_interval_start }}}}' AND updated_at < '{{{{ data_interval_end }}}}'`.
 
 **When it fails**: an empty table list, or a condition that is not one SQL expression, fails before anything is
 written; a condition the server rejects fails the signal, and the sensor with it (streaming goes on). A run whose
@@ -144,4 +150,27 @@ lock held for a minute is skipped and the next run applies its records.
 
 **When it fails**: a table changed by another writer is named with the way to undo it (the other tables are still
 maintained); a lock held longer than `walflow.lake.maintain.lock.wait.seconds` means a stuck `{config.name}__stream`.
+"""
+
+
+def monitor_doc(config: ConnectorConfig) -> str:
+    since = config.walflow_monitor_max_seconds_since_batch
+    behind = config.walflow_monitor_max_lake_records_behind
+    return f"""\
+### Monitor connector `{config.name}`
+
+Scheduled `{config.walflow_monitor_schedule}`, apart from `{config.name}__stream`, so it still runs when the stream
+is paused, stuck or failing. It reads slot `{config.slot_name}`'s row of `pg_replication_slots` and walflow's state,
+and fails (with every problem in its message, which the failure callback and Airflow's notifiers receive) when:
+
+- the slot retains more WAL than `walflow.slot.max.retained.wal.bytes` ({config.walflow_slot_max_retained_wal_bytes})
+  or `walflow.slot.fail.retained.wal.bytes`, or lags more than `walflow.slot.max.lag.bytes`;
+- its `wal_status` is `lost` or `unreserved`, or the slot is gone;
+- no stream batch succeeded for {f"{since:g} s" if since else "(no limit)"} (`walflow.monitor.max.seconds.since.batch`);
+- a lake table is more than {behind if behind is not None else "(no limit)"} records behind its topics
+  (`walflow.monitor.max.lake.records.behind`; only then does it read the lake and the broker).
+
+**When it fails**: its message names what passed which limit. Stream now (trigger `{config.name}__stream`, or
+unpause it), then look at the walflow page of Airflow's UI or `walflow status {config.name}`. A failed run is not
+retried: the next scheduled run judges again.
 """

@@ -19,7 +19,19 @@ from walflow.kafka import EventProducer, producer_settings
 from walflow.lake.tables import JdbcCatalog, PropertiesCatalog
 
 #: Connection extras that are PostgresHook options rather than libpq parameters.
-_NON_LIBPQ_EXTRAS = {"iam", "redshift", "cursor", "cluster-identifier", "workgroup-name", "aws_conn_id", "sqlalchemy_scheme", "sqlalchemy_query", "azure_conn_id", "enable_log_db_messages", "log_sql"}
+_NON_LIBPQ_EXTRAS = {
+    "iam",
+    "redshift",
+    "cursor",
+    "cluster-identifier",
+    "workgroup-name",
+    "aws_conn_id",
+    "sqlalchemy_scheme",
+    "sqlalchemy_query",
+    "azure_conn_id",
+    "enable_log_db_messages",
+    "log_sql",
+}
 
 
 class WalflowPostgresHook(PostgresHook):
@@ -54,17 +66,46 @@ class WalflowKafkaHook(KafkaBaseHook):
     """Kafka through the Kafka provider's Connection; ``get_conn`` is walflow's idempotent producer.
 
     :param kafka_config_id: the Airflow Connection whose extras are librdkafka settings.
+    :param producer_overrides: librdkafka settings that take precedence over the Connection's (the connector's
+        ``max.batch.size`` and ``max.queue.size*``: ``ConnectorConfig.producer_overrides``).
     """
 
     hook_name = "walflow Kafka producer"
 
-    def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name, topic_partitions: int = 1, topic_replication_factor: int = -1) -> None:
+    def __init__(
+        self,
+        kafka_config_id: str = KafkaBaseHook.default_conn_name,
+        topic_partitions: int = 1,
+        topic_replication_factor: int = -1,
+        producer_overrides: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(kafka_config_id=kafka_config_id)
         self.topic_partitions = topic_partitions
         self.topic_replication_factor = topic_replication_factor
+        self.producer_overrides = dict(producer_overrides or {})
 
     def _get_client(self, config: dict[str, Any]) -> EventProducer:
-        return EventProducer(producer_settings(config), self.topic_partitions, self.topic_replication_factor)
+        settings = producer_settings({**config, **self.producer_overrides})
+        return EventProducer(settings, self.topic_partitions, self.topic_replication_factor)
+
+
+#: the form fields of the ``walflow_iceberg`` Connection type (walflow.airflow.provider), by the Iceberg catalog
+#: property each one sets
+FORM_PROPERTIES = {"catalog_type": "type", "warehouse": "warehouse"}
+
+
+def catalog_properties(extras: dict[str, Any], conn_type: str) -> dict[str, str]:
+    """Iceberg catalog properties from a Connection's extras: the form's fields (stored plain, or as
+    ``extra__<type>__<field>`` by older forms) under the property they stand for; empty fields left out."""
+    properties: dict[str, str] = {}
+    for key, value in extras.items():
+        name = str(key).removeprefix(f"extra__{conn_type}__")
+        if value is None or value == "":
+            continue
+        properties[FORM_PROPERTIES.get(name, name) if conn_type == WalflowIcebergCatalogHook.conn_type else name] = str(
+            value
+        )
+    return properties
 
 
 class WalflowIcebergCatalogHook(BaseHook):
@@ -72,10 +113,11 @@ class WalflowIcebergCatalogHook(BaseHook):
 
     * A ``postgres`` Connection is Iceberg's JDBC catalog on that database (host, port, schema = the database,
       login, password; extras such as ``sslmode`` are passed to both drivers).
-    * Any other Connection type (``generic``, say) is a catalog given by Iceberg's catalog properties: its extras are
-      the properties (``type`` or ``catalog-impl``, ``uri``, ``warehouse``, ``s3.endpoint``...), its host the ``uri``
-      when the extras name none, and its password the credential: ``credential`` as ``<login>:<password>`` (a REST
-      catalog's OAuth2 client) when it has a login, else ``token``.
+    * A ``walflow_iceberg`` Connection (this hook's own type, whose form asks for the catalog's type and warehouse)
+      or any other type (``generic``, say) is a catalog given by Iceberg's catalog properties: its extras are the
+      properties (``type`` or ``catalog-impl``, ``uri``, ``warehouse``, ``s3.endpoint``...; the form's ``catalog_type``
+      is ``type``), its host the ``uri`` when the extras name none, and its password the credential: ``credential``
+      as ``<login>:<password>`` (a REST catalog's OAuth2 client) when it has a login, else ``token``.
 
     Either way the credentials reach the Spark job through its environment, never its command line or the task log.
 
@@ -84,7 +126,7 @@ class WalflowIcebergCatalogHook(BaseHook):
 
     conn_name_attr = "catalog_conn_id"
     default_conn_name = "lake_catalog"
-    conn_type = "postgres"
+    conn_type = "walflow_iceberg"
     hook_name = "walflow Iceberg catalog"
 
     def __init__(self, catalog_conn_id: str = default_conn_name) -> None:
@@ -99,9 +141,12 @@ class WalflowIcebergCatalogHook(BaseHook):
                 host=conn.host or "localhost", port=int(conn.port or 5432), database=conn.schema or "postgres",
                 user=conn.login or None, password=conn.password or None, options=options,
             )  # fmt: skip
-        properties = {str(k): str(v) for k, v in conn.extra_dejson.items()}
+        properties = catalog_properties(conn.extra_dejson, conn.conn_type or "")
         if conn.host and "uri" not in properties:
             properties["uri"] = conn.host if not conn.port else f"{conn.host}:{conn.port}"
         if conn.password:
-            properties.setdefault("credential" if conn.login else "token", f"{conn.login}:{conn.password}" if conn.login else conn.password)
+            properties.setdefault(
+                "credential" if conn.login else "token",
+                f"{conn.login}:{conn.password}" if conn.login else conn.password,
+            )
         return PropertiesCatalog(properties)

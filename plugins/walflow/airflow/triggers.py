@@ -84,7 +84,9 @@ class WalflowSnapshotTrigger(BaseTrigger):
             try:
                 if conninfo is None:
                     conninfo = await self._conninfo()
-                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True, cursor_factory=AsyncCursor) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    conninfo, autocommit=True, cursor_factory=AsyncCursor
+                ) as conn:
                     for statement in split_statements(self.initial_statements):
                         await conn.execute(statement.encode())
                     cur = await conn.execute(query, (self.connector, signal_key(self.signal_id)))
@@ -92,7 +94,9 @@ class WalflowSnapshotTrigger(BaseTrigger):
             except psycopg.OperationalError as exc:
                 # the server restarting, the network, a password being rotated: worth another try, with the
                 # Connection read again (it may have been corrected meanwhile)
-                self.log.warning("cannot reach the database to read the snapshot's state (%s); retrying", str(exc).strip())
+                self.log.warning(
+                    "cannot reach the database to read the snapshot's state (%s); retrying", str(exc).strip()
+                )
                 conninfo, row = None, None
             except psycopg.Error as exc:
                 # a missing state table, a missing privilege, a failing initial statement: waiting cannot fix it
@@ -111,7 +115,9 @@ class WalflowSnapshotTrigger(BaseTrigger):
                 return
             status = row[0] if row else None
             if status != last:
-                self.log.info("incremental snapshot %s: %s", self.signal_id, status or "not picked up by the stream yet")
+                self.log.info(
+                    "incremental snapshot %s: %s", self.signal_id, status or "not picked up by the stream yet"
+                )
                 last = status
             if status and status.get("status") in TERMINAL:
                 yield TriggerEvent({"signal_id": self.signal_id, **status})
@@ -123,8 +129,8 @@ class WalflowPendingWalTrigger(BaseTrigger):
     """Wait until a replication slot has at least ``min_bytes`` of unconfirmed WAL, or until ``deadline``.
 
     Fires one event, ``{"status": "threshold" | "deadline" | "error", "pending_wal_bytes": n, ...}``. The query is
-    :data:`walflow.source.health.PENDING_WAL_SQL` run on a psycopg ``AsyncConnection``; the only blocking call (reading the
-    Airflow Connection) runs in a thread, so the triggerer's event loop never waits on I/O. A connection that
+    :data:`walflow.source.health.PENDING_WAL_SQL` run on a psycopg ``AsyncConnection``; the only blocking call (reading
+    the Airflow Connection) runs in a thread, so the triggerer's event loop never waits on I/O. A connection that
     drops is reopened at the next poll; a slot that does not exist is an ``error`` event, since waiting cannot
     make it appear.
 
@@ -185,7 +191,15 @@ class WalflowPendingWalTrigger(BaseTrigger):
         return conn
 
     def _event(self, status: str, pending: int | None, **extra: Any) -> TriggerEvent:
-        return TriggerEvent({"status": status, "slot": self.slot_name, "pending_wal_bytes": pending, "min_bytes": self.min_bytes, **extra})
+        return TriggerEvent(
+            {
+                "status": status,
+                "slot": self.slot_name,
+                "pending_wal_bytes": pending,
+                "min_bytes": self.min_bytes,
+                **extra,
+            }
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         conninfo = await self._conninfo()
@@ -199,12 +213,20 @@ class WalflowPendingWalTrigger(BaseTrigger):
                     cur = await conn.execute(PENDING_WAL_SQL, (self.slot_name,))
                     row = await cur.fetchone()
                     if row is None:
-                        yield self._event("error", None, message=f"replication slot {self.slot_name!r} does not exist; run the connector's setup DAG")
+                        yield self._event(
+                            "error",
+                            None,
+                            message=(
+                                f"replication slot {self.slot_name!r} does not exist; run the connector's setup DAG"
+                            ),
+                        )
                         return
                     pending = int(row[0] or 0)
                 except psycopg.Error as exc:
                     # a restart or failover of the server: measure again at the next poll
-                    self.log.warning("cannot measure the pending WAL of slot %s yet (%s); retrying", self.slot_name, str(exc).strip())
+                    self.log.warning(
+                        "cannot measure the pending WAL of slot %s yet (%s); retrying", self.slot_name, str(exc).strip()
+                    )
                     if conn is not None:
                         await conn.close()
                     conn = None

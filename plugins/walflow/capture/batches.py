@@ -12,6 +12,9 @@ from walflow.source.state import StateStore
 
 #: the state table's key of a connector's last batch
 LAST_BATCH_KEY = "last_batch"
+#: the prefix of the batch history's keys: ``batch_history/<n>``, ``n`` the batch's number modulo the history's size
+#: (``walflow.status.history.batches``), so the history is a ring of at most that many rows
+HISTORY_PREFIX = "batch_history/"
 
 
 #: how many ids of bookkeeping transactions a summary lists (it counts them all)
@@ -71,29 +74,70 @@ def previous_batch_record(store: StateStore) -> dict[str, Any]:
 
 
 def record_batch(
-    store: StateStore, summary: BatchSummary, previous: dict[str, Any], seconds: float, last_commit_lsn: int | None, last_commit_us: int | None
+    store: StateStore,
+    summary: BatchSummary,
+    previous: dict[str, Any],
+    seconds: float,
+    last_commit_lsn: int | None,
+    last_commit_us: int | None,
+    history_size: int = 1000,
 ) -> None:
-    """Write what ``summary``'s batch did over ``previous`` (the record it started from): one write per batch, since
-    with an all-tables publication every write to the state table is decoded by the next batch too."""
+    """Write what ``summary``'s batch did over ``previous`` (the record it started from) and its line of the batch
+    history, in one statement: with an all-tables publication every write to the state table is decoded by the next
+    batch too, so a batch adds one transaction, whatever it records."""
     if not store.exists():
         return
     finished_ms = int(time.time() * 1000)
     moved = summary.advanced_to is not None and summary.advanced_to != summary.start_lsn
-    store.put(
-        LAST_BATCH_KEY,
+    number = int(previous.get("number") or 0) + 1
+    line = {
+        "number": number,
+        "finished_at_ms": finished_ms,
+        "seconds": seconds,
+        "events": summary.events,
+        "records": summary.records,
+        "bytes": summary.bytes,
+        "snapshot_rows": summary.snapshot_rows,
+        "stopped_by": summary.stopped_by,
+        "lag_bytes": summary.lag_bytes,
+        "retained_wal_bytes": summary.retained_wal_bytes,
+        "advanced_to": summary.advanced_to,
+        # how far the batch's last change was behind the source when it was sent (Debezium's MilliSecondsBehindSource)
+        "ms_behind_source": (
+            max(0, finished_ms - summary.last_event_commit_ms) if summary.last_event_commit_ms is not None else None
+        ),
+    }
+    store.put_many(
         {
-            "finished_at_ms": finished_ms,
-            "events": summary.events,
-            "transactions": summary.transactions,
-            "seconds": seconds,
-            "advanced_to": summary.advanced_to,
-            "stopped_by": summary.stopped_by,
-            # when the confirmed position last moved, for walflow.slot.max.seconds.since.confirmed
-            "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
-            "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
-            # where the next batch's source.sequence starts (see StreamBatch.run)
-            "last_commit_lsn": last_commit_lsn,
-            "last_commit_us": last_commit_us,
-            "timeline": summary.timeline,
-        },
+            f"{HISTORY_PREFIX}{number % history_size}": line,
+            LAST_BATCH_KEY: {
+                "number": number,
+                "finished_at_ms": finished_ms,
+                "events": summary.events,
+                "transactions": summary.transactions,
+                "seconds": seconds,
+                "advanced_to": summary.advanced_to,
+                "stopped_by": summary.stopped_by,
+                # when the confirmed position last moved, for walflow.slot.max.seconds.since.confirmed
+                "confirmed_to": summary.advanced_to if moved else previous.get("confirmed_to"),
+                "confirmed_at_ms": finished_ms if moved else previous.get("confirmed_at_ms"),
+                # where the next batch's source.sequence starts (see StreamBatch.run)
+                "last_commit_lsn": last_commit_lsn,
+                "last_commit_us": last_commit_us,
+                "timeline": summary.timeline,
+                # what the batch warned of (the task log has them all), for walflow status and the UI page
+                "warnings": [w[:500] for w in summary.warnings[:20]],
+            },
+        }
     )
+    if number % history_size == 0:
+        # once a turn of the ring: lines left beyond a history made smaller since (a second, rare transaction)
+        store.delete_prefixed(HISTORY_PREFIX, keep={f"{HISTORY_PREFIX}{n}" for n in range(history_size)})
+
+
+def batch_history(store: StateStore, since_ms: int | None = None) -> list[dict[str, Any]]:
+    """The batches the history still holds (finished after ``since_ms``, if given), oldest first."""
+    lines = [v for v in store.prefixed(HISTORY_PREFIX).values() if isinstance(v, dict)]
+    if since_ms is not None:
+        lines = [v for v in lines if int(v.get("finished_at_ms") or 0) >= since_ms]
+    return sorted(lines, key=lambda v: int(v.get("number") or 0))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -63,14 +63,18 @@ def check_claims(store: StateStore, config: ConnectorConfig) -> None:
                 f"If {other!r} was renamed to {config.name!r} or is gone for good, release its claim: {release}"
             )
         prefix = claim.get("topic_prefix")
-        if isinstance(prefix, str) and prefix != config.topic_prefix and prefixes_nest(
-            config.topic_prefix, config.topic_delimiter, prefix, str(claim.get("topic_delimiter") or ".")
+        if (
+            isinstance(prefix, str)
+            and prefix != config.topic_prefix
+            and prefixes_nest(
+                config.topic_prefix, config.topic_delimiter, prefix, str(claim.get("topic_delimiter") or ".")
+            )
         ):
             raise DriftError(
-                f"topic prefix {config.topic_prefix!r} nests with {prefix!r} of connector {other!r} (recorded in {table}): "
-                "the topics of one start with the other's prefix and delimiter, so each would take the other's topics for "
-                f"its own tables. Give {config.name!r} a 'topic.prefix' that neither starts nor is started by {prefix!r}. If "
-                f"{other!r} is gone for good, release its claim: {release}"
+                f"topic prefix {config.topic_prefix!r} nests with {prefix!r} of connector {other!r} "
+                f"(recorded in {table}): the topics of one start with the other's prefix and delimiter, so each would "
+                f"take the other's topics for its own tables. Give {config.name!r} a 'topic.prefix' that neither "
+                f"starts nor is started by {prefix!r}. If {other!r} is gone for good, release its claim: {release}"
             )
         if claim.get("topic_prefix") == config.topic_prefix:
             raise DriftError(
@@ -81,9 +85,10 @@ def check_claims(store: StateStore, config: ConnectorConfig) -> None:
             )
         if config.walflow_lake_enabled and claim.get("lake") == lake_claim(config):
             raise DriftError(
-                f"lake namespace {lake_claim(config)!r} belongs to connector {other!r} (recorded in {table}); two connectors "
-                "writing one namespace would read and reset each other's tables. Give "
-                f"{config.name!r} its own 'walflow.lake.namespace'. If {other!r} is gone for good, release its claim: {release}"
+                f"lake namespace {lake_claim(config)!r} belongs to connector {other!r} (recorded in {table}); "
+                "two connectors writing one namespace would read and reset each other's tables. Give "
+                f"{config.name!r} its own 'walflow.lake.namespace'. If {other!r} is gone for good, "
+                f"release its claim: {release}"
             )
 
 
@@ -91,14 +96,19 @@ def lake_claim(config: ConnectorConfig) -> str:
     """The lake namespace a connector writes, as its claim records it: catalog (or its Connection), warehouse (as
     configured: "default" for the embedded one) and namespace."""
     catalog = config.walflow_lake_catalog_conn_id or config.walflow_lake_catalog
-    return f"{catalog}|{config.walflow_lake_warehouse or 'default'}|{config.walflow_lake_namespace or config.topic_prefix}"
+    return (
+        f"{catalog}|{config.walflow_lake_warehouse or 'default'}|{config.walflow_lake_namespace or config.topic_prefix}"
+    )
 
 
 def record_claim(store: StateStore, config: ConnectorConfig) -> None:
     """Record (or update) this connector's claim on its slot and topic prefix."""
     claim = {
-        "slot": config.slot_name, "topic_prefix": config.topic_prefix, "topic_delimiter": config.topic_delimiter,
-        "publication": config.publication_name, "lake": lake_claim(config) if config.walflow_lake_enabled else None,
+        "slot": config.slot_name,
+        "topic_prefix": config.topic_prefix,
+        "topic_delimiter": config.topic_delimiter,
+        "publication": config.publication_name,
+        "lake": lake_claim(config) if config.walflow_lake_enabled else None,
     }
     current = store.get(OWNER_KEY)
     if not isinstance(current, dict) or any(current.get(k) != v for k, v in claim.items()):
@@ -110,7 +120,9 @@ def topic_collisions(config: ConnectorConfig, tables: Iterable[tuple[str, str]])
     """Topics that more than one of ``tables`` would write to, with those tables' names."""
     by_topic: dict[str, list[str]] = defaultdict(list)
     for schema, table in tables:
-        by_topic[topic_name(config.topic_prefix, schema, table, delimiter=config.topic_delimiter)].append(f"{schema}.{table}")
+        by_topic[topic_name(config.topic_prefix, schema, table, delimiter=config.topic_delimiter)].append(
+            f"{schema}.{table}"
+        )
     return {topic: sorted(names) for topic, names in by_topic.items() if len(names) > 1}
 
 
@@ -119,7 +131,9 @@ def check_topics(config: ConnectorConfig, tables: Iterable[tuple[str, str]]) -> 
     tables = list(tables)
     collisions = topic_collisions(config, tables)
     if collisions:
-        listed = "; ".join(f"{' and '.join(repr(n) for n in names)} -> topic {topic!r}" for topic, names in sorted(collisions.items()))
+        listed = "; ".join(
+            f"{' and '.join(repr(n) for n in names)} -> topic {topic!r}" for topic, names in sorted(collisions.items())
+        )
         raise DriftError(
             f"captured tables would share a topic, since Kafka topic names replace every character other than "
             f"letters, digits, '.', '_' and '-' with '_': {listed}. Their keys would collide in one topic. Rename one "
@@ -153,7 +167,7 @@ def check_publication(
     """Check the publication still holds the tables it should; repair a managed one. Returns warnings, and the
     tables put into the publication (whose changes before were never decoded).
 
-    :param captured: the tables the filters capture now (:func:`walflow.source.list_tables`).
+    :param captured: the tables the filters capture now (:func:`walflow.source.publication.list_tables`).
 
     ``filtered`` (walflow manages the publication): every table the filters capture must be in it; missing ones
     are added back, with a warning naming them, since their changes while out of it were never decoded. Other
@@ -183,8 +197,12 @@ def check_publication(
             f"publication {name!r} lacked table(s) {names}, which the filters capture (removed with ALTER PUBLICATION "
             "... DROP TABLE, or created since setup): added them back. Their changes made while they were not in the "
             "publication were never decoded and are missing from their topics: "
-            + ("walflow re-reads them for the lake (an incremental snapshot)" if config.walflow_lake_enabled else
-               f"re-read them with an incremental snapshot (an execute-snapshot signal, or the {config.name}__snapshot DAG)")
+            + (
+                "walflow re-reads them for the lake (an incremental snapshot)"
+                if config.walflow_lake_enabled
+                else "re-read them with an incremental snapshot "
+                f"(an execute-snapshot signal, or the {config.name}__snapshot DAG)"
+            )
         )
         log.warning("connector %s: %s", config.name, warning)
         return [warning], missing & captured
@@ -196,11 +214,14 @@ def check_publication(
             "snapshot the tables whose changes were missed, or run the setup DAG again to accept its new tables"
         )
     gone = sorted(
-        (s, t) for s, t in (tuple(pair) for pair in recorded.get("tables") or []) if (s, t) in captured and (s, t) not in published
+        (s, t)
+        for s, t in (tuple(pair) for pair in recorded.get("tables") or [])
+        if (s, t) in captured and (s, t) not in published
     )
     if gone:
         raise DriftError(
-            f"table(s) {', '.join(f'{s}.{t}' for s, t in gone)} left publication {name!r} since {config.name}__setup ran, so their changes are "
+            f"table(s) {', '.join(f'{s}.{t}' for s, t in gone)} left publication {name!r} "
+            f"since {config.name}__setup ran, so their changes are "
             f"no longer streamed; with publication.autocreate.mode={config.publication_autocreate_mode!r} walflow does "
             f"not change the publication itself. Add them back (ALTER PUBLICATION {name} ADD TABLE ...) and re-read "
             "them with an incremental snapshot, or, if they left on purpose, run the setup DAG again to accept it"
@@ -215,10 +236,9 @@ _WIDER = {"int8": 0, "int16": 1, "int32": 2, "int64": 3, "float": 10, "float32":
 
 def key_signature(table: TableSchema) -> list[list[str]]:
     """The shape of a table's event key: (field, Kafka Connect type, semantic name) per key field."""
-    return [
-        [str(f.get("field")), str(f.get("type")), str(f.get("name") or "")]
-        for f in table.key_struct_schema["fields"]
-    ]
+    # TableSchema builds the key's struct schema with a list of field schemas (dicts)
+    fields = cast(list[dict[str, Any]], table.key_struct_schema["fields"])
+    return [[str(f.get("field")), str(f.get("type")), str(f.get("name") or "")] for f in fields]
 
 
 def _widening(old: list[list[str]], new: list[list[str]]) -> bool:
@@ -257,7 +277,11 @@ class KeyRegistry:
                 log.warning(
                     "connector %s: the key of table %s changed from %s to %s (widened, or gained or lost its key); its "
                     "topic %s now holds both shapes",
-                    connector, table.data_collection, _show(latest), _show(signature), table.topic,
+                    connector,
+                    table.data_collection,
+                    _show(latest),
+                    _show(signature),
+                    table.topic,
                 )
                 self._accept(table.data_collection, signature)
             else:

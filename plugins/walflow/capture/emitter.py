@@ -1,9 +1,10 @@
 """Snapshot rows as Debezium's ``r`` records: the serialised parts assembled around each row's JSON, the
 ``source.snapshot`` markers of each table's first and last rows, and the records queued a run at a time.
 
-Initial snapshots (:mod:`walflow.capture.snapshot`, and the reader processes of :mod:`walflow.capture.snapshot_workers`) and
-incremental snapshots' chunks (:mod:`walflow.capture.incremental`) emit through one :class:`SnapshotEmitter`: snapshots are
-the hottest path walflow has, and the records of both must be the same bytes.
+Initial snapshots (:mod:`walflow.capture.snapshot`, and the reader processes of
+:mod:`walflow.capture.snapshot_workers`) and incremental snapshots' chunks (:mod:`walflow.capture.incremental`) emit
+through one :class:`SnapshotEmitter`: snapshots are the hottest path walflow has, and the records of both must be the
+same bytes.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from typing import Any
 
 import orjson
 
-from walflow.config.connector import ConnectorConfig
+from walflow.capture.context import CaptureContext
 from walflow.errors import RecordTooLargeError
-from walflow.kafka import ENCODE_RUN, EventProducer, too_large
-from walflow.records.envelope import EventFormat
-from walflow.records.events import Serializer, TableSchema
+from walflow.kafka import ENCODE_RUN, too_large
+from walflow.records.events import TableSchema
 
 
 class SnapshotEmitter:
@@ -30,30 +30,30 @@ class SnapshotEmitter:
     ``first_in_data_collection`` for each table's last and first rows, ``true`` otherwise. Holding one event per
     table back until the end lets the very last one become ``last`` whichever table it is from.
 
+    :param context: the task's context: its configuration, its producer, its event format and serializer.
     :param table_order: the data collections in the order of the snapshot (Debezium's order).
     """
 
     def __init__(
         self,
-        config: ConnectorConfig,
-        producer: EventProducer,
+        context: CaptureContext,
         database: str,
         position_lsn: int | None,
         xid: int | None,
         marker_kind: str = "initial",
         table_order: list[str] | None = None,
     ) -> None:
-        self.config = config
-        self.producer = producer
+        self.config = context.config
+        self.producer = context.producer
         self.database = database
         self.position_lsn = position_lsn
         self.xid = xid
-        self.fmt = EventFormat(config)
+        self.fmt = context.fmt
         self.started_us = time.time_ns() // 1000
         self.kind = marker_kind  # "initial" or "incremental"
         self.table_order = table_order or []
         self.first_table = self.table_order[0] if self.table_order else None
-        self._ser = Serializer(config.record_key_schemas, config.record_value_schemas)
+        self._ser = context.serializer
         #: held last rows: (key, table, after, whether it is also the first row of the first table)
         self._held: list[tuple[bytes | None, TableSchema, dict[str, Any], bool]] = []
         self.rows = 0
@@ -65,7 +65,9 @@ class SnapshotEmitter:
             sequence=f'[null,"{lsn}"]' if lsn is not None else None, tx_id=self.xid, lsn=lsn,
         )  # fmt: skip
 
-    def encoder(self, table: TableSchema, marker: str, middle: bytes | None = None) -> Callable[..., tuple[bytes | None, bytes]]:
+    def encoder(
+        self, table: TableSchema, marker: str, middle: bytes | None = None
+    ) -> Callable[..., tuple[bytes | None, bytes]]:
         """``encode(values, middle=None)``: a row's key and record value, the value assembled from pre-serialised
         parts (schema, source block with ``marker`` or the given ``middle``, or the one passed to ``encode``) around
         the row's JSON: snapshots are the hottest path walflow has. The row goes straight to JSON where the table
@@ -93,10 +95,27 @@ class SnapshotEmitter:
         ts = fmt.processing_time()
         count = 0
 
+        def encode(values: Sequence[Any], middle: bytes | None = None) -> tuple[bytes | None, bytes]:
+            nonlocal count, ts
+            after = row(values)
+            if has_key:
+                key = ser.key(
+                    key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values)
+                )
+            else:
+                key = None
+            count += 1
+            if count & 0x1FFF == 0:
+                ts = fmt.processing_time()
+            return key, join((head, dumps(after), regular if middle is None else middle, ts, tail))
+
+        if json_row is None:
+            return encode
+
         def encode_json(values: Sequence[Any], middle: bytes | None = None) -> tuple[bytes | None, bytes]:
             nonlocal count, ts
             try:
-                row_json, key_json = json_row(values)  # type: ignore[misc]
+                row_json, key_json = json_row(values)
             except (ValueError, ArithmeticError):
                 row(values)  # raises the ConversionError that names the column and its value
                 raise
@@ -106,26 +125,14 @@ class SnapshotEmitter:
             key = (join((key_prefix, key_json, b"}")) if key_schemas else key_json) if has_key else None
             return key, join((head, row_json, regular if middle is None else middle, ts, tail))
 
-        def encode(values: Sequence[Any], middle: bytes | None = None) -> tuple[bytes | None, bytes]:
-            nonlocal count, ts
-            after = row(values)
-            if has_key:
-                key = ser.key(key_prefix, {k: after[k] for k in key_names} if not key_only else table.key(after, values))
-            else:
-                key = None
-            count += 1
-            if count & 0x1FFF == 0:
-                ts = fmt.processing_time()
-            return key, join((head, dumps(after), regular if middle is None else middle, ts, tail))
-
-        return encode if json_row is None else encode_json
+        return encode_json
 
     def middle(self, table: TableSchema, marker: str) -> bytes:
         """The serialised part of a value from its source block (with ``marker``) to its processing time."""
         source_key, after_source = self.fmt.envelope_parts("r")
         return source_key + orjson.dumps(self.source(table, marker)) + after_source
 
-    def table_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> int:
+    def table_rows(self, table: TableSchema, rows: Iterator[Sequence[Any]]) -> int:
         """Emit every row of one table; return how many.
 
         The table's last row is held back for its ``last``/``last_in_data_collection`` marker (an incremental
@@ -208,13 +215,21 @@ class SnapshotEmitter:
         """Send one row held back for its ``source.snapshot`` marker."""
         payload = self.fmt.envelope(None, after, self.source(table, marker), "r", None)
         try:
-            self.producer.send(table.topic, key, self._ser.value(table.value_schema_json, payload), self.fmt.context_headers or None)
+            self.producer.send(
+                table.topic, key, self._ser.value(table.value_schema_json, payload), self.fmt.context_headers or None
+            )
         except RecordTooLargeError as exc:
             raise self._too_large(exc, table, after) from None
 
-    def _too_large(self, exc: RecordTooLargeError, table: TableSchema, row: dict[str, Any] | None) -> RecordTooLargeError:
+    def _too_large(
+        self, exc: RecordTooLargeError, table: TableSchema, row: dict[str, Any] | None
+    ) -> RecordTooLargeError:
         key = {f.name: row.get(f.name) for f in table.key_fields} if (row is not None and table.has_key) else None
         return too_large(
-            exc, table=table.data_collection, key=key, lsn=self.position_lsn, row=row,
+            exc,
+            table=table.data_collection,
+            key=key,
+            lsn=self.position_lsn,
+            row=row,
             what="The snapshot stopped before producing it and is taken again from the start by the next setup run",
         )

@@ -72,14 +72,20 @@ def read_kafka_signals(
         while open_partitions and len(signals) < MAX_SIGNALS:
             msg = client.poll(poll_s)
             if msg is None:
-                raise DeliveryError(f"the signal topic {topic!r} gave no answer within {poll_s:.0f} s; the batch stopped before reading the slot")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+                raise DeliveryError(
+                    f"the signal topic {topic!r} gave no answer within {poll_s:.0f} s; "
+                    "the batch stopped before reading the slot"
+                )
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     open_partitions.discard(msg.partition())
                     continue
-                raise DeliveryError(f"reading the signal topic {topic!r}: {msg.error().str()}")
-            read[msg.partition()] = msg.offset()
-            signal = _signal(config, msg.partition(), msg.offset(), msg.key(), msg.value())
+                raise DeliveryError(f"reading the signal topic {topic!r}: {error.str()}")
+            partition, offset = msg.partition(), msg.offset()
+            assert partition is not None and offset is not None  # a consumed message (not an error) has both
+            read[partition] = offset
+            signal = _signal(config, partition, offset, msg.key(), msg.value())
             if signal is not None:
                 signals.append(signal)
     finally:
@@ -87,7 +93,9 @@ def read_kafka_signals(
     return signals, read
 
 
-def _signal(config: ConnectorConfig, partition: int, offset: int, key: bytes | None, value: bytes | None) -> KafkaSignal | None:
+def _signal(
+    config: ConnectorConfig, partition: int, offset: int, key: bytes | None, value: bytes | None
+) -> KafkaSignal | None:
     where = f"signal topic {config.signal_topic!r} partition {partition} offset {offset}"
     if key is None or key.decode("utf-8", "replace") != config.topic_prefix:
         log.info("%s: key %r is not this connector's (%r); passed over", where, key, config.topic_prefix)

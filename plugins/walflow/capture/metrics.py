@@ -42,12 +42,14 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def streaming_metrics(summary: Any, now_ms: int | None = None, captured_tables: list[str] | None = None) -> dict[str, Any]:
+def streaming_metrics(
+    summary: Any, now_ms: int | None = None, captured_tables: list[str] | None = None
+) -> dict[str, Any]:
     """The reference's streaming metrics for one :class:`walflow.capture.batches.BatchSummary`.
 
     :param captured_tables: ``schema.table`` of every table the connector captures (its filters and publication,
-        see :func:`walflow.source.captured_tables`), whether or not this batch saw events of it; when ``None``,
-        ``summary.captured_tables`` if the batch recorded them.
+        see :func:`walflow.source.publication.captured_tables`), whether or not this batch saw events of it; when
+        ``None``, ``summary.captured_tables`` if the batch recorded them.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     last = summary.last_event_commit_ms
@@ -88,7 +90,9 @@ def failed_streaming_metrics(error: BaseException) -> dict[str, Any]:
     }
 
 
-def snapshot_metrics(report: dict[str, Any] | None, *, error: BaseException | None = None, started: bool = False) -> dict[str, Any]:
+def snapshot_metrics(
+    report: dict[str, Any] | None, *, error: BaseException | None = None, started: bool = False
+) -> dict[str, Any]:
     """The reference's snapshot metrics from a setup report's ``snapshot`` part, or for a setup that failed.
 
     A setup task reports when it has ended, so ``SnapshotRunning`` is false here; while a snapshot runs, the
@@ -136,9 +140,7 @@ def numeric(metrics: dict[str, Any]) -> dict[str, float]:
     """The metrics a StatsD/OpenTelemetry gauge can carry (booleans as 0/1, nested values left out)."""
     out: dict[str, float] = {}
     for name, value in metrics.items():
-        if isinstance(value, bool):
-            out[name] = float(value)
-        elif isinstance(value, (int, float)):
+        if isinstance(value, (bool, int, float)):
             out[name] = float(value)
     return out
 

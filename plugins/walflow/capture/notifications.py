@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from walflow.config.connector import ConnectorConfig
+from walflow.capture.context import CaptureContext, CaptureHelpers
 from walflow.kafka import EventProducer
 from walflow.records.envelope import java_copy_capacity, java_hash_map_order
-from walflow.records.events import Serializer, now_ms
+from walflow.records.events import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,13 @@ VALUE_SCHEMA: dict[str, Any] = {
         {"type": "string", "optional": False, "field": "id"},
         {"type": "string", "optional": False, "field": "type"},
         {"type": "string", "optional": False, "field": "aggregate_type"},
-        {"type": "map", "keys": {"type": "string", "optional": False}, "values": {"type": "string", "optional": False}, "optional": True,
-         "field": "additional_data"},
+        {
+            "type": "map",
+            "keys": {"type": "string", "optional": False},
+            "values": {"type": "string", "optional": False},
+            "optional": True,
+            "field": "additional_data",
+        },
         {"type": "int64", "optional": False, "field": "timestamp"},
     ],
     "optional": False,
@@ -52,21 +57,33 @@ def collections(names: Iterable[str]) -> str:
 
 
 class Notifier:
-    """The connector's notification channels; does nothing when none is enabled."""
+    """The connector's notification channels; does nothing when none is enabled.
 
-    def __init__(self, config: ConnectorConfig, producer: EventProducer | None) -> None:
+    :param context: the task's context; the ``sink`` channel writes with its producer (only when that channel is
+        enabled: a context without a producer, :class:`CaptureHelpers`, serves a connector whose sink channel is off).
+    :raises ValueError: for the ``sink`` channel with a context that has no producer.
+    """
+
+    def __init__(self, context: CaptureHelpers) -> None:
+        config = context.config
         channels = set(config.notification_enabled_channels)
         self.config = config
         self.log = "log" in channels
-        self.producer = producer if "sink" in channels else None
+        self.producer: EventProducer | None = None
+        if "sink" in channels:
+            if not isinstance(context, CaptureContext):
+                raise ValueError("the 'sink' notification channel needs a context with a producer")
+            self.producer = context.producer
         self.topic = config.notification_sink_topic_name
         self.enabled = self.log or self.producer is not None
-        self._ser = Serializer(config.record_key_schemas, config.record_value_schemas)
+        self._ser = context.serializer
         self._key_prefix = self._ser.prefix(KEY_SCHEMA)
         self._value_prefix = self._ser.prefix(VALUE_SCHEMA)
         self._topic_ready = False
 
-    def notify(self, aggregate: str, kind: str, data: dict[str, str] | None = None, notification_id: str | None = None) -> None:
+    def notify(
+        self, aggregate: str, kind: str, data: dict[str, str] | None = None, notification_id: str | None = None
+    ) -> None:
         if not self.enabled:
             return
         data = data or {}
@@ -77,7 +94,9 @@ class Notifier:
             "aggregate_type": aggregate,
             # Debezium copies the data into a HashMap and adds the connector's name (keys of one bucket keep that
             # order, which for the data's own keys Java draws anew in each JVM)
-            "additional_data": {name: full[name] for name in java_hash_map_order(list(full), java_copy_capacity(len(data)))},
+            "additional_data": {
+                name: full[name] for name in java_hash_map_order(list(full), java_copy_capacity(len(data)))
+            },
             "timestamp": now_ms(),
         }
         if self.log:
@@ -87,4 +106,8 @@ class Notifier:
             if not self._topic_ready:
                 self.producer.ensure_topic(self.topic)
                 self._topic_ready = True
-            self.producer.send(self.topic, self._ser.key(self._key_prefix, {"id": payload["id"]}), self._ser.value(self._value_prefix, payload))
+            self.producer.send(
+                self.topic,
+                self._ser.key(self._key_prefix, {"id": payload["id"]}),
+                self._ser.value(self._value_prefix, payload),
+            )

@@ -36,7 +36,7 @@ class BlockPrefetch:
                 block = self._cursor.fetchmany(self._rows)
                 if not self._put(block) or not block:
                     return
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which raises it
+        except BaseException as exc:
             self._put(exc)
 
     def _put(self, item: list[Any] | BaseException) -> bool:
@@ -69,6 +69,6 @@ class BlockPrefetch:
             cancel = getattr(connection, "cancel_safe", None) or connection.cancel
             try:
                 cancel()
-            except Exception:  # noqa: BLE001 - the fetch then ends by itself, as before
+            except Exception:
                 pass
             self._thread.join()

@@ -50,22 +50,41 @@ SIGNAL_PREFIX = "walflow-reread:"
 REREADS_KEY = "rereads"
 #: the WAL position now: where a re-read's decision falls (inserted, not only flushed: a transaction that committed
 #: asynchronously is visible before its commit is flushed); a standby's replayed position
-_NOW_SQL = "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text"
+_NOW_SQL = (
+    "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END)::text"
+)
 
 
 def sweep_record(schema: str, table: str, signal: str, position: int, due: int, reason: str) -> tuple[bytes, bytes]:
     """The schema topic's record of a sweep: rows of ``schema.table`` older than ``position`` (the commit part of a lake
     position) are gone once the lake has applied the re-read ``signal``, decided at WAL position ``due``."""
     key = orjson.dumps({"schema": schema, "table": table})
-    value = {"format": FORMAT, "kind": SWEEP_KIND, "schema": schema, "table": table, "signal": signal, "position": position,
-             "due": due, "reason": reason, "at_ms": now_ms()}
+    value = {
+        "format": FORMAT,
+        "kind": SWEEP_KIND,
+        "schema": schema,
+        "table": table,
+        "signal": signal,
+        "position": position,
+        "due": due,
+        "reason": reason,
+        "at_ms": now_ms(),
+    }
     return key, orjson.dumps(value)
 
 
 def stale_record(schema: str, table: str, lsn: int, reason: str) -> tuple[bytes, bytes]:
     """The schema topic's record of a table without key whose rows changed without events at about ``lsn``."""
     key = orjson.dumps({"schema": schema, "table": table})
-    value = {"format": FORMAT, "kind": STALE_KIND, "schema": schema, "table": table, "lsn": lsn, "reason": reason, "at_ms": now_ms()}
+    value = {
+        "format": FORMAT,
+        "kind": STALE_KIND,
+        "schema": schema,
+        "table": table,
+        "lsn": lsn,
+        "reason": reason,
+        "at_ms": now_ms(),
+    }
     return key, orjson.dumps(value)
 
 
@@ -78,7 +97,12 @@ class Rereads:
     """
 
     def __init__(
-        self, store: StateStore, conn: psycopg.Connection, producer: EventProducer, topic: str, connector: str,
+        self,
+        store: StateStore,
+        conn: psycopg.Connection,
+        producer: EventProducer,
+        topic: str,
+        connector: str,
         incremental: Any,
     ) -> None:
         self.store = store
@@ -110,7 +134,7 @@ class Rereads:
         self._captured = {oid: name for name, oid in captured.items()}
         #: where this batch's re-reads are decided from: one decided since covers what happened before it
         self.checked_at = self._now()
-        known = self._known = {k[len(WATCH_PREFIX):]: v for k, v in self.store.prefixed(WATCH_PREFIX).items()}
+        known = self._known = {k[len(WATCH_PREFIX) :]: v for k, v in self.store.prefixed(WATCH_PREFIX).items()}
         # the names the relations had when last seen: a relation under a new name was renamed (its new name's topic and
         # lake table hold only what was streamed under that name)
         named = {int(v["oid"]): n for n, v in known.items() if isinstance(v, dict) and v.get("oid") is not None}
@@ -135,14 +159,23 @@ class Rereads:
             self._seen[(schema, table)] = observed
             if raw is None:
                 self._to_remember[(schema, table)] = observed.to_state()  # first seen: what later batches compare with
-                before = named.get(observed.oid)
-                if before is not None and before != name:
-                    self.start(schema, table, f"it was renamed from {before}: its topic and lake table hold only what was streamed "
-                               "under its new name")
+                renamed_from = named.get(observed.oid)
+                if renamed_from is not None and renamed_from != name:
+                    self.start(
+                        schema,
+                        table,
+                        f"it was renamed from {renamed_from}: its topic and lake table hold only what was streamed "
+                        "under its new name",
+                    )
                 continue
             if isinstance(raw, dict) and raw.get("away") and int(raw.get("oid") or 0) == observed.oid:
-                self.start(schema, table, f"it was renamed to {raw['away']} and back: what it went through meanwhile reached none "
-                           "of its topics", observed.keyed)
+                self.start(
+                    schema,
+                    table,
+                    f"it was renamed to {raw['away']} and back: what it went through meanwhile reached none "
+                    "of its topics",
+                    observed.keyed,
+                )
                 continue
             try:
                 before = Observed.from_state(raw)
@@ -161,24 +194,31 @@ class Rereads:
                 continue
             self.start(schema, table, reason, observed.keyed)
 
-    def start(self, schema: str, table: str, reason: str, keyed: bool | None = None, since: int | None = None) -> str | None:
+    def start(
+        self, schema: str, table: str, reason: str, keyed: bool | None = None, since: int | None = None
+    ) -> str | None:
         """Re-read ``schema.table`` (an incremental snapshot, then a sweep), or for a table without a key tell the lake
         it is stale. Returns the re-read's signal id (None when there is none).
 
         :param since: the WAL position of the change that calls for it: a re-read of the table decided at or after it
             (this batch's, at its start) covers it already."""
         name = f"{schema}.{table}"
-        if since is not None and any(e["schema"] == schema and e["table"] == table and e["due"] >= since for e in self.entries.values()):
+        if since is not None and any(
+            e["schema"] == schema and e["table"] == table and e["due"] >= since for e in self.entries.values()
+        ):
             return None
         observed = self._seen.get((schema, table))
         keyed = observed.keyed if keyed is None and observed is not None else keyed
         due = self._now()
         if not keyed:
             log.error(
-                "connector %s: table %s changed its rows without change events (%s), and it has no primary key, so walflow "
-                "cannot re-read it: the lake stops at this table until it has a key (walflow then re-reads it) or the lake "
-                "is rebuilt (walflow reset %s --lake, then the setup DAG)",
-                self.connector, printable(name), reason, self.connector,
+                "connector %s: table %s changed its rows without change events (%s), and it has no primary key, "
+                "so walflow cannot re-read it: the lake stops at this table until it has a key (walflow then re-reads "
+                "it) or the lake is rebuilt (walflow reset %s --lake, then the setup DAG)",
+                self.connector,
+                printable(name),
+                reason,
+                self.connector,
             )
             self.producer.ensure_topic(self.topic)
             self.producer.send(self.topic, *stale_record(schema, table, due, reason))
@@ -188,8 +228,14 @@ class Rereads:
         try:
             self._incremental().reread(signal, name, reason)
         except (WalflowError, SignalError) as exc:
-            log.error("connector %s: cannot re-read table %s (%s): %s; its lake table may differ from the source until it is "
-                      "snapshotted again", self.connector, printable(name), reason, exc)
+            log.error(
+                "connector %s: cannot re-read table %s (%s): %s; its lake table may differ from the source until it is "
+                "snapshotted again",
+                self.connector,
+                printable(name),
+                reason,
+                exc,
+            )
             return None
         self.entries[signal] = {"schema": schema, "table": table, "due": due, "position": None, "reason": reason}
         self._dirty = True
@@ -230,8 +276,11 @@ class Rereads:
         if name not in observe(self.conn, [rid]):  # its name in the catalog now
             # renamed since the batch started (or dropped), not back: the next batch finds it under its new name
             return
-        self.start(*name, f"changes were made while it was named {relation.namespace}.{relation.name} (renamed away and back "
-                   "since)", since=lsn)
+        self.start(
+            *name,
+            f"changes were made while it was named {relation.namespace}.{relation.name} (renamed away and back since)",
+            since=lsn,
+        )
 
     @property
     def next_due(self) -> int | None:
@@ -247,8 +296,13 @@ class Rereads:
             if entry.get("position") is None and entry["due"] <= lsn:
                 entry["position"] = previous_commit_end
                 self._dirty = True
-                log.info("re-read %s of %s.%s: the lake's rows of the table older than %s are swept once it completes",
-                         signal, printable(entry["schema"]), printable(entry["table"]), lsn_to_str(previous_commit_end))
+                log.info(
+                    "re-read %s of %s.%s: the lake's rows of the table older than %s are swept once it completes",
+                    signal,
+                    printable(entry["schema"]),
+                    printable(entry["table"]),
+                    lsn_to_str(previous_commit_end),
+                )
 
     # -- once the batch's records are acknowledged ----------------------------------------------------------------
     def finish(self) -> int:
@@ -260,13 +314,28 @@ class Rereads:
             status = (self.store.get(signal_key(signal)) or {}).get("status")
             if status == "completed" and entry.get("position") is not None:
                 self.producer.ensure_topic(self.topic)
-                self.producer.send(self.topic, *sweep_record(entry["schema"], entry["table"], signal, int(entry["position"]), int(entry["due"]), entry["reason"]))
+                self.producer.send(
+                    self.topic,
+                    *sweep_record(
+                        entry["schema"],
+                        entry["table"],
+                        signal,
+                        int(entry["position"]),
+                        int(entry["due"]),
+                        entry["reason"],
+                    ),
+                )
                 entry["done"] = True
                 written += 1
             elif status in ("stopped", "failed"):
-                log.warning("re-read %s of %s.%s ended %s: its lake table is not swept and may hold rows the source no longer "
-                            "has; send an execute-snapshot signal of the table to re-read it", signal, printable(entry["schema"]),
-                            printable(entry["table"]), status)
+                log.warning(
+                    "re-read %s of %s.%s ended %s: its lake table is not swept and may hold rows the source no longer "
+                    "has; send an execute-snapshot signal of the table to re-read it",
+                    signal,
+                    printable(entry["schema"]),
+                    printable(entry["table"]),
+                    status,
+                )
                 entry["done"] = True
         return written
 
@@ -295,7 +364,7 @@ def remember(store: StateStore, seen: dict[tuple[str, str], Observed], replace: 
     batch to compare with; with ``replace`` (their rows were just snapshotted, and ``seen`` was read before the
     snapshot, so that a change between the two is found again rather than taken as the start) over what an earlier
     batch saw, else only for tables never seen (a change since the last batch must still be found by the next one)."""
-    known = set() if replace else {k[len(WATCH_PREFIX):] for k in store.prefixed(WATCH_PREFIX)}
+    known = set() if replace else {k[len(WATCH_PREFIX) :] for k in store.prefixed(WATCH_PREFIX)}
     for (schema, table), observed in seen.items():
         if f"{schema}.{table}" not in known:
             covered = [attnum for attnum, *_rest in observed.attributes] if replace else []

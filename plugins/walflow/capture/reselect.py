@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-import regex
 from psycopg import sql
 
 from walflow.config.connector import ConnectorConfig
-from walflow.config.transforms import PostProcessorSpec
+from walflow.config.javaregex import CASE_INSENSITIVE, compile_java
+from walflow.config.smt_chain import PostProcessorSpec
 from walflow.errors import SourceError
 from walflow.records.events import TableSchema
 from walflow.source.connection import quote_table
@@ -33,11 +33,19 @@ log = logging.getLogger(__name__)
 class Reselector:
     """One ``ReselectColumnsPostProcessor``, reading through ``connection()`` (an autocommit session)."""
 
-    def __init__(self, config: ConnectorConfig, spec: PostProcessorSpec, connection: Callable[[], psycopg.Connection]) -> None:
+    def __init__(
+        self, config: ConnectorConfig, spec: PostProcessorSpec, connection: Callable[[], psycopg.Connection]
+    ) -> None:
         settings = spec.settings
-        flags = regex.IGNORECASE | regex.VERSION0
-        self.include = [regex.compile(p, flags) for p in settings["reselect.columns.include.list"]]
-        self.exclude = [regex.compile(p, flags) for p in settings["reselect.columns.exclude.list"]]
+        # Java patterns, case-insensitive, as the post processor compiles them (checked when the chain was read)
+        self.include = [
+            compile_java(p, CASE_INSENSITIVE, "'reselect.columns.include.list'")
+            for p in settings["reselect.columns.include.list"]
+        ]
+        self.exclude = [
+            compile_java(p, CASE_INSENSITIVE, "'reselect.columns.exclude.list'")
+            for p in settings["reselect.columns.exclude.list"]
+        ]
         self.unavailable = bool(settings["reselect.unavailable.values"])
         self.nulls = bool(settings["reselect.null.values"])
         self.fail = settings["reselect.error.handling.mode"] == "fail"
@@ -65,7 +73,8 @@ class Reselector:
         needed = [
             name for name, toast in table.toast_values
             if name in after and (
-                (self.unavailable and toast is not None and after[name] == toast) or (self.nulls and after[name] is None)
+                (self.unavailable and toast is not None and after[name] == toast)
+                or (self.nulls and after[name] is None)
             ) and self._wanted(table, name)
         ]  # fmt: skip
         if not needed:
@@ -94,11 +103,13 @@ class Reselector:
         cached = self._queries.get(id(table))
         if cached is None:
             columns = sql.SQL(", ").join(
-                # format('%s') writes a value with its type's output function, as pgoutput does ('%%': the query has parameters)
-                sql.SQL("CASE WHEN {0} IS NULL THEN NULL ELSE format('%%s', {0}) END").format(sql.Identifier(name)) for name in table.column_names
+                # format('%s') writes a value with its type's output function, as pgoutput does ('%%': the query has
+                # parameters)
+                sql.SQL("CASE WHEN {0} IS NULL THEN NULL ELSE format('%%s', {0}) END").format(sql.Identifier(name))
+                for name in table.column_names
             )
             where = sql.SQL(" AND ").join(
-                sql.SQL("{} = CAST(%s AS {})").format(sql.Identifier(column), sql.SQL(table.column_types[column]))  # type: ignore[arg-type]
+                sql.SQL("{} = CAST(%s AS {})").format(sql.Identifier(column), sql.SQL(table.column_types[column]))
                 if table.column_types.get(column)
                 else sql.SQL("{}::text = %s").format(sql.Identifier(column))
                 for column in table.key_columns
@@ -108,7 +119,9 @@ class Reselector:
         return cached[1], cached[2]
 
 
-def reselectors(config: ConnectorConfig, connection: Callable[[], psycopg.Connection]) -> Callable[[TableSchema, Sequence[Any], dict[str, Any]], dict[str, Any]] | None:
+def reselectors(
+    config: ConnectorConfig, connection: Callable[[], psycopg.Connection]
+) -> Callable[[TableSchema, Sequence[Any], dict[str, Any]], dict[str, Any]] | None:
     """The connector's post processors as one function of (table, tuple values, after row), or ``None``."""
     chain = [Reselector(config, spec, connection) for spec in config.post_processors]
     if not chain:

@@ -38,6 +38,7 @@ import orjson
 from walflow.records.arrays import parse_array
 from walflow.records.events import match_columns, now_ms
 from walflow.records.facts import FORMAT, START_KIND, field_type
+from walflow.source.lsn import Lsn
 
 if TYPE_CHECKING:
     from walflow.kafka import EventProducer
@@ -72,7 +73,13 @@ class Fact:
 
     def signature(self) -> list[Any]:
         """What tells one definition from another (the fills are not part of it: they are facts about rows)."""
-        return [[[name, attnum] for name, attnum, _f, _k in self.fields], list(self.key), self.identity, list(self.identity_fields), list(self.types)]
+        return [
+            [[name, attnum] for name, attnum, _f, _k in self.fields],
+            list(self.key),
+            self.identity,
+            list(self.identity_fields),
+            list(self.types),
+        ]
 
     def record(self) -> tuple[bytes, bytes]:
         key = orjson.dumps({"schema": self.schema, "table": self.table})
@@ -81,7 +88,10 @@ class Fact:
             "schema": self.schema,
             "table": self.table,
             "lsn": self.lsn,
-            "fields": [{"field": n, "attnum": a, "fill": f, "known": k, "type": ty} for (n, a, f, k), ty in zip(self.fields, self.types)],
+            "fields": [
+                {"field": n, "attnum": a, "fill": f, "known": k, "type": ty}
+                for (n, a, f, k), ty in zip(self.fields, self.types)
+            ],
             "key": list(self.key),
             "identity": self.identity,
             "identity_fields": list(self.identity_fields),
@@ -131,7 +141,11 @@ def storage(table: CatalogTable | None, previous: tuple[int, int] | None = None)
 
 
 def build_fact(
-    schema: TableSchema, relation: Relation, table: CatalogTable | None, lsn: int, previous: dict[str, int] | None = None,
+    schema: TableSchema,
+    relation: Relation,
+    table: CatalogTable | None,
+    lsn: int,
+    previous: dict[str, int] | None = None,
     previous_storage: tuple[int, int] | None = None,
 ) -> Fact:
     """The fact of ``schema`` (built from ``relation`` at ``lsn``), with attribute numbers and fills from the catalog.
@@ -155,22 +169,36 @@ def build_fact(
                 continue
             if sum(1 for a in live if a < info.attnum) > i:
                 matched[i] = None
-            elif info.attr_type_oid != column.type_oid and previous and column.name in previous and previous[column.name] != info.attnum:
+            elif (
+                info.attr_type_oid != column.type_oid
+                and previous
+                and column.name in previous
+                and previous[column.name] != info.attnum
+            ):
                 # another type than the attribute of that name has now, and another attribute before: the old one
                 matched[i] = None
-    fields = []
+    fields: list[tuple[str, int | None, Any, bool]] = []
     kept = storage(table, previous_storage)
     ceiling = kept[1] if kept is not None and kept == previous_storage else None
     for spec in schema.fields:
         info = matched[spec.index]
         if info is None and previous and spec.name in previous:
-            fields.append((spec.name, previous[spec.name], None, True))  # an attribute dropped since: its fill is history
+            fields.append(
+                (spec.name, previous[spec.name], None, True)
+            )  # an attribute dropped since: its fill is history
         else:
             fields.append(_field(spec, info, ceiling is not None and info is not None and info.attnum > ceiling))
     flagged = [c.name for c in relation.columns if c.is_key]
     types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
     return Fact(
-        schema.schema, schema.table, lsn, tuple(fields), tuple(f.name for f in schema.key_fields), relation.replica_identity, tuple(flagged), types,
+        schema.schema,
+        schema.table,
+        lsn,
+        tuple(fields),
+        tuple(f.name for f in schema.key_fields),
+        relation.replica_identity,
+        tuple(flagged),
+        types,
         kept,
     )
 
@@ -180,10 +208,25 @@ def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
     columns = list(table.columns.values())
     fields = tuple(_field(spec, columns[spec.index]) for spec in schema.fields)
     identity = table.replica_identity
-    flagged = [c.name for c in columns if not c.generated] if identity == "f" else list(table.primary_key) if identity == "d" else []
+    flagged = (
+        [c.name for c in columns if not c.generated]
+        if identity == "f"
+        else list(table.primary_key)
+        if identity == "d"
+        else []
+    )
     types = tuple(field_type(spec.converter.schema) for spec in schema.fields)
-    return Fact(schema.schema, schema.table, lsn, fields, tuple(f.name for f in schema.key_fields), identity, tuple(flagged), types, storage(table))
-
+    return Fact(
+        schema.schema,
+        schema.table,
+        lsn,
+        fields,
+        tuple(f.name for f in schema.key_fields),
+        identity,
+        tuple(flagged),
+        types,
+        storage(table),
+    )
 
 
 def start_record(connector: str, offsets: dict[str, dict[int, int]], lsn: int) -> tuple[bytes, bytes]:
@@ -192,8 +235,14 @@ def start_record(connector: str, offsets: dict[str, dict[int, int]], lsn: int) -
     ``walflow reset --lake``) starts there rather than at offset 0: the snapshot holds every row as it was, and
     what the topics held before it (a row deleted since, whose delete was never streamed before a reset) must not
     come back."""
-    doc = {"format": FORMAT, "kind": START_KIND, "connector": connector, "lsn": lsn, "at": int(time.time() * 1000),
-           "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()}}
+    doc = {
+        "format": FORMAT,
+        "kind": START_KIND,
+        "connector": connector,
+        "lsn": lsn,
+        "at": int(time.time() * 1000),
+        "offsets": {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
+    }
     return f"{START_KIND}:{connector}".encode(), orjson.dumps(doc)
 
 
@@ -215,7 +264,11 @@ class SchemaFacts:
         """The last definition described for relation ``oid`` (all of the connector's are read at first use, in
         one query: a batch may meet thousands of tables)."""
         if self._loaded is None:
-            self._loaded = {int(k[len(STATE_PREFIX) :]): v for k, v in self.store.prefixed(STATE_PREFIX).items() if k[len(STATE_PREFIX) :].isdigit()}
+            self._loaded = {
+                int(k[len(STATE_PREFIX) :]): v
+                for k, v in self.store.prefixed(STATE_PREFIX).items()
+                if k[len(STATE_PREFIX) :].isdigit()
+            }
         return self._pending.get(oid, self._known.get(oid, self._loaded.get(oid)))
 
     def previous(self, oid: int) -> dict[str, int]:
@@ -244,15 +297,31 @@ class SchemaFacts:
             self._topic_ready = True
         key, value = fact.record()
         self.producer.send(self.topic, key, value)
-        self._pending[oid] = {"signature": signature, "lsn": fact.lsn, "storage": list(fact.storage) if fact.storage else None}
+        self._pending[oid] = {
+            "signature": signature,
+            "lsn": fact.lsn,
+            "storage": list(fact.storage) if fact.storage else None,
+        }
         self.produced.append(fact)
         log.info(
-            "table %s.%s: definition changed at %X/%X (%s); fact written to %s", fact.schema, fact.table, fact.lsn >> 32, fact.lsn & 0xFFFFFFFF,
-            ", ".join(f"{n}#{a}" for n, a, _f, _k in fact.fields), self.topic,
+            "table %s.%s: definition changed at %s (%s); fact written to %s",
+            fact.schema,
+            fact.table,
+            Lsn(fact.lsn),
+            ", ".join(f"{n}#{a}" for n, a, _f, _k in fact.fields),
+            self.topic,
         )
         before = None
         if previous is not None:
-            before = Fact(fact.schema, fact.table, int(previous.get("lsn") or 0), tuple((n, a, None, True) for n, a in previous["signature"][0]), (), "", ())
+            before = Fact(
+                fact.schema,
+                fact.table,
+                int(previous.get("lsn") or 0),
+                tuple((n, a, None, True) for n, a in previous["signature"][0]),
+                (),
+                "",
+                (),
+            )
         return fact, before
 
     def save(self) -> None:

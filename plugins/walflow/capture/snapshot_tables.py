@@ -2,26 +2,24 @@
 transaction that imports the snapshot.
 
 Shared by the snapshot in one process (:mod:`walflow.capture.snapshot`), its reader processes
-(:mod:`walflow.capture.snapshot_workers`) and the incremental snapshot's chunks (:mod:`walflow.capture.chunks`), so that none of
-them imports another for these.
+(:mod:`walflow.capture.snapshot_workers`) and the incremental snapshot's chunks
+(:mod:`walflow.capture.incremental.chunks`), so that none of them imports another for these.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from walflow.config.connector import ConnectorConfig
-from walflow.config.filters import Filters
+from walflow.capture.context import CaptureHelpers
 from walflow.config.patterns import compile_patterns
 from walflow.errors import SourceError
-from walflow.records.events import Serializer, TableSchema
-from walflow.records.transforms import ColumnRules
+from walflow.records.events import TableSchema
 from walflow.source.catalog import Catalog, CatalogTable
 from walflow.source.connection import quote_table
 from walflow.source.publication import list_tables
@@ -59,20 +57,16 @@ def key_types(catalog: CatalogTable, key: list[str]) -> list[str]:
 
 
 def plan_tables(
-    conn: psycopg.Connection,
-    config: ConnectorConfig,
-    *,
-    only: list[str] | None = None,
-    serializer: Serializer | None = None,
+    conn: psycopg.Connection, context: CaptureHelpers, *, only: list[str] | None = None
 ) -> list[SnapshotTable]:
     """The captured tables a snapshot reads, with their keysets and SELECT overrides.
 
+    :param context: the task's context (its configuration, filters, column rules and serializer), or the helpers
+        alone where there is no producer yet.
     :param only: regular expressions narrowing the tables (``snapshot.include.collection.list`` or an
         ad-hoc snapshot's ``data-collections``); ``None`` means every captured table.
     """
-    filters = Filters(config)
-    serializer = serializer or Serializer(config.record_key_schemas, config.record_value_schemas)
-    rules = ColumnRules(config)
+    config, filters, serializer, rules = context.config, context.filters, context.serializer, context.rules
     catalog = Catalog(conn)
     patterns = compile_patterns(only or [], "'snapshot.include.collection.list'")
     overrides = set(config.snapshot_select_statement_overrides)
@@ -88,17 +82,21 @@ def plan_tables(
         key = list(info.primary_key)
         override = None
         if name in overrides or f'"{schema}"."{table}"' in overrides:
-            override = config.snapshot_select_overrides.get(name) or config.snapshot_select_overrides.get(f'"{schema}"."{table}"')
+            override = config.snapshot_select_overrides.get(name) or config.snapshot_select_overrides.get(
+                f'"{schema}"."{table}"'
+            )
             if not override:
                 raise SnapshotError(
-                    f"'snapshot.select.statement.overrides' names {name} but 'snapshot.select.statement.overrides.{name}' "
-                    "holds no SELECT statement"
+                    f"'snapshot.select.statement.overrides' names {name} "
+                    f"but 'snapshot.select.statement.overrides.{name}' holds no SELECT statement"
                 )
         planned.append(SnapshotTable(events_schema, info, key, key_types(info, key), override))
     return planned
 
 
-def debezium_table_order(tables: list[tuple[str, str, int, str, bool]], include: list[str]) -> list[tuple[str, str, int]]:
+def debezium_table_order(
+    tables: list[tuple[str, str, int, str, bool]], include: list[str]
+) -> list[tuple[str, str, int]]:
     """The order in which Debezium snapshots tables: for each ``table.include.list`` entry in turn (all tables when
     there is none), the tables it matches that are not listed yet, sorted by ``schema.table``."""
     patterns = compile_patterns(include or [".*"], "'table.include.list'")
@@ -122,7 +120,7 @@ _OUTPUT_FUNCTION_TYPES = {"bpchar", "inet", "cidr"}
 def sql_fragment(text: str) -> sql.SQL:
     """A user-written SQL fragment (SELECT override, additional condition) for a query executed with a parameter
     list: psycopg reads ``%`` there as a placeholder, so ``LIKE 'a%'`` must reach it as ``%%``."""
-    return sql.SQL(text.replace("%", "%%"))  # type: ignore[arg-type]
+    return sql.SQL(text.replace("%", "%%"))
 
 
 def condition_sql(text: str) -> sql.Composed:
@@ -151,7 +149,7 @@ def read_chunks(
     *,
     after: list[str] | None = None,
     upto: list[str] | None = None,
-) -> Iterator[list[Any]]:
+) -> Iterator[Sequence[Any]]:
     """Yield the table's rows (as text) in keyset order, ``fetch_size`` rows per query.
 
     :param after: exclusive lower bound of the key (text values), to resume or split.
@@ -228,7 +226,11 @@ def _lock_tables(conn: psycopg.Connection, tables: list[SnapshotTable], timeout_
     conn.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{timeout_ms}ms")))
     try:
         for table in tables:
-            conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(quote_table(table.catalog.schema, table.catalog.name)))
+            conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    quote_table(table.catalog.schema, table.catalog.name)
+                )
+            )
     except psycopg.errors.LockNotAvailable:
         error = SnapshotError(
             f"could not lock table {table.name} within snapshot.lock.timeout.ms={timeout_ms}: another session holds "

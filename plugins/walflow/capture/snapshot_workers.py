@@ -3,15 +3,15 @@ ranges that reader processes read in parallel, each on a connection of its own t
 coordinator exported, each converting its rows and producing them with a producer of its own.
 
 Converting and serialising rows is Python work, and Python threads share one interpreter lock, so the readers are
-processes: ``python -m walflow.capture.snapshot_workers``, which inherit nothing of the coordinator's connections, threads
-or main module (``multiprocessing``'s spawn would import the caller's main script again), and talk with it through
-their standard input and output in length-prefixed pickles (:func:`send`, :func:`receive`): the spec once, then
+processes: ``python -m walflow.capture.snapshot_workers``, which inherit nothing of the coordinator's connections,
+threads or main module (``multiprocessing``'s spawn would import the caller's main script again), and talk with it
+through their standard input and output in length-prefixed pickles (:func:`send`, :func:`receive`): the spec once, then
 units on request; rows read, held rows, errors and the end in return. A table with
 a key and enough rows is cut into up to ``PARTS_PER_READER`` ranges per reader at boundaries sampled from its keys
 (``TABLESAMPLE SYSTEM``; any boundaries are correct, sampled ones even the work out); a table without a key, or
 read through a ``snapshot.select.statement.overrides`` query, is one unit. Each unit is read in keyset chunks of
-``snapshot.fetch.size`` rows (:func:`walflow.capture.snapshot_tables.read_chunks`), so a reader's memory is bounded by one chunk
-and its producer's queue.
+``snapshot.fetch.size`` rows (:func:`walflow.capture.snapshot_tables.read_chunks`), so a reader's memory is bounded
+by one chunk and its producer's queue.
 
 Debezium's snapshot markers stay as the single reader writes them: each reader holds back the first and the last
 row of every range it reads and hands them to the coordinator, which, once every range of the snapshot is read,
@@ -35,13 +35,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from walflow.capture.context import CaptureHelpers
 from walflow.capture.emitter import SnapshotEmitter
 from walflow.capture.snapshot_tables import (
     PROGRESS_EVERY_S,
@@ -52,10 +53,9 @@ from walflow.capture.snapshot_tables import (
     read_chunks,
 )
 from walflow.config.connector import ConnectorConfig
-from walflow.kafka import EventProducer, use_topic_creation
+from walflow.kafka import EventProducer
 from walflow.records.events import TableSchema
 from walflow.source.connection import connect, quote_table
-from walflow.transforms.producer import with_transforms
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,9 @@ class RangeEmitter(SnapshotEmitter):
     """The snapshot emitter of a reader process: every row of a range as ``true``, but its first and last, which
     it returns for the coordinator to mark."""
 
-    def range_rows(self, table: TableSchema, rows: Iterator[list[Any]]) -> tuple[int, HeldRow | None, HeldRow | None]:
+    def range_rows(
+        self, table: TableSchema, rows: Iterator[Sequence[Any]]
+    ) -> tuple[int, HeldRow | None, HeldRow | None]:
         count, first, last = self.send_rows(table, rows, self.encoder(table, "true"), hold_first=True)
         return (
             count,
@@ -135,9 +137,9 @@ def key_ranges(
                 return whole
             percent = min(100.0, 100.0 * SAMPLE_ROWS / max(int(estimate), 1))
             sample = conn.execute(
-                sql.SQL("SELECT {} FROM (SELECT {} FROM {} TABLESAMPLE SYSTEM ({})) AS walflow_sample ORDER BY {}").format(
-                    texts, keys, ident, sql.Literal(percent), ordered
-                )
+                sql.SQL(
+                    "SELECT {} FROM (SELECT {} FROM {} TABLESAMPLE SYSTEM ({})) AS walflow_sample ORDER BY {}"
+                ).format(texts, keys, ident, sql.Literal(percent), ordered)
             ).fetchall()
     except psycopg.Error as exc:
         log.info("snapshot %s: read as one range (its keys could not be sampled: %s)", table.name, str(exc).strip())
@@ -175,16 +177,21 @@ def reader_main(inbox: Any, outbox: Any) -> int:
     index = int(os.environ.get("WALFLOW_SNAPSHOT_READER", "0"))
     try:
         config = spec.config
-        conn = connect(spec.conninfo, autocommit=True, application_name=f"walflow:{config.name}:snapshot-{index}",
-                       initial_statements=config.database_initial_statements)
+        conn = connect(
+            spec.conninfo,
+            autocommit=True,
+            application_name=f"walflow:{config.name}:snapshot-{index}",
+            initial_statements=config.database_initial_statements,
+        )
         _begin_snapshot_transaction(conn, spec.snapshot_name, config.database_query_timeout_ms)
         only = [re.escape(name) for name in spec.tables]
-        tables = {t.name: t for t in plan_tables(conn, config, only=only)}
-        producer = EventProducer(spec.producer_settings, spec.topic_partitions)
-        use_topic_creation(producer, config)
-        producer = with_transforms(producer, config)
+        # this process's one context: its helpers plan the tables, then write with its own producer
+        helpers = CaptureHelpers.for_config(config)
+        tables = {t.name: t for t in plan_tables(conn, helpers, only=only)}
+        context = helpers.writing_to(EventProducer(spec.producer_settings, spec.topic_partitions))
+        producer = context.producer
         producer.check_reachable()  # also has the producer fetch its id now rather than stall its first flush
-        emitter = RangeEmitter(config, producer, spec.database, spec.position_lsn, spec.xid)
+        emitter = RangeEmitter(context, spec.database, spec.position_lsn, spec.xid)
         emitter.started_us = spec.started_us
         while True:
             send(outbox, ("ready",))
@@ -194,13 +201,19 @@ def reader_main(inbox: Any, outbox: Any) -> int:
             table = tables[unit.table]
             reported = 0
 
-            def rows(unit: ReadUnit = unit, table: SnapshotTable = table) -> Iterator[list[Any]]:
+            def rows(unit: ReadUnit = unit, table: SnapshotTable = table) -> Iterator[Sequence[Any]]:
                 nonlocal reported
-                count = 0
-                for row in read_chunks(conn, table, config.snapshot_fetch_size, after=list(unit.after) if unit.after else None,
-                                       upto=list(unit.upto) if unit.upto else None):
+                for count, row in enumerate(
+                    read_chunks(
+                        conn,
+                        table,
+                        config.snapshot_fetch_size,
+                        after=list(unit.after) if unit.after else None,
+                        upto=list(unit.upto) if unit.upto else None,
+                    ),
+                    start=1,
+                ):
                     yield row
-                    count += 1
                     if count - reported >= REPORT_EVERY_ROWS:
                         send(outbox, ("progress", unit.table, count - reported))
                         reported = count
@@ -211,11 +224,14 @@ def reader_main(inbox: Any, outbox: Any) -> int:
         conn.close()
         send(outbox, ("done", producer.sent, producer.bytes))
         return 0
-    except BaseException as exc:  # noqa: BLE001 - reported to the coordinator, which fails the snapshot with it
+    except BaseException as exc:
         if isinstance(exc, psycopg.errors.QueryCanceled):
-            message = (f"reading for the snapshot was cancelled after database.query.timeout.ms={spec.config.database_query_timeout_ms} "
-                       "(statement timeout, per chunk of snapshot.fetch.size rows): raise the setting (0 turns it off) or "
-                       "lower snapshot.fetch.size, then run the setup again")
+            message = (
+                "reading for the snapshot was cancelled after "
+                f"database.query.timeout.ms={spec.config.database_query_timeout_ms} "
+                "(statement timeout, per chunk of snapshot.fetch.size rows): raise the setting (0 turns it off) or "
+                "lower snapshot.fetch.size, then run the setup again"
+            )
         else:
             message = str(exc).strip() or type(exc).__name__
         send(outbox, ("error", type(exc).__name__, message, bool(getattr(exc, "retryable", False))))
@@ -227,13 +243,22 @@ class _Reader:
 
     def __init__(self, index: int, spec: ReaderSpec, messages: queue.Queue[tuple[int, Any]]) -> None:
         self.index = index
-        env = {**os.environ, "WALFLOW_SNAPSHOT_READER": str(index), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        env = {
+            **os.environ,
+            "WALFLOW_SNAPSHOT_READER": str(index),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "walflow.capture.snapshot_workers"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+            [sys.executable, "-m", "walflow.capture.snapshot_workers"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
         )
         send(self.process.stdin, spec)
         self.done = False
-        self._thread = threading.Thread(target=self._pump, args=(messages,), name=f"walflow-snapshot-reader-{index}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._pump, args=(messages,), name=f"walflow-snapshot-reader-{index}", daemon=True
+        )
         self._thread.start()
 
     def _pump(self, messages: queue.Queue[tuple[int, Any]]) -> None:
@@ -277,7 +302,9 @@ class SnapshotReaders:
                 # Debezium's legacy parallel snapshot: one reader per table, each table read whole
                 units.append(ReadUnit(table.name, 0, None, None))
                 continue
-            ranges = key_ranges(self.spec.conninfo, table, self.readers * PARTS_PER_READER, self.spec.config.walflow_snapshot_range_rows)
+            ranges = key_ranges(
+                self.spec.conninfo, table, self.readers * PARTS_PER_READER, self.spec.config.walflow_snapshot_range_rows
+            )
             for part, (after, upto) in enumerate(ranges):
                 units.append(ReadUnit(table.name, part, after, upto))
             if len(ranges) > 1:
@@ -323,8 +350,9 @@ class SnapshotReaders:
                     code = reader.process.wait(timeout=30)
                     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
                     error = SnapshotError(
-                        f"snapshot reader {index} (pid {reader.process.pid}) died ({how}) before it finished: the snapshot is "
-                        "incomplete and nothing of it was confirmed; the next setup run takes it again from the start"
+                        f"snapshot reader {index} (pid {reader.process.pid}) died ({how}) before it finished: "
+                        "the snapshot is incomplete and nothing of it was confirmed; "
+                        "the next setup run takes it again from the start"
                     )
                     error.retryable = True
                     raise error
@@ -344,7 +372,12 @@ class SnapshotReaders:
             self._progress(f"snapshot {table.name}: done, {rows[table.name]} row(s)")
         return rows
 
-    def _write_held(self, tables: list[SnapshotTable], held: dict[tuple[str, int], tuple[HeldRow | None, HeldRow | None]], emitter: SnapshotEmitter) -> None:
+    def _write_held(
+        self,
+        tables: list[SnapshotTable],
+        held: dict[tuple[str, int], tuple[HeldRow | None, HeldRow | None]],
+        emitter: SnapshotEmitter,
+    ) -> None:
         """The rows the readers held back, with Debezium's markers: per table (in the snapshot's order) the first
         row of its first non-empty range and the last row of its last, and ``last`` for the snapshot's last row."""
         ordered: list[tuple[SnapshotTable, HeldRow, str]] = []

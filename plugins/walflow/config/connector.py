@@ -12,13 +12,12 @@ Credentials never live in this file: the source database comes from the Airflow 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from walflow.config.patterns import Pattern
-from walflow.config.topics import parse_topic_creation
-from walflow.config.transforms import (
+from walflow.config.smt_chain import (
     PostProcessorSpec,
     TransformSpec,
     is_chain_key,
@@ -26,6 +25,7 @@ from walflow.config.transforms import (
     parse_post_processors,
     post_processor_aliases,
 )
+from walflow.config.topics import parse_topic_creation
 from walflow.config.values import split_list as _split_list
 from walflow.errors import ConfigError, PatternError
 
@@ -41,35 +41,40 @@ CONNECTION_KEYS = {
 
 #: Debezium keys walflow knows but deliberately does not implement, with the reason.
 UNSUPPORTED_KEYS = {
-    "slot.drop.on.stop": "walflow's stream task stops after every batch; drop the slot with the setup "
-    "operator's teardown instead",
     "slot.stream.params": "walflow reads the slot through pgoutput with fixed parameters",
     "snapshot.custom.class": "custom snapshotter classes are Java-only",
     "converters": "custom converters are Java classes",
-    "database.connection.factory.class": "connection factories are Java classes; walflow connects with libpq, configured by the Connection's extras",
-    "database.sslfactory": "SSL socket factories are Java classes; walflow's TLS is libpq's (database.sslmode, sslcert, sslkey, sslrootcert)",
+    "database.connection.factory.class": (
+        "connection factories are Java classes; walflow connects with libpq, configured by the Connection's extras"
+    ),
+    "database.sslfactory": (
+        "SSL socket factories are Java classes; walflow's TLS is libpq's (database.sslmode, sslcert, sslkey, "
+        "sslrootcert)"
+    ),
     "snapshot.mode.custom.name": "custom snapshotters are Java classes",
     "snapshot.locking.mode.custom.name": "custom locking modes are Java classes",
-    "snapshot.query.mode.custom.name": "custom snapshot queries are Java classes; walflow has snapshot.select.statement.overrides",
-    "replica.identity.autoset.values": "walflow never alters source tables; set REPLICA IDENTITY with ALTER TABLE (docs/operations.md)",
+    "snapshot.query.mode.custom.name": (
+        "custom snapshot queries are Java classes; walflow has snapshot.select.statement.overrides"
+    ),
 }
 
 #: Debezium keys that govern what walflow does otherwise, accepted and without effect, with the reason.
 NO_EFFECT_KEYS = {
-    "max.batch.size": "a stream batch reads up to walflow.batch.max.events changes or walflow.batch.max.seconds",
-    "max.queue.size": "walflow has no queue between reading and producing: the producer's own queue bounds memory",
-    "max.queue.size.in.bytes": "walflow has no queue between reading and producing: the producer's own queue bounds memory",
-    "poll.interval.ms": "batches run on the stream DAG's schedule (walflow.schedule) and the WAL sensor",
     "status.update.interval.ms": "walflow confirms the slot's position once per batch, after Kafka acknowledged it",
     "streaming.delay.ms": "streaming starts with the stream DAG's next run after the setup",
     "statistics.metrics.enabled": "no JMX: each batch's figures are in its task log and XCom",
-    "custom.metric.tags": "no JMX: each batch's figures are in its task log and XCom",
     "topic.cache.size": "walflow keeps each table's topic name with its schema",
-    "xmin.fetch.interval.ms": "walflow does not track the slot's xmin: source.xmin is null, as with Debezium's default 0",
+    "xmin.fetch.interval.ms": (
+        "walflow does not track the slot's xmin: source.xmin is null, as with Debezium's default 0"
+    ),
     "offset.mismatch.strategy": "the slot's confirmed position is walflow's only offset, so there is none to mismatch",
     "schema.refresh.mode": "walflow rebuilds a table's schema from each Relation message pgoutput sends",
-    "incremental.snapshot.watermarking.strategy": "walflow's watermarks are logical decoding messages, which leave no rows to delete",
-    "custom.sanitize.pattern": "connector files hold no secrets (credentials come from Airflow Connections), so there is nothing to mask",
+    "incremental.snapshot.watermarking.strategy": (
+        "walflow's watermarks are logical decoding messages, which leave no rows to delete"
+    ),
+    "custom.sanitize.pattern": (
+        "connector files hold no secrets (credentials come from Airflow Connections), so there is nothing to mask"
+    ),
 }
 
 #: Other Debezium names of the same setting (older, or in the case of ``unavailable.value.placeholder`` newer),
@@ -133,13 +138,13 @@ _SECRET_SETTING = re.compile(r"(?i)secret|password|token|credential|access[._-]?
 _CHANNELS = {
     "notification_enabled_channels": (
         ("sink", "log"),
-        "walflow sends notifications to a topic ('sink') and the task log ('log'); channel(s) {other} are not supported "
-        "(jmx: walflow runs no JVM)",
+        "walflow sends notifications to a topic ('sink') and the task log ('log'); channel(s) {other} are not "
+        "supported (jmx: walflow runs no JVM)",
     ),
     "signal_enabled_channels": (
         ("source", "kafka"),
-        "walflow reads signals from the signal table ('source') and a Kafka topic ('kafka'); channel(s) {other} are not "
-        "supported yet",
+        "walflow reads signals from the signal table ('source') and a Kafka topic ('kafka'); channel(s) {other} are "
+        "not supported yet",
     ),
 }
 
@@ -158,6 +163,13 @@ class ConnectorConfig(BaseModel):
         "io.debezium.connector.postgresql.PostgresConnector", alias="connector.class"
     )
     tasks_max: Literal[1] = Field(1, alias="tasks.max")
+    #: Kafka Connect's converters: walflow writes what the JSON converter writes (its schemas.enable keys below)
+    key_converter: Literal["org.apache.kafka.connect.json.JsonConverter"] = Field(
+        "org.apache.kafka.connect.json.JsonConverter", alias="key.converter"
+    )
+    value_converter: Literal["org.apache.kafka.connect.json.JsonConverter"] = Field(
+        "org.apache.kafka.connect.json.JsonConverter", alias="value.converter"
+    )
     topic_prefix: str = Field(alias="topic.prefix")
 
     # -- source server -------------------------------------------------------------------------
@@ -210,7 +222,9 @@ class ConnectorConfig(BaseModel):
     lsn_flush_mode: Literal["connector"] = Field("connector", alias="lsn.flush.mode")
     flush_lsn_source: Literal[True] = Field(True, alias="flush.lsn.source")
     #: a record that cannot be converted stops the batch, naming the table, column, value and position
-    event_processing_failure_handling_mode: Literal["fail"] = Field("fail", alias="event.processing.failure.handling.mode")
+    event_processing_failure_handling_mode: Literal["fail"] = Field(
+        "fail", alias="event.processing.failure.handling.mode"
+    )
     #: where signals come from: the signal table (``source``: signal.data.collection) and a Kafka topic (``kafka``)
     signal_enabled_channels: list[str] = Field(default_factory=lambda: ["source"], alias="signal.enabled.channels")
     #: where snapshots' progress is told (walflow.capture.notifications): ``sink`` (a topic), ``log`` (the task log)
@@ -223,7 +237,9 @@ class ConnectorConfig(BaseModel):
     signal_kafka_poll_timeout_ms: int = Field(100, ge=0, alias="signal.kafka.poll.timeout.ms")
     #: at most this many captured tables (0: no limit); more warn or fail as guardrail.collections.limit.action says
     guardrail_collections_max: int = Field(0, ge=0, alias="guardrail.collections.max")
-    guardrail_collections_limit_action: Literal["warn", "fail"] = Field("warn", alias="guardrail.collections.limit.action")
+    guardrail_collections_limit_action: Literal["warn", "fail"] = Field(
+        "warn", alias="guardrail.collections.limit.action"
+    )
     topic_transaction: str = Field("transaction", alias="topic.transaction")
     topic_delimiter: str = Field(".", alias="topic.delimiter")
     topic_heartbeat_prefix: str = Field("__debezium-heartbeat", alias="topic.heartbeat.prefix")
@@ -231,7 +247,9 @@ class ConnectorConfig(BaseModel):
     value_converter_schemas_enable: bool = Field(True, alias="value.converter.schemas.enable")
     #: Kafka's JsonConverter writes a null field that has a default as the default (KIP-581, on by default); none:
     #: as Kafka with the lake off, off with the lake on (the lake must hold the source's NULL)
-    value_converter_replace_null_with_default: bool | None = Field(None, alias="value.converter.replace.null.with.default")
+    value_converter_replace_null_with_default: bool | None = Field(
+        None, alias="value.converter.replace.null.with.default"
+    )
     decimal_handling_mode: Literal["precise", "double", "string"] = Field("precise", alias="decimal.handling.mode")
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] = Field(
         "adaptive", alias="time.precision.mode"
@@ -248,8 +266,12 @@ class ConnectorConfig(BaseModel):
     toasted_value_placeholder: str = Field("__debezium_unavailable_value", alias="toasted.value.placeholder")
     # Debezium 1.x's switch, which 3.x no longer reads (field.name.adjustment.mode replaced it): accepted, no effect
     sanitize_field_names: bool = Field(False, alias="sanitize.field.names")
-    schema_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="schema.name.adjustment.mode")
-    field_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field("none", alias="field.name.adjustment.mode")
+    schema_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field(
+        "none", alias="schema.name.adjustment.mode"
+    )
+    field_name_adjustment_mode: Literal["none", "avro", "avro_unicode"] = Field(
+        "none", alias="field.name.adjustment.mode"
+    )
     column_propagate_source_type: list[str] = Field(default_factory=list, alias="column.propagate.source.type")
     datatype_propagate_source_type: list[str] = Field(default_factory=list, alias="datatype.propagate.source.type")
 
@@ -269,22 +291,27 @@ class ConnectorConfig(BaseModel):
     slot_retry_delay_ms: int = Field(10_000, ge=0, alias="slot.retry.delay.ms")
 
     # -- snapshots -----------------------------------------------------------------------------
-    snapshot_mode: Literal["initial", "always", "never", "initial_only", "when_needed", "no_data", "configuration_based"] = Field(
-        "initial", alias="snapshot.mode"
+    snapshot_mode: Literal[
+        "initial", "always", "never", "initial_only", "when_needed", "no_data", "configuration_based"
+    ] = Field("initial", alias="snapshot.mode")
+    #: ``snapshot.mode: configuration_based`` and its flags: read as the mode that does the same
+    #: (:meth:`_configuration_based`)
+    snapshot_mode_configuration_based_snapshot_data: bool = Field(
+        False, alias="snapshot.mode.configuration.based.snapshot.data"
     )
-    #: ``snapshot.mode: configuration_based`` and its flags: read as the mode that does the same (:meth:`_configuration_based`)
-    snapshot_mode_configuration_based_snapshot_data: bool = Field(False, alias="snapshot.mode.configuration.based.snapshot.data")
-    snapshot_mode_configuration_based_snapshot_schema: bool = Field(False, alias="snapshot.mode.configuration.based.snapshot.schema")
-    snapshot_mode_configuration_based_start_stream: bool = Field(False, alias="snapshot.mode.configuration.based.start.stream")
+    snapshot_mode_configuration_based_snapshot_schema: bool = Field(
+        False, alias="snapshot.mode.configuration.based.snapshot.schema"
+    )
+    snapshot_mode_configuration_based_start_stream: bool = Field(
+        False, alias="snapshot.mode.configuration.based.start.stream"
+    )
     snapshot_mode_configuration_based_snapshot_on_schema_error: bool = Field(
         False, alias="snapshot.mode.configuration.based.snapshot.on.schema.error"
     )
     snapshot_mode_configuration_based_snapshot_on_data_error: bool = Field(
         False, alias="snapshot.mode.configuration.based.snapshot.on.data.error"
     )
-    snapshot_include_collection_list: list[str] = Field(
-        default_factory=list, alias="snapshot.include.collection.list"
-    )
+    snapshot_include_collection_list: list[str] = Field(default_factory=list, alias="snapshot.include.collection.list")
     snapshot_select_statement_overrides: list[str] = Field(
         default_factory=list, alias="snapshot.select.statement.overrides"
     )
@@ -293,7 +320,9 @@ class ConnectorConfig(BaseModel):
     #: ``none`` (Debezium's default) takes none: the rows come from the slot's exported snapshot either way
     snapshot_locking_mode: Literal["none", "shared"] = Field("none", alias="snapshot.locking.mode")
     #: the snapshot reads the slot's exported snapshot under REPEATABLE READ in both modes: one consistent view
-    snapshot_isolation_mode: Literal["serializable", "repeatable_read"] = Field("serializable", alias="snapshot.isolation.mode")
+    snapshot_isolation_mode: Literal["serializable", "repeatable_read"] = Field(
+        "serializable", alias="snapshot.isolation.mode"
+    )
     snapshot_query_mode: Literal["select_all"] = Field("select_all", alias="snapshot.query.mode")
     #: Debezium sorts the tables by their row counts, which its PostgreSQL connector does not read (every table
     #: counts 0, the order stays): the same here
@@ -308,7 +337,9 @@ class ConnectorConfig(BaseModel):
     incremental_snapshot_chunk_size: int = Field(1024, gt=0, alias="incremental.snapshot.chunk.size")
     #: false, Debezium's default: a table altered while its incremental snapshot runs is read with the definition
     #: planned when the snapshot reached it (true, Debezium's re-check of the schema per chunk, is not supported yet)
-    incremental_snapshot_allow_schema_changes: Literal[False] = Field(False, alias="incremental.snapshot.allow.schema.changes")
+    incremental_snapshot_allow_schema_changes: Literal[False] = Field(
+        False, alias="incremental.snapshot.allow.schema.changes"
+    )
     signal_data_collection: str | None = Field(None, alias="signal.data.collection")
 
     # -- topics created by walflow -------------------------------------------------------------
@@ -327,10 +358,40 @@ class ConnectorConfig(BaseModel):
     walflow_slot_max_retained_wal_bytes: int = Field(1 << 30, gt=0, alias="walflow.slot.max.retained.wal.bytes")
     walflow_slot_fail_retained_wal_bytes: int | None = Field(None, gt=0, alias="walflow.slot.fail.retained.wal.bytes")
     walflow_slot_max_lag_bytes: int | None = Field(None, gt=0, alias="walflow.slot.max.lag.bytes")
-    walflow_slot_max_seconds_since_confirmed: float | None = Field(None, gt=0, alias="walflow.slot.max.seconds.since.confirmed")
+    walflow_slot_max_seconds_since_confirmed: float | None = Field(
+        None, gt=0, alias="walflow.slot.max.seconds.since.confirmed"
+    )
+    #: the stream batches walflow keeps a line of in its state, for walflow status and the UI page's plots (a ring:
+    #: the oldest is overwritten, so the state never grows with the batches run)
+    walflow_status_history_batches: int = Field(1000, ge=1, le=100_000, alias="walflow.status.history.batches")
+    #: the monitor DAG (<name>__monitor): its schedule (None: no monitor DAG), and how long without a successful
+    #: stream batch, and how many records the lake may be behind its topics, before it fails
+    walflow_monitor_schedule: str | None = Field("*/5 * * * *", alias="walflow.monitor.schedule")
+    walflow_monitor_max_seconds_since_batch: float | None = Field(
+        3600.0, gt=0, alias="walflow.monitor.max.seconds.since.batch"
+    )
+    walflow_monitor_max_lake_records_behind: int | None = Field(
+        None, ge=0, alias="walflow.monitor.max.lake.records.behind"
+    )
     walflow_stream_trigger_wal_bytes: int | None = Field(None, gt=0, alias="walflow.stream.trigger.wal.bytes")
     walflow_stream_trigger_max_wait_seconds: float = Field(300.0, gt=0, alias="walflow.stream.trigger.max.wait.seconds")
     walflow_stream_trigger_poke_seconds: float = Field(5.0, gt=0, alias="walflow.stream.trigger.poke.seconds")
+    #: Debezium's queue and batch between reading and Kafka: here librdkafka's (see :meth:`producer_overrides`)
+    max_batch_size: int | None = Field(None, gt=0, alias="max.batch.size")
+    max_queue_size: int | None = Field(None, gt=0, alias="max.queue.size")
+    max_queue_size_in_bytes: int | None = Field(None, ge=0, alias="max.queue.size.in.bytes")
+    #: Debezium's wait between two polls of the slot: the stream DAG's WAL sensor's poke interval, unless
+    #: walflow.stream.trigger.poke.seconds is set
+    poll_interval_ms: int | None = Field(None, gt=0, alias="poll.interval.ms")
+    #: ``k=v,k2=v2``: tags of every metric the connector sends (Airflow's Stats: StatsD with tags, OpenTelemetry)
+    custom_metric_tags: dict[str, str] = Field(default_factory=dict, alias="custom.metric.tags")
+    #: ``<table regex>:<DEFAULT|FULL|NOTHING|INDEX name>`` items: the replica identity setup gives those tables
+    replica_identity_autoset_values: list[tuple[str, str]] = Field(
+        default_factory=list, alias="replica.identity.autoset.values"
+    )
+    #: Debezium drops the slot when a connector stops; a walflow connector stops after every batch, and its slot
+    #: must outlive the batch: only false, the default, is accepted
+    slot_drop_on_stop: bool = Field(False, alias="slot.drop.on.stop")
     walflow_state_table: str = Field("public.walflow_state", alias="walflow.state.table")
     #: the Connection of the database that holds the state table (none: the source database, the simple start); a
     #: connector that may not write to its source (read.only, a standby) keeps its state there
@@ -342,13 +403,16 @@ class ConnectorConfig(BaseModel):
     slot_failover: bool = Field(False, alias="slot.failover")
     # a logical decoding message too large for a Kafka record: stop the batch before it (fail), or leave it out with
     # a warning (skip); messages are never table data
-    walflow_message_oversized_handling_mode: Literal["fail", "skip"] = Field("fail", alias="walflow.message.oversized.handling.mode")
+    walflow_message_oversized_handling_mode: Literal["fail", "skip"] = Field(
+        "fail", alias="walflow.message.oversized.handling.mode"
+    )
     # execute-snapshot signals queued behind the running one; later ones wait (state table) until there is room
     walflow_signal_queue_max: int = Field(16, ge=1, alias="walflow.signal.queue.max")
     # the record format: Debezium 3.6.3's, or the pre-2.6 envelope for consumers pinned to it (walflow.records.envelope)
     walflow_event_format: Literal["3.6", "pre-2.6"] = Field("3.6", alias="walflow.event.format")
     walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
-    # walflow's own topic of schema facts (walflow.capture.schema_facts), read by the lake job; written only with the lake on
+    # walflow's own topic of schema facts (walflow.capture.schema_facts), read by the lake job; written only with the
+    # lake on
     walflow_schema_topic: str | None = Field(None, alias="walflow.schema.topic")
     walflow_lake_catalog: str = Field("lake", alias="walflow.lake.catalog")
     walflow_lake_namespace: str | None = Field(None, alias="walflow.lake.namespace")
@@ -362,9 +426,15 @@ class ConnectorConfig(BaseModel):
     # the lake's Iceberg catalog as a JDBC catalog on a PostgreSQL Connection (None: the Hadoop folder catalog)
     walflow_lake_catalog_conn_id: str | None = Field(None, alias="walflow.lake.catalog.conn.id")
     walflow_lake_maintain_schedule: str | None = Field("@daily", alias="walflow.lake.maintain.schedule")
-    walflow_lake_maintain_snapshot_retention_hours: float = Field(120.0, ge=0, alias="walflow.lake.maintain.snapshot.retention.hours")
-    walflow_lake_maintain_orphan_retention_hours: float = Field(72.0, ge=0, alias="walflow.lake.maintain.orphan.retention.hours")
-    walflow_lake_maintain_lock_wait_seconds: float = Field(3600.0, ge=0, alias="walflow.lake.maintain.lock.wait.seconds")
+    walflow_lake_maintain_snapshot_retention_hours: float = Field(
+        120.0, ge=0, alias="walflow.lake.maintain.snapshot.retention.hours"
+    )
+    walflow_lake_maintain_orphan_retention_hours: float = Field(
+        72.0, ge=0, alias="walflow.lake.maintain.orphan.retention.hours"
+    )
+    walflow_lake_maintain_lock_wait_seconds: float = Field(
+        3600.0, ge=0, alias="walflow.lake.maintain.lock.wait.seconds"
+    )
     walflow_spark_conn_id: str = Field("spark_default", alias="walflow.spark.conn.id")
     walflow_snapshot_schedule: str | None = Field("@daily", alias="walflow.snapshot.schedule")
     walflow_owner: str = Field("airflow", min_length=1, alias="walflow.owner")
@@ -382,8 +452,9 @@ class ConnectorConfig(BaseModel):
     column_mask: dict[int, list[str]] = Field(default_factory=dict, alias="__column_mask")
     column_mask_hash: dict[tuple[str, str], list[str]] = Field(default_factory=dict, alias="__column_mask_hash")
     snapshot_select_overrides: dict[str, str] = Field(default_factory=dict, alias="__snapshot_select_overrides")
-    #: Kafka Connect's topic creation groups and topic settings (``topic.creation.groups``, ``topic.creation.<group>.*``,
-    #: ``topic.creation.default.<topic setting>``), as :func:`walflow.config.topics.parse_topic_creation` reads them
+    #: Kafka Connect's topic creation groups and topic settings (``topic.creation.groups``,
+    #: ``topic.creation.<group>.*``, ``topic.creation.default.<topic setting>``), as
+    #: :func:`walflow.config.topics.parse_topic_creation` reads them
     topic_creation: dict[str, Any] = Field(default_factory=dict, alias="__topic_creation")
     #: ``signal.consumer.<setting>``: librdkafka settings of the Kafka signal channel's consumer
     signal_consumer: dict[str, str] = Field(default_factory=dict, alias="__signal_consumer")
@@ -392,8 +463,14 @@ class ConnectorConfig(BaseModel):
     #: the post processors (``post.processors`` and each alias's ``<alias>.*`` keys), in order
     post_processors: tuple[PostProcessorSpec, ...] = Field(default=(), alias="__post_processors")
 
-    @field_validator(*_PATTERN_LISTS, "snapshot_select_statement_overrides", "walflow_lake_accept_records", "signal_enabled_channels",
-                     "notification_enabled_channels", mode="before")
+    @field_validator(
+        *_PATTERN_LISTS,
+        "snapshot_select_statement_overrides",
+        "walflow_lake_accept_records",
+        "signal_enabled_channels",
+        "notification_enabled_channels",
+        mode="before",
+    )
     @classmethod
     def _lists(cls, value: Any) -> list[str]:
         return _split_list(value)
@@ -401,7 +478,7 @@ class ConnectorConfig(BaseModel):
     @field_validator("notification_enabled_channels", "signal_enabled_channels")
     @classmethod
     def _channels(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        allowed, message = _CHANNELS[info.field_name]  # type: ignore[index]
+        allowed, message = _CHANNELS[cast(str, info.field_name)]  # a field validator's info names its field
         other = [channel for channel in value if channel not in allowed]
         if other:
             raise ValueError(message.format(other=other))
@@ -418,6 +495,48 @@ class ConnectorConfig(BaseModel):
                 "connector does); set 1 or leave the key out"
             )
         return number
+
+    @field_validator("custom_metric_tags", mode="before")
+    @classmethod
+    def _metric_tags(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        tags: dict[str, str] = {}
+        for item in _split_list(value):
+            key, sep, tag = item.partition("=")
+            if not sep or not key.strip() or not tag.strip():
+                raise ValueError(f"{item!r} is not '<key>=<value>' (write the tags as k1=v1,k2=v2)")
+            tags[key.strip()] = tag.strip()
+        return tags
+
+    @field_validator("replica_identity_autoset_values", mode="before")
+    @classmethod
+    def _replica_identities(cls, value: Any) -> Any:
+        if isinstance(value, list) and all(isinstance(v, tuple) for v in value):
+            return value
+        pairs: list[tuple[str, str]] = []
+        for item in _split_list(value):
+            table, sep, identity = item.rpartition(":")
+            kind = identity.strip().upper()
+            if not sep or not table.strip():
+                raise ValueError(f"{item!r} is not '<table regex>:<replica identity>'")
+            if kind not in ("DEFAULT", "FULL", "NOTHING") and not (kind.startswith("INDEX ") and kind[6:].strip()):
+                raise ValueError(
+                    f"{item!r}: the replica identity is DEFAULT, FULL, NOTHING or INDEX <index name>, not "
+                    f"{identity.strip()!r}"
+                )
+            pairs.append((table.strip(), identity.strip()))
+        return pairs
+
+    @field_validator("slot_drop_on_stop", mode="after")
+    @classmethod
+    def _slot_drop(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "true is not supported: a walflow connector stops after every stream batch, and its slot must outlive "
+                "the batch; retire a connector with `walflow reset <connector>`, which drops its slot and state"
+            )
+        return value
 
     @field_validator("walflow_event_format", mode="before")
     @classmethod
@@ -442,9 +561,9 @@ class ConnectorConfig(BaseModel):
             if _SECRET_SETTING.search(str(key)) and not str(key).lower().endswith("provider"):
                 raise ValueError(
                     f"{key!r} holds a credential: every walflow.lake.spark.conf setting reaches spark-submit's command "
-                    "line, the task log and the serialized DAG. Give catalog credentials in the Airflow Connection named "
-                    "by walflow.lake.catalog.conn.id (its password, or its extras), which reach the job through its "
-                    "environment only"
+                    "line, the task log and the serialized DAG. Give catalog credentials in the Airflow Connection "
+                    "named by walflow.lake.catalog.conn.id (its password, or its extras), which reach the job through "
+                    "its environment only"
                 )
             settings[key] = setting
         return settings
@@ -483,7 +602,9 @@ class ConnectorConfig(BaseModel):
         if not _TOPIC_PREFIX_RE.match(value):
             raise ValueError("only letters, digits, '.', '_' and '-' are allowed")
         if value in (".", ".."):
-            raise ValueError("'.' and '..' name no topic (and, as the default lake namespace, a folder outside the warehouse)")
+            raise ValueError(
+                "'.' and '..' name no topic (and, as the default lake namespace, a folder outside the warehouse)"
+            )
         return value
 
     @field_validator("walflow_lake_namespace")
@@ -536,8 +657,8 @@ class ConnectorConfig(BaseModel):
         else:
             raise ValueError(
                 "'snapshot.mode: configuration_based' is supported where it does what another mode does: snapshot.data "
-                "and start.stream (as 'always'), or start.stream alone (as 'no_data'); for a snapshot without streaming "
-                "use 'initial_only', for a snapshot only when the slot's position is lost use 'when_needed'"
+                "and start.stream (as 'always'), or start.stream alone (as 'no_data'); for a snapshot without "
+                "streaming use 'initial_only', for a snapshot only when the slot's position is lost use 'when_needed'"
             )
         return {**data, "snapshot.mode": mode}
 
@@ -554,12 +675,15 @@ class ConnectorConfig(BaseModel):
         if self.heartbeat_action_query and not self.heartbeat_interval_ms:
             raise ValueError("'heartbeat.action.query' needs 'heartbeat.interval.ms' > 0 to ever run")
         if "sink" in self.notification_enabled_channels and not self.notification_sink_topic_name:
-            raise ValueError("'notification.enabled.channels' has 'sink': set 'notification.sink.topic.name', the notifications' topic")
+            raise ValueError(
+                "'notification.enabled.channels' has 'sink': set 'notification.sink.topic.name', the notifications' "
+                "topic"
+            )
         if self.value_converter_replace_null_with_default and self.walflow_lake_enabled:
             raise ValueError(
                 "'value.converter.replace.null.with.default: true' writes a column's default where the row holds NULL, "
-                "and the lake must hold what the source holds: leave the key out (walflow writes NULL while the lake is "
-                "on), or set 'walflow.lake.enabled: false'"
+                "and the lake must hold what the source holds: leave the key out (walflow writes NULL while the lake "
+                "is on), or set 'walflow.lake.enabled: false'"
             )
         if self.read_only:
             if not self.walflow_state_conn_id:
@@ -569,11 +693,14 @@ class ConnectorConfig(BaseModel):
                     "Airflow Connection of a database walflow may write to"
                 )
             if self.heartbeat_action_query:
-                raise ValueError("'heartbeat.action.query' writes to the source, which 'read.only: true' forbids: leave one of them out")
+                raise ValueError(
+                    "'heartbeat.action.query' writes to the source, which 'read.only: true' forbids: leave one of "
+                    "them out"
+                )
         if self.transforms and self.walflow_lake_enabled:
             raise ValueError(
-                f"'transforms' ({', '.join(t.alias for t in self.transforms)}) rewrite the records before Kafka, and the lake "
-                "applies Debezium's change events as the connector writes them (envelope, topics, keys): set "
+                f"'transforms' ({', '.join(t.alias for t in self.transforms)}) rewrite the records before Kafka, and "
+                "the lake applies Debezium's change events as the connector writes them (envelope, topics, keys): set "
                 "'walflow.lake.enabled: false' for this connector, and feed the lake from a second connector without "
                 "transforms (docs/transforms.md)"
             )
@@ -600,7 +727,11 @@ class ConnectorConfig(BaseModel):
         if not self.signal_data_collection:
             return None
         parts = self.signal_data_collection.split(".")
-        return split_table_name(".".join(parts[-2:]) if len(parts) == 3 and '"' not in self.signal_data_collection else self.signal_data_collection)
+        return split_table_name(
+            ".".join(parts[-2:])
+            if len(parts) == 3 and '"' not in self.signal_data_collection
+            else self.signal_data_collection
+        )
 
     @property
     def replace_null_with_default(self) -> bool:
@@ -632,8 +763,9 @@ class ConnectorConfig(BaseModel):
 
     @property
     def schema_topic(self) -> str:
-        """The topic of the connector's schema facts (:mod:`walflow.capture.schema_facts`): ``walflow.schema.topic``, by default
-        ``__walflow-schema<delimiter><topic.prefix>`` (named like the heartbeat topic: outside the prefix's topics)."""
+        """The topic of the connector's schema facts (:mod:`walflow.capture.schema_facts`): ``walflow.schema.topic``, by
+        default ``__walflow-schema<delimiter><topic.prefix>`` (named like the heartbeat topic: outside the prefix's
+        topics)."""
         return self.walflow_schema_topic or f"__walflow-schema{self.topic_delimiter}{self.topic_prefix}"
 
     @property
@@ -654,6 +786,27 @@ class ConnectorConfig(BaseModel):
         if self.guardrail_collections_limit_action == "fail":
             raise ConfigError(message)
         return message
+
+    def producer_overrides(self) -> dict[str, Any]:
+        """librdkafka settings from Debezium's queue and batch keys: ``max.batch.size`` is ``batch.num.messages``,
+        ``max.queue.size`` ``queue.buffering.max.messages``, ``max.queue.size.in.bytes`` (0: no bound in bytes, as in
+        Debezium) ``queue.buffering.max.kbytes``. They override the Kafka Connection's extras: the connector file is
+        the more specific of the two."""
+        out: dict[str, Any] = {}
+        if self.max_batch_size is not None:
+            out["batch.num.messages"] = self.max_batch_size
+        if self.max_queue_size is not None:
+            out["queue.buffering.max.messages"] = self.max_queue_size
+        if self.max_queue_size_in_bytes:
+            out["queue.buffering.max.kbytes"] = max(1, -(-self.max_queue_size_in_bytes // 1024))
+        return out
+
+    def trigger_poke_seconds(self) -> float:
+        """How often the stream DAG's WAL sensor looks: ``walflow.stream.trigger.poke.seconds`` when set, else
+        Debezium's ``poll.interval.ms``, else 5 s."""
+        if "walflow_stream_trigger_poke_seconds" in self.model_fields_set or self.poll_interval_ms is None:
+            return self.walflow_stream_trigger_poke_seconds
+        return self.poll_interval_ms / 1000
 
     def conninfo_options(self) -> dict[str, str]:
         """libpq options this config adds to the source Connection (TLS, keepalives)."""
@@ -702,7 +855,9 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     :raises ConfigError: naming every offending key, its value and what is allowed.
     """
     if not isinstance(raw, dict):
-        raise ConfigError(f"connector configuration {source} must be a mapping of keys to values, got {type(raw).__name__}")
+        raise ConfigError(
+            f"connector configuration {source} must be a mapping of keys to values, got {type(raw).__name__}"
+        )
     problems: list[str] = []
     data: dict[str, Any] = {}
     truncate: dict[int, list[str]] = {}
@@ -715,7 +870,9 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
     chain: dict[str, Any] = {}
     topic_keys: dict[str, Any] = {}
     processors: dict[str, Any] = {}
-    processor_aliases = post_processor_aliases(raw) if isinstance(raw.get("post.processors"), (str, list, tuple)) else []
+    processor_aliases = (
+        post_processor_aliases(raw) if isinstance(raw.get("post.processors"), (str, list, tuple)) else []
+    )
     for key, value in raw.items():
         if not isinstance(key, str):
             problems.append(f"  key {key!r} is not a string")
@@ -726,7 +883,9 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
         if key.startswith("topic.creation.") and key not in KNOWN_KEYS:
             topic_keys[key] = value
             continue
-        if key == "post.processors" or (isinstance(key, str) and key.split(".", 1)[0] in processor_aliases and "." in key):
+        if key == "post.processors" or (
+            isinstance(key, str) and key.split(".", 1)[0] in processor_aliases and "." in key
+        ):
             processors[key] = value
             continue
         if key in CONNECTION_KEYS:
@@ -753,8 +912,8 @@ def parse_config(raw: dict[str, Any], source: str = "<dict>") -> ConnectorConfig
                 elif index == 4:
                     if _SECRET_SETTING.search(m.group(1)):
                         raise ValueError(
-                            "a credential in the connector file; the signal channel's consumer takes the Kafka Connection's "
-                            "security settings (sasl.*, ssl.*), so give them there"
+                            "a credential in the connector file; the signal channel's consumer takes the Kafka "
+                            "Connection's security settings (sasl.*, ssl.*), so give them there"
                         )
                     consumer_settings[m.group(1)] = str(value).lower() if isinstance(value, bool) else str(value)
                 else:
@@ -824,8 +983,7 @@ def _fold_truncate_mode(mode: str, data: dict[str, Any]) -> str | None:
     skips_truncate = "t" in ops
     if skips_truncate != (mode == "skip"):
         return (
-            f"  '{TRUNCATE_HANDLING_MODE}' = {mode!r} contradicts 'skipped.operations' = {data['skipped.operations']!r}; "
-            "set only 'skipped.operations' (add or leave out 't')"
+            f"  '{TRUNCATE_HANDLING_MODE}' = {mode!r} contradicts 'skipped.operations' = "
+            f"{data['skipped.operations']!r}; set only 'skipped.operations' (add or leave out 't')"
         )
     return None
-

@@ -8,7 +8,8 @@ parses it with PostgreSQL's own grammar (libpg_query, through ``pglast``) as the
 text that closes the parentheses early adds a target, a FROM, a set operation or a statement, and is refused. It must
 also be an expression over the snapshotted row alone (no subquery, parameter, aggregate, ``*`` or qualified name),
 and it says what it names (:class:`Condition`: columns, functions, operators, cast types), which
-:mod:`walflow.capture.conditions` then checks against the server's catalog before the reader role evaluates it.
+:mod:`walflow.capture.incremental.conditions` then checks against the server's catalog before the reader role evaluates
+it.
 
 Values typed into the snapshot form are data. The only templating a condition gets is :func:`render_condition`:
 the template may hold text and the run's interval variables, nothing else (no Connections, Variables, Airflow
@@ -66,8 +67,8 @@ _ENV = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescap
 @dataclass(frozen=True)
 class Condition:
     """A checked condition and what it reads and calls, by name, for the server-side check
-    (:mod:`walflow.capture.conditions`): the columns it reads, the functions, operators and types (of casts) it names,
-    each name as ``(schema or None, name)``."""
+    (:mod:`walflow.capture.incremental.conditions`): the columns it reads, the functions, operators and types (of
+    casts) it names, each name as ``(schema or None, name)``."""
 
     text: str
     columns: frozenset[str] = frozenset()
@@ -95,7 +96,8 @@ _REFUSED_NODES = {
     "GroupingFunc": "GROUPING()",
 }
 #: The operators PostgreSQL applies for the A_Expr kinds whose node names a construct rather than an operator.
-_KIND_OPERATORS = {
+#: (keyed by an optional kind, as pglast's A_Expr types it, so that a lookup needs no check first)
+_KIND_OPERATORS: dict[pglast.enums.A_Expr_Kind | None, tuple[str, ...]] = {
     pglast.enums.A_Expr_Kind.AEXPR_DISTINCT: ("=",),
     pglast.enums.A_Expr_Kind.AEXPR_NOT_DISTINCT: ("=",),
     pglast.enums.A_Expr_Kind.AEXPR_NULLIF: ("=",),
@@ -128,15 +130,19 @@ def analyse_condition(text: str, what: str = "'additional-condition'") -> Condit
     try:
         statements = pglast.parse_sql(f"SELECT (\n{condition}\n)")
     except pglast.parser.ParseError as exc:
-        raise ExpressionError(f"{what} {condition!r} is not valid SQL ({exc}); write one condition, as in a WHERE clause") from None
+        raise ExpressionError(
+            f"{what} {condition!r} is not valid SQL ({exc}); write one condition, as in a WHERE clause"
+        ) from None
     problem = _escape(statements)
     if problem:
         raise ExpressionError(
             f"{what} {condition!r} is not one SQL expression: {problem}. It must be a single condition, as in a "
             "WHERE clause (for example status = 'open' AND id > 100); statements and other clauses are refused"
         )
+    select = statements[0].stmt
+    assert isinstance(select, ast.SelectStmt) and select.targetList  # what _escape checked
     try:
-        return _references(condition, statements[0].stmt.targetList[0])
+        return _references(condition, select.targetList[0])
     except ExpressionError as exc:
         raise ExpressionError(f"{what} {condition!r} {exc}") from None
 
@@ -177,26 +183,31 @@ def _references(condition: str, target: ast.ResTarget) -> Condition:
             refused = _REFUSED_NODES.get(kind, f"{kind}, which is not part of an expression over one row")
             raise ExpressionError(f"is refused: it contains {refused}")
         if isinstance(node, ast.ColumnRef):
-            fields = node.fields
+            fields = node.fields or ()
             if any(not isinstance(f, ast.String) for f in fields):
                 raise ExpressionError(f"is refused: it contains {_REFUSED_NODES['A_Star']}")
             names = [f.sval for f in fields]
             if len(names) == 2 and names[0] == TABLE_ALIAS:
                 names = names[1:]
             if len(names) != 1:
-                raise ExpressionError(f"is refused: {'.'.join(names)!r} is not a column of the table (name a column alone, unqualified)")
+                raise ExpressionError(
+                    f"is refused: {'.'.join(names)!r} is not a column of the table (name a column alone, unqualified)"
+                )
             columns.add(names[0])
         elif isinstance(node, ast.FuncCall):
+            funcname = node.funcname or ()
             if node.over is not None or node.agg_star or node.agg_distinct or node.agg_order or node.agg_filter:
-                raise ExpressionError(f"is refused: it calls {'.'.join(n.sval for n in node.funcname)} as an aggregate or window function")
-            functions.add(_qualified(node.funcname))
+                raise ExpressionError(
+                    f"is refused: it calls {'.'.join(n.sval for n in funcname)} as an aggregate or window function"
+                )
+            functions.add(_qualified(funcname))
         elif isinstance(node, ast.A_Expr):
-            schema, name = _qualified(node.name)
+            schema, name = _qualified(node.name or ())
             for op in _KIND_OPERATORS.get(node.kind, (name,)):
                 operators.add((schema, op))
         elif isinstance(node, ast.CaseExpr) and node.arg is not None:
             operators.add((None, "="))  # CASE x WHEN y compares with =
-        elif isinstance(node, ast.TypeCast):
+        elif isinstance(node, ast.TypeCast) and node.typeName is not None:
             if node.typeName.pct_type:
                 raise ExpressionError("is refused: it names a type with %TYPE")
             types.add(RawStream()(node.typeName))
@@ -221,7 +232,14 @@ MAX_TEMPLATE_CHARS = 16_384
 TEMPLATE_FILTERS = frozenset({"string", "lower", "upper", "trim"})
 #: The template nodes a condition may hold: text, variables, constants, and those filters. No calls, attributes,
 #: operators (``9**9**9``, ``'x'*10**10``), loops or other statements: rendering is linear in the text's length.
-_TEMPLATE_NODES = (jinja2.nodes.Template, jinja2.nodes.Output, jinja2.nodes.TemplateData, jinja2.nodes.Name, jinja2.nodes.Const, jinja2.nodes.Filter)
+_TEMPLATE_NODES = (
+    jinja2.nodes.Template,
+    jinja2.nodes.Output,
+    jinja2.nodes.TemplateData,
+    jinja2.nodes.Name,
+    jinja2.nodes.Const,
+    jinja2.nodes.Filter,
+)
 
 
 def render_condition(text: str, variables: Mapping[str, Any], what: str = "'additional_condition'") -> str:
@@ -241,19 +259,26 @@ def render_condition(text: str, variables: Mapping[str, Any], what: str = "'addi
         tree = _ENV.parse(text)
     except jinja2.TemplateError as exc:
         raise ExpressionError(f"{what} is not a valid template ({exc})") from None
-    for node in tree.find_all(jinja2.nodes.Name):  # first, as it says best what the text was after
-        if node.name not in CONDITION_VARIABLES:
+    for variable in tree.find_all(jinja2.nodes.Name):  # first, as it says best what the text was after
+        if variable.name not in CONDITION_VARIABLES:
             raise ExpressionError(
-                f"{what} uses {node.name!r}: a condition typed into a form may use only {', '.join(CONDITION_VARIABLES)} "
-                "(the run's interval), never Connections, Variables or other task context"
+                f"{what} uses {variable.name!r}: a condition typed into a form may use only "
+                f"{', '.join(CONDITION_VARIABLES)} (the run's interval), never Connections, Variables or other task "
+                "context"
             )
     for node in tree.find_all(jinja2.nodes.Node):
-        if isinstance(node, jinja2.nodes.Filter) and (node.name not in TEMPLATE_FILTERS or node.args or node.kwargs or node.dyn_args or node.dyn_kwargs):
-            raise ExpressionError(f"{what} applies the filter {node.name!r}: a condition's template may apply only {', '.join(sorted(TEMPLATE_FILTERS))}, without arguments")
+        if isinstance(node, jinja2.nodes.Filter) and (
+            node.name not in TEMPLATE_FILTERS or node.args or node.kwargs or node.dyn_args or node.dyn_kwargs
+        ):
+            raise ExpressionError(
+                f"{what} applies the filter {node.name!r}: a condition's template may apply only "
+                f"{', '.join(sorted(TEMPLATE_FILTERS))}, without arguments"
+            )
         if not isinstance(node, _TEMPLATE_NODES):
             raise ExpressionError(
-                f"{what} holds a template {type(node).__name__.lower()} ({text[:80]!r}): a condition's template may hold only "
-                "{{ variable }} (the run's interval) and text; no expressions, calls, attributes or statements"
+                f"{what} holds a template {type(node).__name__.lower()} ({text[:80]!r}): a condition's template may "
+                "hold only {{ variable }} (the run's interval) and text; no expressions, calls, attributes or "
+                "statements"
             )
     allowed = {name: variables[name] for name in CONDITION_VARIABLES if name in variables}
     try:
@@ -263,5 +288,7 @@ def render_condition(text: str, variables: Mapping[str, Any], what: str = "'addi
     except jinja2.TemplateError as exc:
         raise ExpressionError(f"{what} is not a valid template ({exc})") from None
     if len(rendered) > MAX_TEMPLATE_CHARS:
-        raise ExpressionError(f"{what} renders to {len(rendered)} characters; a condition may be at most {MAX_TEMPLATE_CHARS}")
+        raise ExpressionError(
+            f"{what} renders to {len(rendered)} characters; a condition may be at most {MAX_TEMPLATE_CHARS}"
+        )
     return rendered

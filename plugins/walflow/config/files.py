@@ -8,6 +8,7 @@ from.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,19 @@ def load_config(path: str | os.PathLike[str]) -> ConnectorConfig:
 
 
 def connectors_dir(default: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of connector YAML files: ``$WALFLOW_CONNECTORS_DIR`` or ``include/connectors``."""
+    """The folder of connector YAML files: ``$WALFLOW_CONNECTORS_DIR``, else ``default``, else ``include/connectors``
+    beside Airflow's DAGs folder (``$AIRFLOW__CORE__DAGS_FOLDER``, else ``$AIRFLOW_HOME/dags``), where an Astro
+    project and this repository keep it. Every Airflow component reads the same folder, so a deployment sets
+    ``WALFLOW_CONNECTORS_DIR`` in the environment they share."""
     env = os.environ.get("WALFLOW_CONNECTORS_DIR")
     if env:
         return Path(env)
     if default is not None:
         return Path(default)
-    return Path(__file__).resolve().parents[3] / "include" / "connectors"
+    dags = os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or str(
+        Path(os.environ.get("AIRFLOW_HOME") or "~/airflow") / "dags"
+    )
+    return Path(dags).expanduser().parent / "include" / "connectors"
 
 
 def connector_files(directory: str | os.PathLike[str] | None = None) -> list[Path]:
@@ -40,7 +47,9 @@ def connector_files(directory: str | os.PathLike[str] | None = None) -> list[Pat
     return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
 
 
-def load_each(directory: str | os.PathLike[str] | None = None) -> tuple[list[ConnectorConfig], dict[Path, ConfigError]]:
+def load_each(
+    directory: str | os.PathLike[str] | None = None, check: Callable[[ConnectorConfig], str | None] | None = None
+) -> tuple[list[ConnectorConfig], dict[Path, ConfigError]]:
     """Load every connector file of ``directory`` on its own: the valid connectors, and the error of each file left out.
 
     A file is left out when it cannot be read or is not valid; two files are both left out when they claim the same
@@ -48,6 +57,9 @@ def load_each(directory: str | os.PathLike[str] | None = None) -> tuple[list[Con
     mix its events with the other's), or when their topic prefixes nest. One broken file never takes the other
     connectors with it: the DAG file builds their DAGs, and Airflow shows the errors as an import error
     (:func:`walflow.airflow.dag_factory.check_connector_files`).
+
+    :param check: what this machine must offer a valid connector (the lake's libraries when its lake is on): it
+        returns why the connector cannot run here, which leaves its file out, or ``None``.
     """
     loaded: list[tuple[Path, ConnectorConfig]] = []
     errors: dict[Path, ConfigError] = {}
@@ -62,25 +74,37 @@ def load_each(directory: str | os.PathLike[str] | None = None) -> tuple[list[Con
         for claim, what in (
             (("name", config.name), f"connector name {config.name!r}"),
             (("prefix", config.topic_prefix), f"topic prefix {config.topic_prefix!r}"),
-            (("slot", config.walflow_postgres_conn_id, config.slot_name), f"slot {config.slot_name!r} of Connection {config.walflow_postgres_conn_id!r}"),
+            (
+                ("slot", config.walflow_postgres_conn_id, config.slot_name),
+                f"slot {config.slot_name!r} of Connection {config.walflow_postgres_conn_id!r}",
+            ),
         ):
             claimed.setdefault(claim, []).append(path)
             described[claim] = what
-    for claim, paths in claimed.items():
+    for shared, paths in claimed.items():
         if len(paths) > 1:
             both = " and ".join(str(p) for p in paths)
             for path in paths:
-                errors.setdefault(path, ConfigError(f"{described[claim]} is used by both {both}; each connector needs its own"))
+                errors.setdefault(
+                    path, ConfigError(f"{described[shared]} is used by both {both}; each connector needs its own")
+                )
     for index, (path, config) in enumerate(loaded):
         for other_path, other in loaded[:index]:
-            if other.topic_prefix != config.topic_prefix and prefixes_nest(config.topic_prefix, config.topic_delimiter, other.topic_prefix, other.topic_delimiter):
+            if other.topic_prefix != config.topic_prefix and prefixes_nest(
+                config.topic_prefix, config.topic_delimiter, other.topic_prefix, other.topic_delimiter
+            ):
                 error = ConfigError(
-                    f"topic prefixes {other.topic_prefix!r} ({other_path}) and {config.topic_prefix!r} ({path}) nest: the topics of "
-                    "one start with the other's prefix and delimiter, so each connector would take the other's topics for its "
-                    "own tables (and apply them to its lake). Give one of them a prefix that does not start the other's"
+                    f"topic prefixes {other.topic_prefix!r} ({other_path}) and {config.topic_prefix!r} ({path}) nest: "
+                    "the topics of one start with the other's prefix and delimiter, so each connector would take the "
+                    "other's topics for its own tables (and apply them to its lake). Give one of them a prefix that "
+                    "does not start the other's"
                 )
                 errors.setdefault(path, error)
                 errors.setdefault(other_path, error)
+    for path, config in loaded:
+        problem = check(config) if check is not None and path not in errors else None
+        if problem:
+            errors[path] = ConfigError(f"connector {config.name!r}: {problem}")
     return [config for path, config in loaded if path not in errors], dict(sorted(errors.items()))
 
 
@@ -106,7 +130,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _value in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=deep)
             try:
                 hash(key)
             except TypeError:
@@ -114,7 +138,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             line = key_node.start_mark.line + 1
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one of them", key_node.start_mark
+                    None,
+                    None,
+                    f"key {key!r} appears twice (lines {seen[key]} and {line}); keep one of them",
+                    key_node.start_mark,
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
@@ -122,7 +149,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _read_raw(path: Path) -> dict[str, Any]:
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except OSError as exc:
         raise ConfigError(f"cannot read connector configuration {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -132,7 +159,9 @@ def _read_raw(path: Path) -> dict[str, Any]:
     return raw
 
 
-def resolve(connector: str, overrides: dict[str, Any] | None = None, directory: str | os.PathLike[str] | None = None) -> ConnectorConfig:
+def resolve(
+    connector: str, overrides: dict[str, Any] | None = None, directory: str | os.PathLike[str] | None = None
+) -> ConnectorConfig:
     """Find a connector by name (in the connectors folder) or by YAML path, apply ``overrides``, validate.
 
     Operators call this in ``execute``, so a DAG that reuses them can override single keys
@@ -143,7 +172,7 @@ def resolve(connector: str, overrides: dict[str, Any] | None = None, directory: 
         path = candidate
     else:
         folder = connectors_dir(directory)
-        path = None
+        found: Path | None = None
         unreadable: list[str] = []
         for item in connector_files(directory):
             try:
@@ -153,11 +182,18 @@ def resolve(connector: str, overrides: dict[str, Any] | None = None, directory: 
                 unreadable.append(item.name)
                 continue
             if raw.get("name") == connector:
-                path = item
+                found = item
                 break
-        if path is None:
-            among = f"; {', '.join(unreadable)} cannot be read (their import error in Airflow says why)" if unreadable else ""
-            raise ConfigError(f"no connector named {connector!r} in {folder} (set WALFLOW_CONNECTORS_DIR or pass a YAML path){among}")
+        if found is None:
+            among = (
+                f"; {', '.join(unreadable)} cannot be read (their import error in Airflow says why)"
+                if unreadable
+                else ""
+            )
+            raise ConfigError(
+                f"no connector named {connector!r} in {folder} (set WALFLOW_CONNECTORS_DIR or pass a YAML path){among}"
+            )
+        path = found
     raw = _read_raw(path)
     if overrides:
         raw = {**raw, **overrides}

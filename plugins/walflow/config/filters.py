@@ -39,9 +39,7 @@ class Filters:
         full = f"{schema}.{table}"
         if self._table_inc and not matches_any(self._table_inc, full):
             return False
-        if self._table_exc and matches_any(self._table_exc, full):
-            return False
-        return True
+        return not (self._table_exc and matches_any(self._table_exc, full))
 
     def column_included(self, schema: str, table: str, column: str) -> bool:
         full = f"{schema}.{table}.{column}"

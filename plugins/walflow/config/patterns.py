@@ -1,11 +1,12 @@
 """Regular expressions written by users (include/exclude lists, column rules, signals), matched with a time bound.
 
-Debezium's lists are regular expressions, and a careless (or hostile) one such as ``(?:[a-z_.]+)+\\d`` makes
-Python's backtracking ``re`` run for minutes on an ordinary table name, while the stream task holds the slot. The
-``regex`` module accepts the same syntax (lookarounds and back-references included, which linear-time engines such
-as RE2 refuse, and which Debezium's Java patterns allow), is far less prone to catastrophic backtracking, and takes a
-``timeout`` per match. A pattern that still exceeds the bound on a name fails with :class:`PatternError`, naming the
-pattern, where it came from and the name, instead of stalling the task.
+Debezium's lists are Java regular expressions, translated to the ``regex`` module's syntax with Java's meaning
+(:mod:`walflow.config.javaregex`). A careless (or hostile) one such as ``(?:[a-z_.]+)+\\d`` makes a backtracking
+engine run for minutes on an ordinary table name, while the stream task holds the slot. The ``regex`` module
+(lookarounds and back-references included, which linear-time engines such as RE2 refuse, and which Debezium's Java
+patterns allow) is far less prone to catastrophic backtracking, and takes a ``timeout`` per match. A pattern that
+still exceeds the bound on a name fails with :class:`PatternError`, naming the pattern, where it came from and the
+name, instead of stalling the task.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-import regex
-
+from walflow.config.javaregex import CASE_INSENSITIVE, compile_java
 from walflow.errors import PatternError
 
 #: The longest one match of a user's pattern against one name may take, in seconds. Names are at most a few hundred
@@ -26,7 +26,6 @@ MATCH_TIMEOUT_S = 0.25
 RETRIES = 3
 RETRY_TIMEOUT_S = 1.0
 
-_FLAGS = regex.IGNORECASE | regex.VERSION0
 #: The CPU time all the matches of one signal's patterns may take together (each match is bounded too): a signal
 #: naming many patterns against many captured tables must not hold the stream for a bound per match each.
 SIGNAL_BUDGET_S = 1.0
@@ -68,8 +67,9 @@ class Pattern:
 
     def __init__(self, text: str, origin: str) -> None:
         try:
-            self._compiled = regex.compile(text, _FLAGS)
-        except (regex.error, TypeError) as exc:
+            # Debezium compiles its lists with Java, case-insensitive: the same pattern, translated (config.javaregex)
+            self._compiled = compile_java(text, CASE_INSENSITIVE, origin)
+        except TypeError as exc:
             raise PatternError(f"{origin}: {text!r} is not a valid regular expression ({exc})") from None
         self.text = text
         self.origin = origin

@@ -7,31 +7,36 @@ from __future__ import annotations
 
 from typing import Any
 
-import regex
-
+from walflow.config.javaregex import compile_java
 from walflow.config.values import split_list as _split_list
+from walflow.errors import PatternError
 
 
 def parse_topic_creation(keys: dict[str, Any], problems: list[str]) -> dict[str, Any]:
     """Kafka Connect's topic creation keys besides the default group's partitions and replication factor:
     ``topic.creation.groups``, each group's ``include`` (required), ``exclude``, ``partitions``,
     ``replication.factor`` and topic settings, and ``topic.creation.default.<setting>``. Returns
-    ``{"default": {settings}, "groups": [{"name", "include", "exclude", "partitions", "replication_factor", "configs"}]}``."""
+    ``{"default": {settings}, "groups": [{"name", "include", "exclude", "partitions", "replication_factor",
+    "configs"}]}``."""
     try:
         names = _split_list(keys.get("topic.creation.groups"))
     except TypeError:
-        problems.append(f"  'topic.creation.groups' = {keys.get('topic.creation.groups')!r}: expected a comma-separated list")
+        problems.append(
+            f"  'topic.creation.groups' = {keys.get('topic.creation.groups')!r}: expected a comma-separated list"
+        )
         names = []
     by_group: dict[str, dict[str, Any]] = {"default": {}}
     by_group.update({name: {} for name in names})
     for key, value in keys.items():
         if key == "topic.creation.groups":
             continue
-        group, _, setting = key.removeprefix("topic.creation.").partition(".")
-        if group not in by_group or not setting:
-            problems.append(f"  '{key}' configures topic creation group {group!r}, which 'topic.creation.groups' does not list")
+        group_name, _, setting = key.removeprefix("topic.creation.").partition(".")
+        if group_name not in by_group or not setting:
+            problems.append(
+                f"  '{key}' configures topic creation group {group_name!r}, which 'topic.creation.groups' does not list"
+            )
             continue
-        by_group[group][setting] = value
+        by_group[group_name][setting] = value
     groups = []
     for name in names:
         settings = dict(by_group[name])
@@ -40,12 +45,15 @@ def parse_topic_creation(keys: dict[str, Any], problems: list[str]) -> dict[str,
             patterns = _split_list(settings.pop(part, None))
             for pattern in patterns:
                 try:
-                    regex.compile(pattern, regex.VERSION0)
-                except regex.error as exc:
-                    problems.append(f"  'topic.creation.{name}.{part}' item {pattern!r}: not a valid regular expression ({exc})")
+                    compile_java(pattern, 0, f"'topic.creation.{name}.{part}' item {pattern!r}")
+                except PatternError as exc:
+                    problems.append(f"  {exc}")
             group[part] = patterns
         if not group["include"]:
-            problems.append(f"  'topic.creation.{name}.include' is required: the regular expressions of the topics the group creates")
+            problems.append(
+                f"  'topic.creation.{name}.include' is required: the regular expressions of the topics the group "
+                "creates"
+            )
         for setting, field in (("partitions", "partitions"), ("replication.factor", "replication_factor")):
             raw = settings.pop(setting, None)
             try:

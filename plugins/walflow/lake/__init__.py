@@ -56,9 +56,28 @@ from walflow.lake.positions import format_offsets, parse_offsets
 from walflow.lake.reader import record_fingerprint
 
 __all__ = [
-    "BACKLOG_PROPERTY", "COMMIT_PROPERTY", "DELETED", "FINGERPRINTS_PROPERTY", "OFFSETS_PROPERTY", "OVERFLOW", "POSITION", "TABLE_META",
-    "JdbcCatalog", "LakeError", "LakeSettings", "PropertiesCatalog", "format_offsets", "lake_table_names", "read_lake_table", "parse_offsets", "partition_end", "read_hadoop_table",
-    "record_fingerprint", "sql_quote", "sql_string", "table_name",
+    "BACKLOG_PROPERTY",
+    "COMMIT_PROPERTY",
+    "DELETED",
+    "FINGERPRINTS_PROPERTY",
+    "OFFSETS_PROPERTY",
+    "OVERFLOW",
+    "POSITION",
+    "TABLE_META",
+    "JdbcCatalog",
+    "LakeError",
+    "LakeSettings",
+    "PropertiesCatalog",
+    "format_offsets",
+    "lake_table_names",
+    "parse_offsets",
+    "partition_end",
+    "read_hadoop_table",
+    "read_lake_table",
+    "record_fingerprint",
+    "sql_quote",
+    "sql_string",
+    "table_name",
 ]
 
 

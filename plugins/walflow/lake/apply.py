@@ -37,6 +37,7 @@ from walflow.lake.evolution import (
     with_fills,
 )
 from walflow.lake.fence import Fence
+from walflow.lake.frames import RunStats
 from walflow.lake.history import (
     commit,
     holds_no_rows,
@@ -122,7 +123,8 @@ class _Widen(Exception):
 
 
 class _KeyCut(Exception):
-    """Raised before anything is written when a run's records hold two keys: the slices ending where the newer starts."""
+    """Raised before anything is written when a run's records hold two keys: the slices ending where the newer
+    starts."""
 
     def __init__(self, slices: list[tuple[int, int, int]], change: tuple[list[str], list[str]]) -> None:
         super().__init__(f"key changed from {change[0]} to {change[1]}")
@@ -146,9 +148,9 @@ def check_column_names(topic: str, ident: str, names: list[str]) -> None:
     reserved = [n for n in names if n.lower().startswith(C.PREFIX)]
     if reserved:
         raise LakeSchemaError(
-            f"topic {topic}: the source column(s) {reserved} of lake table {ident} start with {C.PREFIX!r}, which names the "
-            "lake's own metadata columns. Nothing of this topic was written. Rename the column(s) in the source, or leave "
-            "them out with column.exclude.list (or rename them with a transform)."
+            f"topic {topic}: the source column(s) {reserved} of lake table {ident} start with {C.PREFIX!r}, which "
+            "names the lake's own metadata columns. Nothing of this topic was written. Rename the column(s) in the "
+            "source, or leave them out with column.exclude.list (or rename them with a transform)."
         )
     by_case: dict[str, list[str]] = {}
     for n in names:
@@ -156,9 +158,9 @@ def check_column_names(topic: str, ident: str, names: list[str]) -> None:
     clashes = [group for group in by_case.values() if len(group) > 1]
     if clashes:
         raise LakeSchemaError(
-            f"topic {topic}: the source columns {clashes} of lake table {ident} differ only in case, and Spark (like most "
-            "lake engines) resolves column names without case, so the lake cannot keep them apart. Nothing of this topic "
-            "was written. Rename one of each pair in the source, or leave it out with column.exclude.list."
+            f"topic {topic}: the source columns {clashes} of lake table {ident} differ only in case, and Spark (like "
+            "most lake engines) resolves column names without case, so the lake cannot keep them apart. Nothing of "
+            "this topic was written. Rename one of each pair in the source, or leave it out with column.exclude.list."
         )
 
 
@@ -176,7 +178,9 @@ def _with_placeholders(frame: DataFrame, names: list[str], types: dict[str, str]
 class LakeJob:
     """One run of the lake job over a connector's table topics."""
 
-    def __init__(self, spark: SparkSession, settings: LakeSettings, kafka: dict[str, Any], hooks: ApplyHooks | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, settings: LakeSettings, kafka: dict[str, Any], hooks: ApplyHooks | None = None
+    ) -> None:
         self.spark = spark
         self.settings = settings
         self.kafka = kafka
@@ -243,7 +247,11 @@ class LakeJob:
                 failures[topic] = exc
                 continue
             log.info(
-                "%s → %s: %s record(s)%s%s", topic, result["table"], result["records"], "" if result["committed"] else " (nothing to commit)",
+                "%s → %s: %s record(s)%s%s",
+                topic,
+                result["table"],
+                result["records"],
+                "" if result["committed"] else " (nothing to commit)",
                 f", {result['backlog']} left for the next runs" if result.get("backlog") else "",
             )
             results.append(result)
@@ -278,7 +286,10 @@ class LakeJob:
                 if fact.get("connector") == self.settings.connector and (latest is None or order > latest):
                     latest = order
                     self._start_lsn = order[0] or None
-                    self._starts = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (fact.get("offsets") or {}).items()}
+                    self._starts = {
+                        t: {int(p): int(o) for p, o in parts.items()}
+                        for t, parts in (fact.get("offsets") or {}).items()
+                    }
                 continue
             if fact.get("kind") in (SWEEP_KIND, STALE_KIND):
                 kept = self._sweeps if fact["kind"] == SWEEP_KIND else self._stale
@@ -302,7 +313,7 @@ class LakeJob:
             kind = LakeFenceError if all(isinstance(exc, LakeFenceError) for exc in failures.values()) else LakeError
             error = kind(f"{len(failures)} topics could not be applied (the {len(results)} other(s) were): {listed}")
             error.retryable = all(exc.retryable for exc in failures.values())
-        error.results = results  # type: ignore[attr-defined]
+        error.results = results
         return error
 
     # -- planning: what each topic reads ---------------------------------------------------------------
@@ -313,7 +324,8 @@ class LakeJob:
         Topic names replace every character Kafka rejects with ``_`` (as Debezium does), so they cannot name the
         lake table: ``café`` and ``caf_`` share a topic name but not a source name.
         """
-        for _h, _t, _p, _o, _k, _key, payload, _n, _e in split_records(reader.first_records(self.kafka, topic, partitions)):
+        for split in split_records(reader.first_records(self.kafka, topic, partitions)):
+            payload = split.payload
             source = payload.get("source") if isinstance(payload, dict) else None
             if isinstance(source, dict) and source.get("schema") is not None and source.get("table") is not None:
                 self._sources[topic] = (str(source["schema"]), str(source["table"]))
@@ -331,7 +343,11 @@ class LakeJob:
             rows = self.spark.sql(f"SHOW TABLES IN {s.namespace_ident()}").collect()
             for row in rows:
                 props = table_properties(self.spark, s.ident(row["tableName"]))
-                if props.get(C.CONNECTOR_PROPERTY) == s.connector and props.get(C.KIND_PROPERTY, claims.TABLE) == claims.TABLE and C.TOPIC_PROPERTY in props:
+                if (
+                    props.get(C.CONNECTOR_PROPERTY) == s.connector
+                    and props.get(C.KIND_PROPERTY, claims.TABLE) == claims.TABLE
+                    and C.TOPIC_PROPERTY in props
+                ):
                     self._claims[props[C.TOPIC_PROPERTY]] = row["tableName"]
         return self._claims
 
@@ -351,7 +367,12 @@ class LakeJob:
             # nothing applied yet (a new table, or one `walflow reset --lake` dropped): the newest initial snapshot
             # holds every row, so what the topic held before it is not read (a row deleted before a reset stays gone)
             stored = dict(self._starts[topic])
-            log.info("%s: %s has applied nothing yet; it starts at the newest initial snapshot's offsets %s", topic, ident, stored)
+            log.info(
+                "%s: %s has applied nothing yet; it starts at the newest initial snapshot's offsets %s",
+                topic,
+                ident,
+                stored,
+            )
         # The topic must still be the one the lake read: a recreated topic (or a broker that lost its data and
         # was refilled) can hold as many records as before, so offsets alone cannot tell.
         current = reader.fingerprints(self.kafka, topic, {p: o for p, o in stored.items() if p in stored_prints})
@@ -374,7 +395,13 @@ class LakeJob:
                 # (or fail on records retention deleted).
                 log_stored = dict(stored)
                 if stored:
-                    log.info("%s: the changelog %s starts at the table's offsets %s (events applied before it was turned on are not in it)", topic, log_ident, stored)
+                    log.info(
+                        "%s: the changelog %s starts at the table's offsets %s (events applied before it was turned "
+                        "on are not in it)",
+                        topic,
+                        log_ident,
+                        stored,
+                    )
             else:
                 log_stored = parse_offsets(found[1][C.OFFSETS_PROPERTY]).get(topic, {})
         bounds = {}
@@ -394,12 +421,20 @@ class LakeJob:
         given = share(self.settings.max_records, backlogs)
         for topic, plan in plans.items():
             parts = share(given[topic], {q: end - start for q, (start, end) in plan.bounds.items()})
-            plan.slices = [(q, start, start + parts[q]) for q, (start, _end) in sorted(plan.bounds.items()) if parts[q] > 0]
+            plan.slices = [
+                (q, start, start + parts[q]) for q, (start, _end) in sorted(plan.bounds.items()) if parts[q] > 0
+            ]
             if backlogs[topic]:
                 left = backlogs[topic] - given[topic]
                 log.info(
-                    "%s: %d record(s) waiting, %d read in this run%s", topic, backlogs[topic], given[topic],
-                    f" ({left} left for the next runs: walflow.lake.max.records {self.settings.max_records} is shared by {sum(1 for b in backlogs.values() if b)} topic(s))" if left else "",
+                    "%s: %d record(s) waiting, %d read in this run%s",
+                    topic,
+                    backlogs[topic],
+                    given[topic],
+                    f" ({left} left for the next runs: walflow.lake.max.records {self.settings.max_records} is shared "
+                    f"by {sum(1 for b in backlogs.values() if b)} topic(s))"
+                    if left
+                    else "",
                 )
 
     def apply_plan(self, plan: TopicPlan) -> dict[str, Any]:
@@ -408,7 +443,9 @@ class LakeJob:
         if not plan.slices:
             swept = self._sweep_alone(plan, ident) if not plan.waiting() else False
             return {"topic": plan.topic, "table": ident, "records": 0, "committed": swept, "backlog": plan.waiting()}
-        tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
+        tasks = frames.task_frame(
+            self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism)
+        )
         cached: list[DataFrame] = []
         written = (ident, self.settings.ident(plan.name + CHANGELOG_SUFFIX))
         try:
@@ -421,19 +458,27 @@ class LakeJob:
                         # the key was redefined within the run: this run applies what came before the new key
                         before, after = cut.change
                         log.info(
-                            "%s: the key changed from %s to %s within the records read; this run applies the records before "
-                            "the new key (up to offsets %s), the next run the rest, merged by the new key",
-                            plan.topic, before, after, {p: e for p, _s, e in cut.slices},
+                            "%s: the key changed from %s to %s within the records read; this run applies the records "
+                            "before the new key (up to offsets %s), the next run the rest, merged by the new key",
+                            plan.topic,
+                            before,
+                            after,
+                            {p: e for p, _s, e in cut.slices},
                         )
                         key_cut_allowed = False
                     else:
-                        log.info("%s: a key change lies across the end of the records read; reading up to offsets %s", plan.topic,
-                                 {p: e for p, _s, e in cut.slices})
+                        log.info(
+                            "%s: a key change lies across the end of the records read; reading up to offsets %s",
+                            plan.topic,
+                            {p: e for p, _s, e in cut.slices},
+                        )
                     for frame in cached:
                         frame.unpersist()
                     cached.clear()
                     plan.slices = [(p, start, end) for p, start, end in cut.slices if end > start]
-                    tasks = frames.task_frame(self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism))
+                    tasks = frames.task_frame(
+                        self.spark, plan.topic, offset_slices(plan.slices, self.spark.sparkContext.defaultParallelism)
+                    )
         except Exception as exc:
             # a write that failed because a newer run removed this run's branch is the fence's refusal
             if not isinstance(exc, LakeFenceError):
@@ -449,14 +494,16 @@ class LakeJob:
             for frame in cached:
                 frame.unpersist()
 
-    def _apply(self, plan: TopicPlan, tasks: DataFrame, cached: list[DataFrame], cut_allowed: bool = True) -> dict[str, Any]:
+    def _apply(
+        self, plan: TopicPlan, tasks: DataFrame, cached: list[DataFrame], cut_allowed: bool = True
+    ) -> dict[str, Any]:
         s = self.settings
         topic, name, stored, slices, log_stored = plan.topic, plan.name, plan.stored, plan.slices, plan.log_stored
         ident = s.ident(name)
         phase = time.monotonic()
         decoded, stats, value_schema, passes, evolution = self._decode(topic, ident, tasks, slices)
         cached.append(decoded)
-        if cut_allowed and stats["key_names"] and not stats["key_cut"] and not stats["problems"]:
+        if cut_allowed and stats.key_names and not stats.key_cut and not stats.problems:
             ends = self._partner_cut(plan, decoded, value_schema)
             if ends:
                 decoded = decoded.filter(frames.before_offsets(ends))
@@ -470,34 +517,49 @@ class LakeJob:
         for p, _start, end in slices:
             offsets[p] = max(end, stored.get(p, 0))
             log_offsets[p] = max(end, log_offsets.get(p, 0))
-        counts, key_names = stats["counts"], stats["key_names"]
-        if stats["problems"]:
+        counts, key_names = stats.counts, stats.key_names
+        if stats.problems:
             raise self._unappliable(topic, ident, stats)
-        if stats["key_cut"]:
-            shortened = [(p, start, min(end, stats["key_cut"].get(p, end))) for p, start, end in slices]
+        if stats.key_change is not None:  # (set exactly when stats.key_cut is not empty)
+            shortened = [(p, start, min(end, stats.key_cut.get(p, end))) for p, start, end in slices]
             if cut_allowed and any(end > start for _p, start, end in shortened):
-                raise _KeyCut(shortened, stats["key_change"])
+                raise _KeyCut(shortened, stats.key_change)
             # nothing before the new key (an older key's event redelivered after the new key's): merged by the newest
-            key_names = stats["newest_key_names"]
-            log.warning("%s: events keyed by %s and by %s are mixed in the records read; they are merged by the newest key", topic, *stats["key_change"])
+            key_names = stats.newest_key_names
+            log.warning(
+                "%s: events keyed by %s and by %s are mixed in the records read; they are merged by the newest key",
+                topic,
+                *stats.key_change,
+            )
         if not counts:
             return self._commit_offsets_only(plan, ident, offsets, log_offsets, stats)
-        if len(stats["sources"]) > 1:
-            tables = ", ".join(sorted(f"{a}.{b}" for a, b in stats["sources"]))
+        if len(stats.sources) > 1:
+            tables = ", ".join(sorted(f"{a}.{b}" for a, b in stats.sources))
             raise LakeError(
-                f"topic {topic} carries the events of several source tables ({tables}): Kafka topic names replace every "
-                "character outside [A-Za-z0-9._-] with '_', so these tables' topic names collide and their events cannot be "
-                "told apart by topic. Rename one of the tables (or exclude it with table.exclude.list), then rebuild the lake "
-                "table from a new snapshot."
+                f"topic {topic} carries the events of several source tables ({tables}): Kafka topic names replace "
+                "every character outside [A-Za-z0-9._-] with '_', so these tables' topic names collide and their "
+                "events cannot be told apart by topic. Rename one of the tables (or exclude it with "
+                "table.exclude.list), then rebuild the lake table from a new snapshot."
             )
         timings: dict[str, Any] = {"read_s": round(time.monotonic() - phase, 2), "read_passes": passes}
-        log.info("%s: read and decoded %d record(s) in %.1f s (%d pass(es))", topic, sum(counts.values()), timings["read_s"], passes)
-        if stats["overflowed"]:
-            log.info("%s: %d event(s) hold values the lake types cannot (kept as text in %s)", topic, stats["overflowed"], C.OVERFLOW)
+        log.info(
+            "%s: read and decoded %d record(s) in %.1f s (%d pass(es))",
+            topic,
+            sum(counts.values()),
+            timings["read_s"],
+            passes,
+        )
+        if stats.overflowed:
+            log.info(
+                "%s: %d event(s) hold values the lake types cannot (kept as text in %s)",
+                topic,
+                stats.overflowed,
+                C.OVERFLOW,
+            )
         self.hooks.reached("after_read", ident)
         phase = time.monotonic()
-        target = RowShape(value_schema)
-        names, types = target.names, target.types
+        row_shape = RowShape(value_schema)
+        names, types = row_shape.names, row_shape.types
         meta = C.TABLE_META + (((C.DELETED, "boolean"),) if s.soft_deletes else ())
         owner = claims.claim(s.connector, topic, claims.TABLE)
         attnums = None
@@ -517,20 +579,26 @@ class LakeJob:
         before_image = (F.col(C.OP) == "u") & (F.col(C.SIGN) < 0)
         keyed = bool(key_names)
         if log_stored is not None:
-            self._append_changelog(topic, name, frame.filter(~before_image), log_stored, log_offsets, names, types, plan.log_head)
+            self._append_changelog(
+                topic, name, frame.filter(~before_image), log_stored, log_offsets, names, types, plan.log_head
+            )
             self.hooks.reached("after_changelog", ident)
             frame = frame.filter(frames.from_offsets(stored))
         truncated_at = properties.get(C.TRUNCATED_AT)
         cut = None
         if counts.get("t"):
-            cut = frame.filter(F.col(C.OP) == "t").select(
-                F.max(F.struct(C.POS_A, C.POS_B, C.POS_C, C.POSITION, C.LSN, C.SOURCE_TS)).alias("m")
-            ).collect()[0]["m"]
+            cut = (
+                frame.filter(F.col(C.OP) == "t")
+                .select(F.max(F.struct(C.POS_A, C.POS_B, C.POS_C, C.POSITION, C.LSN, C.SOURCE_TS)).alias("m"))
+                .collect()[0]["m"]
+            )
             if cut is not None and truncated_at and cut[C.POSITION] < truncated_at:
                 cut = None  # only truncates older than one the table applied: redelivered, obsolete
         sweep = self._sweep_due(plan, properties, offsets)
         if sweep is not None and truncated_at and sweep[C.POSITION] <= truncated_at:
-            sweep = None  # a re-read no newer than a truncate the table applied: nothing older than it is left to remove
+            sweep = (
+                None  # a re-read no newer than a truncate the table applied: nothing older than it is left to remove
+            )
         if sweep is not None and (cut is None or sweep[C.POSITION] > cut[C.POSITION]):
             cut = sweep  # the re-read's rows are all in: what is older than it is gone from the source
         if truncated_at and not (s.soft_deletes and keyed and cut is not None):
@@ -546,11 +614,21 @@ class LakeJob:
             if not truncated_at or cut[C.POSITION] > truncated_at:
                 # remembered first: a redelivered event older than the truncate must not bring a truncated row back
                 self.spark.sql(sql.set_property(ident, C.TRUNCATED_AT, cut[C.POSITION]))
-            commit(self.spark, sql.truncate(target, cut[C.POSITION], cut[C.LSN], cut[C.SOURCE_TS], s.soft_deletes), {}, "truncate")
+            commit(
+                self.spark,
+                sql.truncate(target, cut[C.POSITION], cut[C.LSN], cut[C.SOURCE_TS], s.soft_deletes),
+                {},
+                "truncate",
+            )
             self.hooks.reached("after_truncate", ident)
         if sweep is not None:
-            log.info("%s: the re-read of %s.%s is applied: rows older than %s removed%s", topic, *self._sources[topic], sweep[C.POSITION],
-                     "" if cut is sweep else " (a truncate after it removed them already)")
+            log.info(
+                "%s: the re-read of %s.%s is applied: rows older than %s removed%s",
+                topic,
+                *self._sources[topic],
+                sweep[C.POSITION],
+                "" if cut is sweep else " (a truncate after it removed them already)",
+            )
         if cut is not None:
             if s.soft_deletes and keyed:
                 # soft deletes keep every row the source had: the rows the truncate removed are written too,
@@ -575,20 +653,55 @@ class LakeJob:
                 # another key is superseded; the offsets commit with the last of these
                 deletes = frame.filter((F.col(C.OP) == "d") & ~before_image)
                 frame = frame.filter(F.col(C.OP) != "d")
-                if stats["toasted"]:
-                    frame = frames.resolve_toast_by_identity(frame, identity, _with_placeholders(frame, names, types), self.spark.table(target))
-                self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, {})
-                self._supersede_by_identity(target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out)
+                if stats.toasted:
+                    frame = frames.resolve_toast_by_identity(
+                        frame, identity, _with_placeholders(frame, names, types), self.spark.table(target)
+                    )
+                self._merge_keyed(
+                    topic,
+                    ident,
+                    target,
+                    frame,
+                    written,
+                    {**types, **dict(history)},
+                    key_names,
+                    stats,
+                    cut,
+                    before_image,
+                    {},
+                )
+                self._supersede_by_identity(
+                    target, frame.filter(~before_image), identity, key_names, {} if counts.get("d") else properties_out
+                )
                 if counts.get("d"):
                     self._delete_by_identity(target, deletes, identity, properties_out)
             else:
-                self._merge_keyed(topic, ident, target, frame, written, {**types, **dict(history)}, key_names, stats, cut, before_image, properties_out)
+                self._merge_keyed(
+                    topic,
+                    ident,
+                    target,
+                    frame,
+                    written,
+                    {**types, **dict(history)},
+                    key_names,
+                    stats,
+                    cut,
+                    before_image,
+                    properties_out,
+                )
         elif counts.get("u") or counts.get("d"):
-            result["unmatched_before_images"] = merge_keyless(self.spark, target, frame, names, types, properties_out, s.soft_deletes, tuple(history))
+            result["unmatched_before_images"] = merge_keyless(
+                self.spark, target, frame, names, types, properties_out, s.soft_deletes, tuple(history)
+            )
         else:
             # inserts only (a table without key, e.g. an append-only history): every event is a new row
             frame = self._with_nulls(frame, history)
-            self._with_view(frame, lambda view: commit(self.spark, sql.insert_only(target, view, written, s.soft_deletes), properties_out, "insert"))
+            self._with_view(
+                frame,
+                lambda view: commit(
+                    self.spark, sql.insert_only(target, view, written, s.soft_deletes), properties_out, "insert"
+                ),
+            )
         self.fence.publish(ident)
         if sweep is not None:
             self.spark.sql(sql.set_property(ident, C.SWEPT_AT, sweep[C.POSITION]))
@@ -598,11 +711,20 @@ class LakeJob:
         log.info("%s: merged into %s in %.1f s", topic, ident, timings["merge_s"])
         records = int(sum(counts.values()))
         return {
-            "topic": topic, "table": ident, "records": records, "ops": dict(counts), "committed": True, "offsets": offsets,
-            "backlog": sum(backlog.values()), "timings": timings, **result,
+            "topic": topic,
+            "table": ident,
+            "records": records,
+            "ops": dict(counts),
+            "committed": True,
+            "offsets": offsets,
+            "backlog": sum(backlog.values()),
+            "timings": timings,
+            **result,
         }
 
-    def _offsets_summary(self, plan: TopicPlan, offsets: dict[int, int], stats: dict[str, Any]) -> tuple[dict[str, str], dict[int, int]]:
+    def _offsets_summary(
+        self, plan: TopicPlan, offsets: dict[int, int], stats: RunStats
+    ) -> tuple[dict[str, str], dict[int, int]]:
         """What a table's commit records beside its data: the offsets applied, the backlog left per partition, the
         fingerprints of the last records applied, and the records skipped by ``walflow.lake.accept.records``.
         Returns (the snapshot summary's properties, the backlog)."""
@@ -611,11 +733,18 @@ class LakeJob:
         properties = {
             C.OFFSETS_PROPERTY: format_offsets({topic: offsets}),
             C.BACKLOG_PROPERTY: orjson.dumps(backlog, option=orjson.OPT_NON_STR_KEYS).decode(),
-            C.FINGERPRINTS_PROPERTY: orjson.dumps({topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS).decode(),
+            C.FINGERPRINTS_PROPERTY: orjson.dumps(
+                {topic: reader.fingerprints(self.kafka, topic, offsets)}, option=orjson.OPT_NON_STR_KEYS
+            ).decode(),
         }
-        if stats["skipped"]:
-            skipped = [f"{topic}:{p['partition']}:{p['offset']}" for p in stats["skipped"]]
-            log.warning("%s: skipped %d record(s) listed in walflow.lake.accept.records that are not change events: %s", topic, len(skipped), skipped)
+        if stats.skipped:
+            skipped = [f"{topic}:{p['partition']}:{p['offset']}" for p in stats.skipped]
+            log.warning(
+                "%s: skipped %d record(s) listed in walflow.lake.accept.records that are not change events: %s",
+                topic,
+                len(skipped),
+                skipped,
+            )
             properties[C.SKIPPED_PROPERTY] = orjson.dumps(skipped).decode()
         return properties, backlog
 
@@ -636,7 +765,14 @@ class LakeJob:
         text = format_position(place)
         if text <= (properties.get(C.SWEPT_AT) or ""):
             return None
-        return {C.POS_A: place[0], C.POS_B: place[1], C.POS_C: place[2], C.POSITION: text, C.LSN: None, C.SOURCE_TS: None}
+        return {
+            C.POS_A: place[0],
+            C.POS_B: place[1],
+            C.POS_C: place[2],
+            C.POSITION: text,
+            C.LSN: None,
+            C.SOURCE_TS: None,
+        }
 
     def _sweep_alone(self, plan: TopicPlan, ident: str, properties_out: dict[str, str] | None = None) -> bool:
         """Apply a due sweep in a run that has no event of the table to apply (its re-read's rows were applied by
@@ -650,10 +786,20 @@ class LakeJob:
         target = self.fence.open(ident, plan.head)
         if sweep[C.POSITION] > (properties.get(C.TRUNCATED_AT) or ""):
             self.spark.sql(sql.set_property(ident, C.TRUNCATED_AT, sweep[C.POSITION]))
-        commit(self.spark, sql.truncate(target, sweep[C.POSITION], None, None, self.settings.soft_deletes), properties_out or {}, "sweep")
+        commit(
+            self.spark,
+            sql.truncate(target, sweep[C.POSITION], None, None, self.settings.soft_deletes),
+            properties_out or {},
+            "sweep",
+        )
         self.fence.publish(ident)
         self.spark.sql(sql.set_property(ident, C.SWEPT_AT, sweep[C.POSITION]))
-        log.info("%s: the re-read of %s.%s is applied: rows older than %s removed", plan.topic, *self._sources[plan.topic], sweep[C.POSITION])
+        log.info(
+            "%s: the re-read of %s.%s is applied: rows older than %s removed",
+            plan.topic,
+            *self._sources[plan.topic],
+            sweep[C.POSITION],
+        )
         return True
 
     def _check_stale(self, topic: str, ident: str) -> None:
@@ -669,14 +815,15 @@ class LakeJob:
         if any(int(f.get("due") or 0) > int(newest.get("lsn") or 0) for f in self._sweeps.get(source, [])):
             return  # re-read since (the table gained a key)
         raise LakeSchemaError(
-            f"topic {topic}: source table {source[0]}.{source[1]} has no primary key, and its rows changed without change "
-            f"events ({newest.get('reason')}), so lake table {ident} cannot equal it: without a key walflow cannot re-read "
-            "it. Nothing of this topic was written. Give the table a primary key (walflow then re-reads it and the lake "
-            "follows), or rebuild the lake: `walflow reset <connector> --lake`, then the setup DAG."
+            f"topic {topic}: source table {source[0]}.{source[1]} has no primary key, and its rows changed without "
+            f"change events ({newest.get('reason')}), so lake table {ident} cannot equal it: without a key walflow "
+            "cannot re-read it. Nothing of this topic was written. Give the table a primary key (walflow then "
+            "re-reads it and the lake follows), or rebuild the lake: `walflow reset <connector> --lake`, then the "
+            "setup DAG."
         )
 
     def _commit_offsets_only(
-        self, plan: TopicPlan, ident: str, offsets: dict[int, int], log_offsets: dict[int, int], stats: dict[str, Any]
+        self, plan: TopicPlan, ident: str, offsets: dict[int, int], log_offsets: dict[int, int], stats: RunStats
     ) -> dict[str, Any]:
         """Records that hold no event (records skipped by ``walflow.lake.accept.records``, tombstones without a key, a
         tombstone right after its delete): their offsets still move on,
@@ -689,7 +836,12 @@ class LakeJob:
         log_ident = self.settings.ident(plan.name + CHANGELOG_SUFFIX)
         if plan.log_stored is not None and table_exists(self.spark, log_ident):
             target = self.fence.open(log_ident, plan.log_head)
-            commit(self.spark, f"INSERT INTO {target} SELECT * FROM {log_ident} WHERE false", {C.OFFSETS_PROPERTY: format_offsets({topic: log_offsets})}, "offsets")
+            commit(
+                self.spark,
+                f"INSERT INTO {target} SELECT * FROM {log_ident} WHERE false",
+                {C.OFFSETS_PROPERTY: format_offsets({topic: log_offsets})},
+                "offsets",
+            )
             self.fence.publish(log_ident)
         if self._sweep_due(plan, table_properties(self.spark, ident), offsets) is not None:
             self._sweep_alone(plan, ident, properties)
@@ -697,16 +849,40 @@ class LakeJob:
             target = self.fence.open(ident, plan.head)
             commit(self.spark, f"INSERT INTO {target} SELECT * FROM {ident} WHERE false", properties, "offsets")
             self.fence.publish(ident)
-        log.info("%s: no event in the records read (skipped records, tombstones without a key or after their delete): offsets moved to %s", topic, offsets)
-        return {"topic": topic, "table": ident, "records": 0, "committed": True, "offsets": offsets, "backlog": sum(backlog.values())}
+        log.info(
+            "%s: no event in the records read (skipped records, tombstones without a key or after their delete): "
+            "offsets moved to %s",
+            topic,
+            offsets,
+        )
+        return {
+            "topic": topic,
+            "table": ident,
+            "records": 0,
+            "committed": True,
+            "offsets": offsets,
+            "backlog": sum(backlog.values()),
+        }
 
-    def _delete_by_identity(self, target: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]) -> None:
+    def _delete_by_identity(
+        self, target: str, deletes: DataFrame, identity: list[str], properties: dict[str, str]
+    ) -> None:
         """Deletes matched by the replica identity's columns (:meth:`Evolution.identity_only`): the latest delete per
         identity value removes (or flags) the row holding it, if that row is older than the delete."""
         latest = frames.latest_per_key(deletes, [F.col(sql_quote(c)) for c in identity])
-        self._with_view(latest, lambda view: commit(self.spark, sql.delete_by_identity(target, view, identity, self.settings.soft_deletes), properties, "merge"))
+        self._with_view(
+            latest,
+            lambda view: commit(
+                self.spark,
+                sql.delete_by_identity(target, view, identity, self.settings.soft_deletes),
+                properties,
+                "merge",
+            ),
+        )
 
-    def _supersede_by_identity(self, target: str, upserts: DataFrame, identity: list[str], key_names: list[str], properties: dict[str, str]) -> None:
+    def _supersede_by_identity(
+        self, target: str, upserts: DataFrame, identity: list[str], key_names: list[str], properties: dict[str, str]
+    ) -> None:
         """Rows superseded under an identity index without the key: the index is unique, so a row holding the
         identity values of a newer upsert under another key is gone from the source (its key changed and, the
         index's columns unchanged, the WAL gave no old row to delete it by). The latest upsert per identity value
@@ -714,59 +890,98 @@ class LakeJob:
         no values to match and are left out. With ``properties`` (the offsets), the commit is made even when
         nothing matched."""
         unchanged = F.arrays_overlap(F.col(C.TOAST), F.array(*[F.lit(c) for c in identity]))
-        latest = frames.latest_per_key(upserts.filter(~F.coalesce(unchanged, F.lit(False))), [F.col(sql_quote(c)) for c in identity])
+        latest = frames.latest_per_key(
+            upserts.filter(~F.coalesce(unchanged, F.lit(False))), [F.col(sql_quote(c)) for c in identity]
+        )
         soft = self.settings.soft_deletes
-        self._with_view(latest, lambda view: commit(self.spark, sql.supersede_by_identity(target, view, identity, key_names, soft), properties, "merge"))
+        self._with_view(
+            latest,
+            lambda view: commit(
+                self.spark, sql.supersede_by_identity(target, view, identity, key_names, soft), properties, "merge"
+            ),
+        )
 
     def _merge_keyed(
-        self, topic: str, ident: str, target: str, frame: DataFrame, names: list[str], types: dict[str, str], key_names: list[str],
-        stats: dict[str, Any], cut: Any, before_image: Any, properties: dict[str, str],
+        self,
+        topic: str,
+        ident: str,
+        target: str,
+        frame: DataFrame,
+        names: list[str],
+        types: dict[str, str],
+        key_names: list[str],
+        stats: RunStats,
+        cut: Any,
+        before_image: Any,
+        properties: dict[str, str],
     ) -> None:
         missing = [k for k in key_names if k not in names]
         if missing:
-            raise LakeSchemaError(f"topic {topic}: the key field(s) {missing} are not columns of the events' rows, so the lake table {ident} cannot match rows by key")
-        if stats["keyless"]:
+            raise LakeSchemaError(
+                f"topic {topic}: the key field(s) {missing} are not columns of the events' rows, so the lake table "
+                f"{ident} cannot match rows by key"
+            )
+        if stats.keyless:
             log.warning(
-                "%s: %d update(s)/delete(s) came without a key (written before the table had one, or under REPLICA IDENTITY "
-                "USING INDEX, whose old rows lack the key): they are matched by the key columns of their row, and those "
-                "whose key columns are null match nothing. Use REPLICA IDENTITY DEFAULT or FULL for tables with a key.",
+                "%s: %d update(s)/delete(s) came without a key (written before the table had one, or under REPLICA "
+                "IDENTITY USING INDEX, whose old rows lack the key): they are matched by the key columns of their "
+                "row, and those whose key columns are null match nothing. Use REPLICA IDENTITY DEFAULT or FULL for "
+                "tables with a key.",
                 topic,
-                stats["keyless"],
+                stats.keyless,
             )
         fitted = [k for k in key_names if types[k] in _FITTED_KEY_TYPES]
         keys = [F.col(sql_quote(k)) for k in key_names] + [F.element_at(C.OVERFLOW, F.lit(k)) for k in fitted]
         frame = keyed_events = frame.filter(~before_image)
-        if stats["toasted"]:  # the window is only worth its cost when some event holds a placeholder
+        if stats.toasted:  # the window is only worth its cost when some event holds a placeholder
             toastable = _with_placeholders(frame, names, types)
-            if stats["counts"].get("d") and stats["counts"].get("c"):
+            if stats.counts.get("d") and stats.counts.get("c"):
                 frame = self._resolve_moved_toast(frame, key_names, toastable, target)
             frame = frames.resolve_toast(frame, keys, toastable)
-        if self.settings.soft_deletes and stats["counts"].get("d"):
+        if self.settings.soft_deletes and stats.counts.get("d"):
             frame = frames.carry_into_deletes(frame, keys, [n for n in names if n not in key_names])
         frame = frames.latest_per_key(frame, keys)
         if "_walflow_truncated" in frame.columns:
             gone = F.col("_walflow_truncated") & (F.col(C.OP) != "d")
             for column, value in (
-                (C.OP, F.lit("t")), (C.POSITION, F.lit(cut[C.POSITION])),
-                (C.LSN, F.lit(cut[C.LSN]).cast("bigint")), (C.SOURCE_TS, F.lit(cut[C.SOURCE_TS]).cast("bigint")),
+                (C.OP, F.lit("t")),
+                (C.POSITION, F.lit(cut[C.POSITION])),
+                (C.LSN, F.lit(cut[C.LSN]).cast("bigint")),
+                (C.SOURCE_TS, F.lit(cut[C.SOURCE_TS]).cast("bigint")),
             ):
                 frame = frame.withColumn(column, F.when(gone, value).otherwise(F.col(column)))
         soft = self.settings.soft_deletes
         if holds_no_rows(self.spark, ident):
             # an initial load (or a table emptied by a truncate): nothing to match, so no join to pay for
-            self._with_view(frame, lambda view: commit(self.spark, sql.insert_latest(target, view, names, soft), properties, "merge"))
+            self._with_view(
+                frame,
+                lambda view: commit(self.spark, sql.insert_latest(target, view, names, soft), properties, "merge"),
+            )
             self._release_passes()
             return
-        count = sum(stats["counts"].values())
+        count = sum(stats.counts.values())
         prefilter = self._prefilter(ident, keyed_events, key_names, count)
-        toast = bool(stats["toasted"])
+        toast = bool(stats.toasted)
         # a large batch joins on its key columns with '=' when it holds no null key (one shuffle less; a small one
         # reads only the rows its keys select anyway)
         null_safe = count <= sql.PREFILTER_MAX_KEYS or self._has_null_key(keyed_events, key_names)
-        statement = lambda view: sql.merge_keyed(  # noqa: E731
-            target, view, names, key_names, fitted, soft, toast=toast, prefilter=prefilter, null_safe=null_safe, carried=frames.CARRIED in frame.columns
-        )
-        self._with_view(frame, lambda view: commit(self.spark, statement(view), properties, "merge"))
+
+        def merge(view: str) -> None:
+            statement = sql.merge_keyed(
+                target,
+                view,
+                names,
+                key_names,
+                fitted,
+                soft,
+                toast=toast,
+                prefilter=prefilter,
+                null_safe=null_safe,
+                carried=frames.CARRIED in frame.columns,
+            )
+            commit(self.spark, statement, properties, "merge")
+
+        self._with_view(frame, merge)
         self._release_passes()
 
     def _partner_cut(self, plan: TopicPlan, decoded: DataFrame, value_schema: dict[str, Any]) -> dict[int, int]:
@@ -786,7 +1001,9 @@ class LakeJob:
         if unread:
             # partitions with records waiting that the budget gave none of: what they hold is unknown, so each is
             # read a little (a key change may have a half there)
-            raise _Widen([*plan.slices, *((p, plan.bounds[p][0], min(plan.bounds[p][1], plan.bounds[p][0] + 2)) for p in unread)])
+            raise _Widen(
+                [*plan.slices, *((p, plan.bounds[p][0], min(plan.bounds[p][1], plan.bounds[p][0] + 2)) for p in unread)]
+            )
         ends = frames.partner_cut(decoded, partial)
         if not ends:
             return {}
@@ -794,11 +1011,17 @@ class LakeJob:
         if not any(end > start for _p, start, end in shortened):
             # every event the run read is at or after the frontier (slices of a few records each): read further in the
             # partitions that stopped early, until a key change no longer spans the end (at worst to the topic's end)
-            raise _Widen([(p, start, min(plan.bounds[p][1], end + max(end - start, 2))) if p in partial else (p, start, end)
-                          for p, start, end in plan.slices])
+            raise _Widen(
+                [
+                    (p, start, min(plan.bounds[p][1], end + max(end - start, 2))) if p in partial else (p, start, end)
+                    for p, start, end in plan.slices
+                ]
+            )
         log.info(
-            "%s: the records read stop inside a partition; this run applies those before the first key change that could "
-            "be cut in halves (up to offsets %s), the next run the rest", plan.topic, ends,
+            "%s: the records read stop inside a partition; this run applies those before the first key change that "
+            "could be cut in halves (up to offsets %s), the next run the rest",
+            plan.topic,
+            ends,
         )
         return ends
 
@@ -808,11 +1031,13 @@ class LakeJob:
         for frame in self._passes:
             try:
                 frame.unpersist()
-            except Exception as exc:  # noqa: BLE001 - a cache left behind costs memory, never data
+            except Exception as exc:
                 log.debug("a cached pass could not be uncached: %s", exc)
         self._passes.clear()
 
-    def _resolve_moved_toast(self, frame: DataFrame, key_names: list[str], toastable: list[str], target: str) -> DataFrame:
+    def _resolve_moved_toast(
+        self, frame: DataFrame, key_names: list[str], toastable: list[str], target: str
+    ) -> DataFrame:
         """A primary key changed and left TOASTed values unchanged: they are the old key's
         (:func:`walflow.lake.frames.resolve_moved_toast`), one pass per key change in a row (a key changed twice in one
         run takes its values from the first change's create once that has them)."""
@@ -829,8 +1054,9 @@ class LakeJob:
         return frame
 
     def _prefilter(self, ident: str, events: DataFrame, key_names: list[str], count: int) -> str:
-        """The MERGE's target narrowed to the rows the batch's keys can match (:func:`walflow.lake.sql.target_prefilter`),
-        or "" when the batch is too large for a literal list or the key's types cannot be listed."""
+        """The MERGE's target narrowed to the rows the batch's keys can match
+        (:func:`walflow.lake.sql.target_prefilter`), or "" when the batch is too large for a literal list or the key's
+        types cannot be listed."""
         if count > sql.PREFILTER_MAX_KEYS:
             return ""
         table_types = {f.name: f.dataType.simpleString() for f in self.spark.table(ident).schema.fields}
@@ -854,7 +1080,11 @@ class LakeJob:
     def _history(self, ident: str, names: list[str]) -> list[tuple[str, str]]:
         """(name, type) of the table's source columns the events no longer have (dropped in the source)."""
         wanted = set(names)
-        return [(f.name, f.dataType.simpleString()) for f in self.spark.table(ident).schema.fields if not f.name.startswith(C.PREFIX) and f.name not in wanted]
+        return [
+            (f.name, f.dataType.simpleString())
+            for f in self.spark.table(ident).schema.fields
+            if not f.name.startswith(C.PREFIX) and f.name not in wanted
+        ]
 
     @staticmethod
     def _with_nulls(frame: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
@@ -871,7 +1101,14 @@ class LakeJob:
             self.spark.catalog.dropTempView(view)
 
     def _append_changelog(
-        self, topic: str, name: str, frame: DataFrame, log_stored: dict[int, int], offsets: dict[int, int], names: list[str], types: dict[str, str],
+        self,
+        topic: str,
+        name: str,
+        frame: DataFrame,
+        log_stored: dict[int, int],
+        offsets: dict[int, int],
+        names: list[str],
+        types: dict[str, str],
         head: int | None,
     ) -> None:
         """Append every event not yet in the changelog table (an audit trail: one row per event)."""
@@ -892,7 +1129,7 @@ class LakeJob:
     # -- decoding: a guessed target, checked against what was read ------------------------------------
     def _decode(
         self, topic: str, ident: str, tasks: DataFrame, slices: list[tuple[int, int, int]]
-    ) -> tuple[DataFrame, dict[str, Any], dict[str, Any], int, Evolution | None]:
+    ) -> tuple[DataFrame, RunStats, dict[str, Any], int, Evolution | None]:
         """Decode the slices once with the guessed target, again only when the records showed it was wrong.
 
         Returns (the decoded frame, cached; its statistics; the target value schema; the number of passes; what the
@@ -908,7 +1145,15 @@ class LakeJob:
             mapping = evolution.mapping if evolution else None
             first_commit = (self._start_lsn, self._starts.get(topic, {})) if self._start_lsn else None
             plan = DecodePlan(
-                topic, self.kafka, guess.schema, defaults, self.placeholders, guess.watch, accept, mapping, first_commit,
+                topic,
+                self.kafka,
+                guess.schema,
+                defaults,
+                self.placeholders,
+                guess.watch,
+                accept,
+                mapping,
+                first_commit,
                 binary_placeholder_null=self.settings.binary_placeholder_null,
             )
             decoded = frames.decode(tasks, plan).persist()
@@ -916,7 +1161,10 @@ class LakeJob:
             better = self._better_guess(ident, guess, stats)
             if better is None:
                 return decoded, stats, guess.schema, passes, evolution
-            log.info("%s: the records read do not have the columns guessed from the slices' last records; decoding again", topic)
+            log.info(
+                "%s: the records read do not have the columns guessed from the slices' last records; decoding again",
+                topic,
+            )
             decoded.unpersist()
             guess = better
         raise LakeError(f"topic {topic}: the schema of its records kept changing between passes; run the job again")
@@ -928,32 +1176,46 @@ class LakeJob:
         if not facts or not guess.hash:
             return None
         shape = [(f["field"], field_type(f)) for f in RowShape(guess.schema).fields]
-        target = next((f for f in reversed(facts.facts) if [(g["field"], g.get("type", "")) for g in f["fields"]] == shape), None)
+        target = next(
+            (f for f in reversed(facts.facts) if [(g["field"], g.get("type", "")) for g in f["fields"]] == shape), None
+        )
         if target is None:
             return None
         fills = facts.fills(target)
         defaults_schema, unknown = with_fills(guess.schema, fills)
         return Evolution(
-            facts, facts.attnums(target), facts.mapping(target), defaults_schema, fills, unknown,
-            str(target.get("identity") or ""), tuple(str(f) for f in target.get("identity_fields") or ()),
+            facts,
+            facts.attnums(target),
+            facts.mapping(target),
+            defaults_schema,
+            fills,
+            unknown,
+            str(target.get("identity") or ""),
+            tuple(str(f) for f in target.get("identity_fields") or ()),
         )
 
-    def _follow_source(self, topic: str, ident: str, evolution: Evolution, keyed: bool, stats: dict[str, Any]) -> dict[str, int]:
+    def _follow_source(
+        self, topic: str, ident: str, evolution: Evolution, keyed: bool, stats: RunStats
+    ) -> dict[str, int]:
         """Rename the lake columns whose source attribute was renamed, drop those whose name now belongs to another
-        attribute (added again as new columns), before the columns are brought to the target (:func:`ensure_table`). Returns the
-        attribute numbers to record once the table has the target's columns.
+        attribute (added again as new columns), before the columns are brought to the target (:func:`ensure_table`).
+        Returns the attribute numbers to record once the table has the target's columns.
 
-        :raises LakeSchemaError: a keyless table needs values the events cannot give (see :mod:`walflow.lake.evolution`).
+        :raises LakeSchemaError: a keyless table needs values the events cannot give (see
+        :mod:`walflow.lake.evolution`).
         """
         properties = table_properties(self.spark, ident)
         existing = [f.name for f in self.spark.table(ident).schema.fields] if properties else []
         source_columns = [c for c in existing if not c.startswith(C.PREFIX)]
         recorded = read_property(properties)
-        lake = {**evolution.facts.adopt([c for c in source_columns if c not in recorded]), **{c: a for c, a in recorded.items() if c in source_columns}}
+        lake = {
+            **evolution.facts.adopt([c for c in source_columns if c not in recorded]),
+            **{c: a for c, a in recorded.items() if c in source_columns},
+        }
         renames, readded = plan_renames(lake, evolution.attnums, set(existing))
         # the values older rows hold cannot be known, and without a key a re-read cannot replace them
         lacking = set()
-        for text in stats["schemas"].values():
+        for text in stats.schemas.values():
             if text:
                 lacking |= set(evolution.attnums) - set(RowShape(orjson.loads(text)).names)
         had = set(lake.values())
@@ -961,7 +1223,13 @@ class LakeJob:
         if not keyed and new_here and ((existing and not holds_no_rows(self.spark, ident)) or lacking & set(new_here)):
             raise refuse_unknown_fill(topic, ident, new_here)
         for old, new in renames:
-            log.info("%s: column %s was renamed %s in the source (attribute %d): renamed in the lake", ident, old, new, lake[old])
+            log.info(
+                "%s: column %s was renamed %s in the source (attribute %d): renamed in the lake",
+                ident,
+                old,
+                new,
+                lake[old],
+            )
             self.spark.sql(sql.rename_column(ident, old, new))
             lake[new] = lake.pop(old)
         if renames:
@@ -970,7 +1238,11 @@ class LakeJob:
             # the lake's column is the dropped attribute's (history), the name now another attribute's: dropped from
             # the lake (Iceberg drops by field id: no data file is rewritten) and added again below with what the
             # new attribute's older rows hold, whatever its type
-            log.info("%s: column %s is another source attribute now (dropped and added again in the source): made anew", ident, column)
+            log.info(
+                "%s: column %s is another source attribute now (dropped and added again in the source): made anew",
+                ident,
+                column,
+            )
             self.spark.sql(sql.drop_column(ident, column))
             lake.pop(column, None)
         return {**lake, **evolution.attnums}
@@ -980,8 +1252,9 @@ class LakeJob:
         part the lake table's columns plus those the sampled rows suggest."""
         best: tuple[tuple[int, int, int], str, str] | None = None
         kinds: dict[str, set[str]] = {}
-        for schema_hash, text, _p, _o, _k, _key, payload, _n, error in split_records(sample):
-            if error is not None or not isinstance(payload, dict):
+        for split in split_records(sample):
+            schema_hash, text, payload = split.schema_hash, split.schema_text, split.payload
+            if split.error is not None or not isinstance(payload, dict):
                 continue
             position = source_position(payload.get("source") or {}, payload.get("transaction"), payload.get("op"))
             if schema_hash and text and (best is None or position > best[0]):
@@ -1002,31 +1275,43 @@ class LakeJob:
         (:func:`walflow.lake.loose.inferred_type`) and are watched while decoding."""
         existing: list[tuple[str, str]] = []
         if table_exists(self.spark, ident):
-            existing = [(f.name, f.dataType.simpleString()) for f in self.spark.table(ident).schema.fields if not f.name.startswith(C.PREFIX)]
+            existing = [
+                (f.name, f.dataType.simpleString())
+                for f in self.spark.table(ident).schema.fields
+                if not f.name.startswith(C.PREFIX)
+            ]
         known = {n for n, _t in existing}
         fields = [loose_field(n, t) for n, t in existing]
         new = [n for n in kinds if n not in known]
         fields += [loose_field(n, inferred_type(kinds[n])) for n in new]
         return Guess(loose_schema(fields), "", tuple(new))
 
-    def _better_guess(self, ident: str, guess: Guess, stats: dict[str, Any]) -> Guess | None:
+    def _better_guess(self, ident: str, guess: Guess, stats: RunStats) -> Guess | None:
         """None when ``guess`` fits what was read, else the target to decode with."""
-        newest = stats["newest"]
+        newest = stats.newest
         if newest is not None:
             if newest == guess.hash:
                 return None
-            return Guess(orjson.loads(stats["schemas"][newest]), newest)
-        if "" not in stats["schemas"]:
+            return Guess(orjson.loads(stats.schemas[newest]), newest)
+        if "" not in stats.schemas:
             return None  # nothing was read that has a row
-        current = {f["field"]: f["parameters"]["spark"] for f in RowShape(guess.schema).fields if f.get("name") == "walflow.lake.Loose"}
+        current = {
+            f["field"]: f["parameters"]["spark"]
+            for f in RowShape(guess.schema).fields
+            if f.get("name") == "walflow.lake.Loose"
+        }
         watched = set(guess.watch)
-        kinds = stats["kinds"]
-        if not guess.hash and all(n in current for n in kinds) and all(inferred_type(kinds[n]) == current[n] for n in watched & set(kinds)):
+        kinds = stats.kinds
+        if (
+            not guess.hash
+            and all(n in current for n in kinds)
+            and all(inferred_type(kinds[n]) == current[n] for n in watched & set(kinds))
+        ):
             return None
         return self._schemaless_guess(ident, {n: k for n, k in kinds.items() if n not in current or n in watched})
 
-    def _unappliable(self, topic: str, ident: str, stats: dict[str, Any]) -> UnappliableRecordError:
-        problems = stats["problems"]
+    def _unappliable(self, topic: str, ident: str, stats: RunStats) -> UnappliableRecordError:
+        problems = stats.problems
         described = "; ".join(
             f"partition {p['partition']} offset {p['offset']}"
             + (f" column {p['column']!r}" if p.get("column") else "")
@@ -1037,22 +1322,27 @@ class LakeJob:
         entries = sorted({(p["partition"], p["offset"]) for p in problems})
         accept = [f"{topic}:{partition}:{offset}" for partition, offset in entries]
         # every record named at once (the statistics keep up to 1,000), so that one run of the fix gets past them all
-        log.error("%s: the records that cannot be applied, as walflow.lake.accept.records entries: %s", topic, orjson.dumps(accept).decode())
+        log.error(
+            "%s: the records that cannot be applied, as walflow.lake.accept.records entries: %s",
+            topic,
+            orjson.dumps(accept).decode(),
+        )
         schemaless = any(p.get("schemaless") for p in problems)
         count = f"{len(entries)}{' or more' if len(problems) >= 1000 else ''}"
         return UnappliableRecordError(
             f"topic {topic}: {count} record(s) cannot be applied to lake table {ident}, e.g. {described}. Nothing "
             "of this topic was committed. "
             + (
-                "These records have no schema part, so walflow types their columns from the lake table or the JSON values: "
-                "set value.converter.schemas.enable: true for this connector, or rebuild the lake table. "
+                "These records have no schema part, so walflow types their columns from the lake table or the JSON "
+                "values: set value.converter.schemas.enable: true for this connector, or rebuild the lake table. "
                 if schemaless
                 else ""
             )
             + f"To apply them anyway, add each record ('{accept[0]}'"
             + (f" and the {len(accept) - 1} other(s) the log line before this one lists" if len(accept) > 1 else "")
-            + ") to walflow.lake.accept.records and run again: each value that cannot be converted is then null in its column "
-            f"with its exact text in {C.OVERFLOW}, and a record that is not a change event is skipped and listed in the "
-            f"commit's summary ({C.SKIPPED_PROPERTY}); the offsets still commit with the data, so the lake stays exactly once.",
+            + ") to walflow.lake.accept.records and run again: each value that cannot be converted is then null in "
+            f"its column with its exact text in {C.OVERFLOW}, and a record that is not a change event is skipped "
+            f"and listed in the commit's summary ({C.SKIPPED_PROPERTY}); the offsets still commit with the data, "
+            "so the lake stays exactly once.",
             problems,
         )

@@ -37,9 +37,9 @@ def check_claim(ident: str, properties: Mapping[str, str], connector: str, topic
     if owner is not None and owner != connector:
         raise LakeError(
             f"lake table {ident} belongs to connector {owner!r} (table property {C.CONNECTOR_PROPERTY}), not to "
-            f"{connector!r}: two connectors write the same lake namespace. Nothing was written. Give one of them its own "
-            "'walflow.lake.namespace' (or warehouse/catalog); each connector's lake tables are its own, as its slot and "
-            "topic prefix are."
+            f"{connector!r}: two connectors write the same lake namespace. Nothing was written. Give one of them its "
+            "own 'walflow.lake.namespace' (or warehouse/catalog); each connector's lake tables are its own, as its "
+            "slot and topic prefix are."
         )
     fed_by = properties.get(C.TOPIC_PROPERTY)
     role = properties.get(C.KIND_PROPERTY, TABLE)

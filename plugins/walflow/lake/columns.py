@@ -29,11 +29,23 @@ TOAST = "_walflow_toast"
 
 OVERFLOW_TYPE = "map<string,string>"
 TABLE_META: tuple[tuple[str, str], ...] = (
-    (OP, "string"), (LSN, "bigint"), (SOURCE_TS, "bigint"), (APPLIED_AT, "timestamp"), (POSITION, "string"), (OVERFLOW, OVERFLOW_TYPE),
+    (OP, "string"),
+    (LSN, "bigint"),
+    (SOURCE_TS, "bigint"),
+    (APPLIED_AT, "timestamp"),
+    (POSITION, "string"),
+    (OVERFLOW, OVERFLOW_TYPE),
 )
 CHANGELOG_META: tuple[tuple[str, str], ...] = (
-    (OP, "string"), (LSN, "bigint"), (SOURCE_TS, "bigint"), (PARTITION, "int"), (OFFSET, "bigint"), (TOAST, "array<string>"),
-    (APPLIED_AT, "timestamp"), (POSITION, "string"), (OVERFLOW, OVERFLOW_TYPE),
+    (OP, "string"),
+    (LSN, "bigint"),
+    (SOURCE_TS, "bigint"),
+    (PARTITION, "int"),
+    (OFFSET, "bigint"),
+    (TOAST, "array<string>"),
+    (APPLIED_AT, "timestamp"),
+    (POSITION, "string"),
+    (OVERFLOW, OVERFLOW_TYPE),
 )
 #: what the apply job writes from an event into a lake table (``_walflow_applied_at`` is the commit's time)
 EVENT_META = (OP, LSN, SOURCE_TS, POSITION, OVERFLOW)
@@ -49,8 +61,17 @@ ORDER = (POS_A, POS_B, POS_C, PARTITION, OFFSET)
 
 #: the decoder's columns ahead of the table's own columns, as Spark DDL types
 FRAME_META: tuple[tuple[str, str], ...] = (
-    (OP, "string"), (PARTITION, "int"), (OFFSET, "bigint"), (LSN, "bigint"), (SOURCE_TS, "bigint"), (TOAST, "array<string>"),
-    (POS_A, "bigint"), (POS_B, "bigint"), (POS_C, "bigint"), (SIGN, "int"), (OVERFLOW, OVERFLOW_TYPE),
+    (OP, "string"),
+    (PARTITION, "int"),
+    (OFFSET, "bigint"),
+    (LSN, "bigint"),
+    (SOURCE_TS, "bigint"),
+    (TOAST, "array<string>"),
+    (POS_A, "bigint"),
+    (POS_B, "bigint"),
+    (POS_C, "bigint"),
+    (SIGN, "int"),
+    (OVERFLOW, OVERFLOW_TYPE),
 )
 HASH = "_walflow_hash"  # the sha1 of the record's schema part ("" without one)
 SCHEMA = "_walflow_schema"  # the schema's text, on the first record of each schema in a slice
@@ -58,12 +79,20 @@ KEYED = "_walflow_keyed"  # the record has a non-null key
 KEY = "_walflow_key"  # the raw key, on the first keyed record of a slice
 SRC_SCHEMA = "_walflow_src_schema"  # the source names, when they change from the previous record
 SRC_TABLE = "_walflow_src_table"
-PROBLEM = "_walflow_problem"  # JSON: a record or value the decoder could not take (topic, partition, offset, column, value)
+PROBLEM = (
+    "_walflow_problem"  # JSON: a record or value the decoder could not take (topic, partition, offset, column, value)
+)
 KINDS = "_walflow_kinds"  # JSON: the JSON kinds of schemaless columns being typed, once per slice
 #: the decoder's columns after the table's columns: what the driver learns about the run
 STATS: tuple[tuple[str, str], ...] = (
-    (HASH, "string"), (SCHEMA, "string"), (KEYED, "boolean"), (KEY, "binary"), (SRC_SCHEMA, "string"), (SRC_TABLE, "string"),
-    (PROBLEM, "string"), (KINDS, "string"),
+    (HASH, "string"),
+    (SCHEMA, "string"),
+    (KEYED, "boolean"),
+    (KEY, "binary"),
+    (SRC_SCHEMA, "string"),
+    (SRC_TABLE, "string"),
+    (PROBLEM, "string"),
+    (KINDS, "string"),
 )
 
 # -- table and snapshot properties ---------------------------------------------------------------------

@@ -24,8 +24,14 @@ def simple_type(ddl_type: str) -> str:
 
 
 def ensure_table(
-    spark: SparkSession, ident: str, namespace: str, names: list[str], types: dict[str, str], defaults: dict[str, Any],
-    meta: tuple[tuple[str, str], ...], owner: dict[str, str] | None = None,
+    spark: SparkSession,
+    ident: str,
+    namespace: str,
+    names: list[str],
+    types: dict[str, str],
+    defaults: dict[str, Any],
+    meta: tuple[tuple[str, str], ...],
+    owner: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Create the table, or bring it to the events' schema: add columns, widen types, add missing metadata
     columns. Returns the table's properties. ``owner`` (:func:`walflow.lake.claims.claim`) is recorded in the
@@ -44,10 +50,10 @@ def ensure_table(
     add, widen, problems = check_evolution(existing, wanted)
     if problems:
         raise LakeSchemaError(
-            f"lake table {ident} cannot take the source's new schema: {'; '.join(problems)}. walflow adds columns and widens "
-            "int→bigint, float→double and a decimal's precision (same scale), the changes Iceberg makes in place; any other "
-            "type change (a narrowing, or e.g. int→text) needs the lake table rebuilt: drop it (or set walflow.lake.namespace "
-            "to a new namespace) and re-snapshot the source table."
+            f"lake table {ident} cannot take the source's new schema: {'; '.join(problems)}. walflow adds columns and "
+            "widens int→bigint, float→double and a decimal's precision (same scale), the changes Iceberg makes in "
+            "place; any other type change (a narrowing, or e.g. int→text) needs the lake table rebuilt: drop it (or "
+            "set walflow.lake.namespace to a new namespace) and re-snapshot the source table."
         )
     # every literal before the first change, so that a default the lake cannot write changes nothing
     literals: dict[str, str] = {}

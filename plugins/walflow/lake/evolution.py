@@ -87,14 +87,23 @@ class TableFacts:
         out: dict[str, tuple[bool, Any]] = {}
         for f in target["fields"]:
             attnum = f.get("attnum")
-            first = next((g for fact in self.facts for g in fact["fields"] if attnum is not None and g.get("attnum") == attnum), f)
+            first = next(
+                (g for fact in self.facts for g in fact["fields"] if attnum is not None and g.get("attnum") == attnum),
+                f,
+            )
             out[f["field"]] = (bool(first.get("known")), first.get("fill"))
         return out
 
     def mapping(self, target: dict[str, Any]) -> Mapping:
         return Mapping(
             self.attnums(target),
-            tuple((tuple((f["field"], f.get("type", "")) for f in fact["fields"]), tuple(f.get("attnum") for f in fact["fields"])) for fact in self.facts),
+            tuple(
+                (
+                    tuple((f["field"], f.get("type", "")) for f in fact["fields"]),
+                    tuple(f.get("attnum") for f in fact["fields"]),
+                )
+                for fact in self.facts
+            ),
         )
 
     def adopt(self, columns: list[str]) -> dict[str, int]:
@@ -114,7 +123,9 @@ def read_property(properties: dict[str, str]) -> dict[str, int]:
     return {str(k): int(v) for k, v in orjson.loads(text).items()} if text else {}
 
 
-def plan_renames(lake: dict[str, int], target: dict[str, int], columns: set[str]) -> tuple[list[tuple[str, str]], list[str]]:
+def plan_renames(
+    lake: dict[str, int], target: dict[str, int], columns: set[str]
+) -> tuple[list[tuple[str, str]], list[str]]:
     """The lake columns to rename and those to refill, from the lake's attributes (``lake``: column -> attnum) and
     the target's (``target``: name -> attnum); ``columns`` are the lake table's columns.
 
@@ -161,9 +172,9 @@ def with_fills(value_schema: dict[str, Any], fills: dict[str, tuple[bool, Any]])
 
 def refuse_unknown_fill(topic: str, ident: str, columns: list[str]) -> LakeSchemaError:
     return LakeSchemaError(
-        f"topic {topic}: lake table {ident} has no key, and its source table gained column(s) {columns} whose values in "
-        "the rows that existed before cannot be known from the events (a default evaluated per row, or a table "
+        f"topic {topic}: lake table {ident} has no key, and its source table gained column(s) {columns} whose values "
+        "in the rows that existed before cannot be known from the events (a default evaluated per row, or a table "
         "rewritten since the column was added): without a key the lake cannot re-read them. Nothing of this topic was "
-        "written. Rebuild the lake table from a new snapshot (`walflow reset <connector> --lake`, then the setup DAG), "
-        "or give the source table a primary key and snapshot it again."
+        "written. Rebuild the lake table from a new snapshot (`walflow reset <connector> --lake`, then the setup "
+        "DAG), or give the source table a primary key and snapshot it again."
     )

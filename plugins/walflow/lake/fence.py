@@ -1,6 +1,6 @@
 """The fence: only the newest run of the apply job can publish to a lake table.
 
-The lake lock (:func:`walflow.source.lake_lock`) is held by the Airflow task, not by the Spark driver: a task that
+The lake lock (:func:`walflow.source.locks.lake_lock`) is held by the Airflow task, not by the Spark driver: a task that
 dies (a worker lost, a timeout) can leave its spark-submit running while a retry starts. Both would then apply the
 same Kafka records, and a table that takes plain appends (a new table, an insert-only one) would hold every row
 twice. Checking a token before a commit cannot close that window, since a MERGE commits minutes after it starts.
@@ -46,8 +46,8 @@ class Fence:
         self._open: set[str] = set()
 
     def _table(self, ident: str) -> Any:
-        jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
-        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, ident)  # type: ignore[attr-defined]
+        jvm: Any = self.spark._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, ident)
         table.refresh()
         return table
 
@@ -74,12 +74,15 @@ class Fence:
         current = self._main(table)
         if current != expected:
             raise LakeFenceError(
-                f"lake table {ident} was committed to (snapshot {current}) after this run read its offsets (from snapshot "
-                f"{expected}): another run of the apply job (an orphaned spark-submit of a task that died, or a second "
-                "apply started by hand) wrote it meanwhile. Nothing of this run was written to it; the next run reads the "
-                "offsets again. If two applies run at once on purpose, stop one: only one may write a connector's lake."
+                f"lake table {ident} was committed to (snapshot {current}) after this run read its offsets (from "
+                f"snapshot {expected}): another run of the apply job (an orphaned spark-submit of a task that died, or "
+                "a second apply started by hand) wrote it meanwhile. Nothing of this run was written to it; the next "
+                "run reads the offsets again. If two applies run at once on purpose, stop one: only one may write a "
+                "connector's lake."
             )
-        stale = [name for name in table.refs().keySet() if str(name).startswith(BRANCH_PREFIX) and str(name) != self.branch]
+        stale = [
+            name for name in table.refs().keySet() if str(name).startswith(BRANCH_PREFIX) and str(name) != self.branch
+        ]
         if stale:
             remove = table.manageSnapshots()
             for name in stale:
@@ -91,7 +94,9 @@ class Fence:
         if stale:
             log.warning(
                 "%s: removed the branch(es) %s of earlier runs of the apply job (a run that died, or one still running "
-                "that can no longer publish)", ident, ", ".join(sorted(str(n) for n in stale)),
+                "that can no longer publish)",
+                ident,
+                ", ".join(sorted(str(n) for n in stale)),
             )
         self._open.add(ident)
         return self.target(ident)
@@ -107,7 +112,7 @@ class Fence:
         table = self._table(ident)
         try:
             table.manageSnapshots().fastForwardBranch(MAIN, self.branch).removeBranch(self.branch).commit()
-        except Exception as exc:  # noqa: BLE001 - Iceberg's refusal comes as a Java exception through py4j
+        except Exception as exc:
             self.discard(ident)
             raise self._taken_over(ident, f"Iceberg refused to publish it: {_java_message(exc)}") from None
         self._open.discard(ident)
@@ -121,8 +126,13 @@ class Fence:
             table = self._table(ident)
             if table.refs().get(self.branch) is not None:
                 table.manageSnapshots().removeBranch(self.branch).commit()
-        except Exception as exc:  # noqa: BLE001 - the run is failing already; its branch is only left behind
-            log.warning("%s: could not remove this run's branch %s (%s); the next run removes it", ident, self.branch, _java_message(exc))
+        except Exception as exc:
+            log.warning(
+                "%s: could not remove this run's branch %s (%s); the next run removes it",
+                ident,
+                self.branch,
+                _java_message(exc),
+            )
 
     def taken_over(self, ident: str) -> LakeFenceError | None:
         """The error to raise instead of a failed write when this run's branch of ``ident`` is gone (a newer run
@@ -131,7 +141,7 @@ class Fence:
             return None
         try:
             gone = self._table(ident).refs().get(self.branch) is None
-        except Exception:  # noqa: BLE001 - cannot tell: the write's own error stands
+        except Exception:
             return None
         if not gone:
             return None
@@ -141,9 +151,9 @@ class Fence:
     @staticmethod
     def _taken_over(ident: str, why: str) -> LakeFenceError:
         return LakeFenceError(
-            f"lake table {ident}: this run's changes were not published ({why}): another run of the apply job committed "
-            "to the table, or started, after this one read its offsets. The table holds what that run wrote, with its "
-            "offsets; the next run continues from there."
+            f"lake table {ident}: this run's changes were not published ({why}): another run of the apply job "
+            "committed to the table, or started, after this one read its offsets. The table holds what that run "
+            "wrote, with its offsets; the next run continues from there."
         )
 
 

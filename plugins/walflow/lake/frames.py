@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict, cast
 
 import orjson
 from pyspark.rdd import PythonEvalType
@@ -25,7 +26,9 @@ def map_in_arrow(frame: DataFrame, function: Any, ddl: str) -> DataFrame:
     try:
         import pandas  # noqa: F401  (only whether it is installed matters)
     except ImportError:
-        udf = UserDefinedFunction(function, returnType=ddl, name="walflow_arrow", evalType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+        udf = UserDefinedFunction(
+            function, returnType=ddl, name="walflow_arrow", evalType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF
+        )
         column = udf(*[frame[sql_quote(c)] for c in frame.columns])
         return DataFrame(frame._jdf.pythonMapInArrow(column._jc.expr(), False), frame.sparkSession)
     return frame.mapInArrow(function, ddl)
@@ -42,7 +45,48 @@ def decode(tasks: DataFrame, plan: DecodePlan) -> DataFrame:
     return map_in_arrow(tasks, Decoder(plan), plan.ddl())
 
 
-def run_stats(frame: DataFrame) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    """What one run read of a topic, as :func:`run_stats` computes it over the decoded frame (on the driver: never
+    pickled to the executors). Events are the rows with an op, the before image of a keyless update not counted."""
+
+    #: the number of events per op ("c", "r", "u", "d", "t", and any other op such as "m" messages: counted, never
+    #: applied); an op without events is left out, so an empty dict means the records held no event
+    counts: dict[str, int]
+    #: the schema parts read, ``{schema hash: schema text}``; records without a schema part under "" (text "")
+    schemas: dict[str, str]
+    #: the hash of the newest event's schema (by source position) among those with a schema part; None without one
+    newest: str | None
+    #: the field names of the oldest key read (by source position); empty for a table without key
+    key_names: list[str]
+    #: when a later key has other fields than ``key_names``: per partition, the offset of its first record of another
+    #: key, where to cut the run (:func:`key_cut`); empty when the run has one key
+    key_cut: dict[int, int]
+    #: (the oldest key's names, the first other key's names) when ``key_cut`` is not empty, else None
+    key_change: tuple[list[str], list[str]] | None
+    #: the field names of the newest key read
+    newest_key_names: list[str]
+    #: the number of events holding unchanged-TOAST placeholders
+    toasted: int
+    #: the number of updates and deletes whose record has no key
+    keyless: int
+    #: the source tables (schema, table) the events name: more than one means colliding topic names
+    sources: set[tuple[str, str]]
+    #: the problem records not accepted by ``walflow.lake.accept.records`` (parsed problem documents: topic,
+    #: partition, offset, column, error and maybe value, schemaless), at most 1,000
+    problems: list[dict[str, Any]]
+    #: the number of problem rows, accepted or not
+    problem_count: int
+    #: the problem records accepted by ``walflow.lake.accept.records`` (skipped, or with values set to null), at most
+    #: 1,000
+    skipped: list[dict[str, Any]]
+    #: the JSON kinds seen per schemaless column being typed, or column the target lacks
+    kinds: dict[str, set[str]]
+    #: the number of rows with a value the lake type cannot hold (its text in ``_walflow_overflow``)
+    overflowed: int
+
+
+def run_stats(frame: DataFrame) -> RunStats:
     """What the run holds, computed by Spark over the decoded (cached) frame: op counts, schemas and the newest,
     a key, TOAST placeholders, changes without key, source tables, problems and schemaless JSON kinds.
 
@@ -73,16 +117,29 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
     if sums["n_other"]:
         rare = rare | other
     accepted = F.coalesce(F.get_json_object(C.PROBLEM, "$.accepted") == "true", F.lit(False))
-    collected = frame.filter(rare).agg(
-        F.map_from_entries(F.collect_set(F.when(other, F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
-        F.collect_set(F.when(F.col(C.SCHEMA).isNotNull(), F.struct(F.col(C.HASH).alias("h"), F.col(C.SCHEMA).alias("s")))).alias("schemas"),
-        F.collect_list(F.when(F.col(C.KEY).isNotNull(), F.struct(C.KEY, C.PARTITION, C.OFFSET, C.POS_A, C.POS_B))).alias("keys"),
-        F.collect_set(F.when(F.col(C.SRC_TABLE).isNotNull(), F.struct(F.col(C.SRC_SCHEMA).alias("s"), F.col(C.SRC_TABLE).alias("t")))).alias("sources"),
-        # apart, so that problems accepted by walflow.lake.accept.records never crowd out one that is not
-        F.slice(F.collect_list(F.when(~accepted, F.col(C.PROBLEM))), 1, 1000).alias("problem_list"),
-        F.slice(F.collect_list(F.when(accepted, F.col(C.PROBLEM))), 1, 1000).alias("accepted_list"),
-        F.collect_list(C.KINDS).alias("kinds"),
-    ).collect()[0]
+    collected = (
+        frame.filter(rare)
+        .agg(
+            F.map_from_entries(F.collect_set(F.when(other, F.struct(F.col(C.OP), F.lit(1))))).alias("other_ops"),
+            F.collect_set(
+                F.when(F.col(C.SCHEMA).isNotNull(), F.struct(F.col(C.HASH).alias("h"), F.col(C.SCHEMA).alias("s")))
+            ).alias("schemas"),
+            F.collect_list(
+                F.when(F.col(C.KEY).isNotNull(), F.struct(C.KEY, C.PARTITION, C.OFFSET, C.POS_A, C.POS_B))
+            ).alias("keys"),
+            F.collect_set(
+                F.when(
+                    F.col(C.SRC_TABLE).isNotNull(),
+                    F.struct(F.col(C.SRC_SCHEMA).alias("s"), F.col(C.SRC_TABLE).alias("t")),
+                )
+            ).alias("sources"),
+            # apart, so that problems accepted by walflow.lake.accept.records never crowd out one that is not
+            F.slice(F.collect_list(F.when(~accepted, F.col(C.PROBLEM))), 1, 1000).alias("problem_list"),
+            F.slice(F.collect_list(F.when(accepted, F.col(C.PROBLEM))), 1, 1000).alias("accepted_list"),
+            F.collect_list(C.KINDS).alias("kinds"),
+        )
+        .collect()[0]
+    )
     schemas = {r["h"]: r["s"] for r in collected["schemas"] or []}
     kinds: dict[str, set[str]] = {}
     for text in collected["kinds"] or []:
@@ -94,20 +151,24 @@ def run_stats(frame: DataFrame) -> dict[str, Any]:
     counts = {op: n for op, n in counts.items() if n}
     for op in collected["other_ops"] or {}:  # events of another kind ("m" messages...): counted, never applied
         counts[op] = int(frame.filter(is_event & (F.col(C.OP) == op)).count())
-    return {
-        "counts": counts,
-        "schemas": schemas,
-        "newest": _newest(frame, [h for h in schemas if h]),
-        **key_cut(collected["keys"] or []),
-        "toasted": sums["toasted"] or 0,
-        "keyless": sums["keyless"] or 0,
-        "sources": {(r["s"], r["t"]) for r in collected["sources"] or []},
-        "problems": problems,
-        "problem_count": int(sums["problems"] or 0),
-        "skipped": accepted_problems,
-        "kinds": kinds,
-        "overflowed": int(sums["overflowed"] or 0),
-    }
+    keys = key_cut(collected["keys"] or [])
+    return RunStats(
+        counts=counts,
+        schemas=schemas,
+        newest=_newest(frame, [h for h in schemas if h]),
+        key_names=keys["key_names"],
+        key_cut=keys["key_cut"],
+        key_change=keys["key_change"],
+        newest_key_names=keys["newest_key_names"],
+        toasted=sums["toasted"] or 0,
+        keyless=sums["keyless"] or 0,
+        sources={(r["s"], r["t"]) for r in collected["sources"] or []},
+        problems=problems,
+        problem_count=int(sums["problems"] or 0),
+        skipped=accepted_problems,
+        kinds=kinds,
+        overflowed=int(sums["overflowed"] or 0),
+    )
 
 
 def _newest(frame: DataFrame, hashes: list[str]) -> str | None:
@@ -119,7 +180,9 @@ def _newest(frame: DataFrame, hashes: list[str]) -> str | None:
     if len(hashes) <= 1:
         return hashes[0] if hashes else None
     order = F.struct(*[F.col(c) for c in C.ORDER])
-    row = frame.agg(F.max_by(C.HASH, F.when((F.col(C.HASH) != "") & F.col(C.OP).isNotNull(), order)).alias("newest")).collect()[0]
+    row = frame.agg(
+        F.max_by(C.HASH, F.when((F.col(C.HASH) != "") & F.col(C.OP).isNotNull(), order)).alias("newest")
+    ).collect()[0]
     return row["newest"] or None
 
 
@@ -139,7 +202,8 @@ def after(cut: Any) -> Column:
     """A filter keeping the events after position ``cut`` (a row with _walflow_pos_a/b/c)."""
     a, b, c = (F.col(x) for x in (C.POS_A, C.POS_B, C.POS_C))
     ca, cb, cc = cut[C.POS_A], cut[C.POS_B], cut[C.POS_C]
-    return (a > ca) | ((a == ca) & ((b > cb) | ((b == cb) & (c > cc))))
+    # pyspark carries no type information here, so mypy sees Any where Spark builds a Column
+    return cast(Column, (a > ca) | ((a == ca) & ((b > cb) | ((b == cb) & (c > cc)))))
 
 
 def partner_cut(frame: DataFrame, partial: set[int]) -> dict[int, int]:
@@ -158,12 +222,16 @@ def partner_cut(frame: DataFrame, partial: set[int]) -> dict[int, int]:
         return {}
     place = (C.POS_A, C.POS_B, C.POS_C)
     events = frame.filter(F.col(C.OP).isin("c", "u", "d", "r") & F.col(C.POS_A).isNotNull())
-    last = {r[C.PARTITION]: r["f"] for r in events.groupBy(C.PARTITION).agg(F.max(F.struct(*place)).alias("f")).collect()}
+    last = {
+        r[C.PARTITION]: r["f"] for r in events.groupBy(C.PARTITION).agg(F.max(F.struct(*place)).alias("f")).collect()
+    }
     if any(p not in last for p in partial):
         return {}  # a partial partition without a positioned event: its frontier is unknown
     frontier = min(tuple(last[p]) for p in partial)
     halves = events.filter(F.col(C.OP).isin("c", "d") & ~before(frontier))
-    return {int(r[C.PARTITION]): int(r["o"]) for r in halves.groupBy(C.PARTITION).agg(F.min(C.OFFSET).alias("o")).collect()}
+    return {
+        int(r[C.PARTITION]): int(r["o"]) for r in halves.groupBy(C.PARTITION).agg(F.min(C.OFFSET).alias("o")).collect()
+    }
 
 
 def before(place: tuple[int, int, int]) -> Column:
@@ -192,7 +260,9 @@ def from_offsets(starts: dict[int, int]) -> Column:
 def latest_per_key(frame: DataFrame, keys: list[Column]) -> DataFrame:
     """The last event (by source position, then Kafka position) of each key."""
     latest = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in C.ORDER])
-    return frame.withColumn("_walflow_rank", F.row_number().over(latest)).filter("_walflow_rank = 1").drop("_walflow_rank")
+    return (
+        frame.withColumn("_walflow_rank", F.row_number().over(latest)).filter("_walflow_rank = 1").drop("_walflow_rank")
+    )
 
 
 #: a delete that holds the values of the event before it (:func:`carry_into_deletes`): the MERGE writes them
@@ -206,12 +276,23 @@ def carry_into_deletes(frame: DataFrame, keys: list[Column], columns: list[str])
     if not columns:
         return frame
     previous = Window.partitionBy(*keys).orderBy(*C.ORDER)
-    before = F.lag(F.struct(F.col(C.OP).alias("op"), F.col(C.OVERFLOW).alias("o"), *[F.col(sql_quote(n)).alias(f"v{i}") for i, n in enumerate(columns)]), 1).over(previous)
+    before = F.lag(
+        F.struct(
+            F.col(C.OP).alias("op"),
+            F.col(C.OVERFLOW).alias("o"),
+            *[F.col(sql_quote(n)).alias(f"v{i}") for i, n in enumerate(columns)],
+        ),
+        1,
+    ).over(previous)
     frame = frame.withColumn("_walflow_before", before)
     carry = (F.col(C.OP) == "d") & F.col("_walflow_before").isNotNull() & (F.col("_walflow_before.op") != "d")
     for i, name in enumerate(columns):
-        frame = frame.withColumn(name, F.when(carry, F.col("_walflow_before").getField(f"v{i}")).otherwise(F.col(sql_quote(name))))
-    frame = frame.withColumn(C.OVERFLOW, F.when(carry, F.col("_walflow_before").getField("o")).otherwise(F.col(C.OVERFLOW)))
+        frame = frame.withColumn(
+            name, F.when(carry, F.col("_walflow_before").getField(f"v{i}")).otherwise(F.col(sql_quote(name)))
+        )
+    frame = frame.withColumn(
+        C.OVERFLOW, F.when(carry, F.col("_walflow_before").getField("o")).otherwise(F.col(C.OVERFLOW))
+    )
     return frame.withColumn(CARRIED, carry).drop("_walflow_before")
 
 
@@ -239,17 +320,28 @@ def resolve_toast(frame: DataFrame, keys: list[Column], columns: list[str]) -> D
         known = f"_walflow_known_{i}"
         # a struct, so that a real NULL value counts as a value
         frame = frame.withColumn(
-            known, F.last(F.when(~toasted, F.struct(F.col(sql_quote(name)).alias("v"), F.col(C.OVERFLOW)[name].alias("o"))), ignorenulls=True).over(history)
+            known,
+            F.last(
+                F.when(~toasted, F.struct(F.col(sql_quote(name)).alias("v"), F.col(C.OVERFLOW)[name].alias("o"))),
+                ignorenulls=True,
+            ).over(history),
         )
         resolved = toasted & F.col(known).isNotNull()
         frame = frame.withColumn(name, F.when(resolved, F.col(known).getField("v")).otherwise(F.col(sql_quote(name))))
-        carried.append(F.when(resolved & F.col(known).getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), F.col(known).getField("o").alias("v"))))
+        carried.append(
+            F.when(
+                resolved & F.col(known).getField("o").isNotNull(),
+                F.struct(F.lit(name).alias("k"), F.col(known).getField("o").alias("v")),
+            )
+        )
         still_toasted.append(F.when(toasted & F.col(known).isNull(), F.lit(name)))
     frame = _resolved(frame, carried, still_toasted)
     return frame.drop(*[f"_walflow_known_{i}" for i in range(len(columns))])
 
 
-def resolve_toast_by_identity(frame: DataFrame, identity: list[str], columns: list[str], target: DataFrame) -> DataFrame:
+def resolve_toast_by_identity(
+    frame: DataFrame, identity: list[str], columns: list[str], target: DataFrame
+) -> DataFrame:
     """Unchanged TOASTed values under an identity index without the key (REPLICA IDENTITY USING INDEX): a key change
     that leaves the index's columns as they were is an update of the new key alone, with placeholders, and the old
     key's row holds the values. The index is unique, so the row that held the same identity values before is the
@@ -261,26 +353,45 @@ def resolve_toast_by_identity(frame: DataFrame, identity: list[str], columns: li
     frame = resolve_toast(frame, [F.col(sql_quote(c)) for c in identity], columns)
     waiting = F.size(C.TOAST) > 0
     lookups = [f"_walflow_id_{i}" for i in range(len(identity))]
-    found = (
-        target.select(*[F.col(sql_quote(c)).alias(n) for c, n in zip(identity, lookups)],
-                      *[F.col(sql_quote(c)).alias(f"_walflow_was_{i}") for i, c in enumerate(columns)], F.col(C.OVERFLOW).alias("_walflow_was_overflow"))
-        .join(F.broadcast(frame.filter(waiting).select(*[sql_quote(c) for c in identity]).distinct()),
-              _all([F.col(n).eqNullSafe(F.col(sql_quote(c))) for n, c in zip(lookups, identity)]), "left_semi")
+    found = target.select(
+        *[F.col(sql_quote(c)).alias(n) for c, n in zip(identity, lookups)],
+        *[F.col(sql_quote(c)).alias(f"_walflow_was_{i}") for i, c in enumerate(columns)],
+        F.col(C.OVERFLOW).alias("_walflow_was_overflow"),
+    ).join(
+        F.broadcast(frame.filter(waiting).select(*[sql_quote(c) for c in identity]).distinct()),
+        _all([F.col(n).eqNullSafe(F.col(sql_quote(c))) for n, c in zip(lookups, identity)]),
+        "left_semi",
     )
-    frame = frame.join(found, _all([F.col(sql_quote(c)).eqNullSafe(F.col(n)) for c, n in zip(identity, lookups)]) & waiting, "left")
+    frame = frame.join(
+        found, _all([F.col(sql_quote(c)).eqNullSafe(F.col(n)) for c, n in zip(identity, lookups)]) & waiting, "left"
+    )
     carried, still = [], []
     for i, name in enumerate(columns):
         toasted = F.array_contains(C.TOAST, name)
         stored = F.struct(F.col(f"_walflow_was_{i}").alias("v"), F.col("_walflow_was_overflow")[name].alias("o"))
         resolved = toasted & F.col(lookups[0]).isNotNull()
         frame = frame.withColumn(name, F.when(resolved, stored.getField("v")).otherwise(F.col(sql_quote(name))))
-        carried.append(F.when(resolved & stored.getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), stored.getField("o").alias("v"))))
+        carried.append(
+            F.when(
+                resolved & stored.getField("o").isNotNull(),
+                F.struct(F.lit(name).alias("k"), stored.getField("o").alias("v")),
+            )
+        )
         still.append(F.when(toasted & ~resolved, F.lit(name)))
     frame = _resolved(frame, carried, still, waiting)
     return frame.drop(*lookups, *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow")
 
 
-def key_cut(keys: list[Any]) -> dict[str, Any]:
+class KeyCut(TypedDict):
+    """:func:`key_cut`'s answer (the fields of the same names in :class:`RunStats`)."""
+
+    key_names: list[str]
+    key_cut: dict[int, int]
+    key_change: tuple[list[str], list[str]] | None
+    newest_key_names: list[str]
+
+
+def key_cut(keys: list[Any]) -> KeyCut:
     """The run's key, from the keys the decoder wrote out where their shape changed (rows of key, partition, offset
     and position), and where to cut the run when the key was redefined within it.
 
@@ -292,7 +403,15 @@ def key_cut(keys: list[Any]) -> dict[str, Any]:
     """
     if not keys:
         return {"key_names": [], "key_cut": {}, "key_change": None, "newest_key_names": []}
-    ordered = sorted(keys, key=lambda r: (r[C.POS_A] if r[C.POS_A] is not None else -1, r[C.POS_B] if r[C.POS_B] is not None else -1, r[C.PARTITION], r[C.OFFSET]))
+    ordered = sorted(
+        keys,
+        key=lambda r: (
+            r[C.POS_A] if r[C.POS_A] is not None else -1,
+            r[C.POS_B] if r[C.POS_B] is not None else -1,
+            r[C.PARTITION],
+            r[C.OFFSET],
+        ),
+    )
     first = key_names(ordered[0][C.KEY])
     cut: dict[int, int] = {}
     other: list[str] | None = None
@@ -302,7 +421,12 @@ def key_cut(keys: list[Any]) -> dict[str, Any]:
             other = other or names
             partition, offset = int(row[C.PARTITION]), int(row[C.OFFSET])
             cut[partition] = min(cut.get(partition, offset), offset)
-    return {"key_names": first, "key_cut": cut, "key_change": (first, other) if cut else None, "newest_key_names": key_names(ordered[-1][C.KEY])}
+    return {
+        "key_names": first,
+        "key_cut": cut,
+        "key_change": (first, other) if other is not None else None,  # (other is set exactly when cut is)
+        "newest_key_names": key_names(ordered[-1][C.KEY]),
+    }
 
 
 def resolve_moved_toast(frame: DataFrame, key_names: list[str], columns: list[str], target: DataFrame) -> DataFrame:
@@ -320,17 +444,23 @@ def resolve_moved_toast(frame: DataFrame, key_names: list[str], columns: list[st
         return frame
     keys = [sql_quote(k) for k in key_names]
     olds = [f"_walflow_old_{i}" for i in range(len(keys))]
-    deletes = frame.filter(F.col(C.OP) == "d").select(C.POS_A, C.POS_B, *[F.col(k).alias(o) for k, o in zip(keys, olds)])
+    deletes = frame.filter(F.col(C.OP) == "d").select(
+        C.POS_A, C.POS_B, *[F.col(k).alias(o) for k, o in zip(keys, olds)]
+    )
     frame = frame.join(deletes.dropDuplicates([C.POS_A, C.POS_B]), [C.POS_A, C.POS_B], "left")
     moved = (F.col(C.OP) == "c") & (F.size(C.TOAST) > 0) & F.col(olds[0]).isNotNull()
     # the old key's events and the creates moved from it share one window
     chain = [F.when(moved, F.col(o)).otherwise(F.col(k)) for k, o in zip(keys, olds)]
     history = Window.partitionBy(*chain).orderBy(*C.ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     lookups = [f"_walflow_row_{i}" for i in range(len(keys))]
-    found = (
-        target.select(*[F.col(k).alias(n) for k, n in zip(keys, lookups)], *[F.col(sql_quote(c)).alias(f"_walflow_was_{i}") for i, c in enumerate(columns)],
-                      F.col(C.OVERFLOW).alias("_walflow_was_overflow"))
-        .join(F.broadcast(frame.filter(moved).select(*olds).distinct()), [F.col(n).eqNullSafe(F.col(o)) for n, o in zip(lookups, olds)], "left_semi")
+    found = target.select(
+        *[F.col(k).alias(n) for k, n in zip(keys, lookups)],
+        *[F.col(sql_quote(c)).alias(f"_walflow_was_{i}") for i, c in enumerate(columns)],
+        F.col(C.OVERFLOW).alias("_walflow_was_overflow"),
+    ).join(
+        F.broadcast(frame.filter(moved).select(*olds).distinct()),
+        [F.col(n).eqNullSafe(F.col(o)) for n, o in zip(lookups, olds)],
+        "left_semi",
     )
     frame = frame.join(found, _all([F.col(o).eqNullSafe(F.col(n)) for o, n in zip(olds, lookups)]) & moved, "left")
     carried, still = [], []
@@ -345,10 +475,21 @@ def resolve_moved_toast(frame: DataFrame, key_names: list[str], columns: list[st
         source = F.when(F.col(known).isNotNull(), F.col(known)).when(F.col(lookups[0]).isNotNull(), stored)
         resolved = moved & toasted & source.isNotNull()
         frame = frame.withColumn(name, F.when(resolved, source.getField("v")).otherwise(F.col(sql_quote(name))))
-        carried.append(F.when(resolved & source.getField("o").isNotNull(), F.struct(F.lit(name).alias("k"), source.getField("o").alias("v"))))
+        carried.append(
+            F.when(
+                resolved & source.getField("o").isNotNull(),
+                F.struct(F.lit(name).alias("k"), source.getField("o").alias("v")),
+            )
+        )
         still.append(F.when(toasted & ~resolved, F.lit(name)))
     frame = _resolved(frame, carried, still, moved)
-    helpers = [*olds, *lookups, *[f"_walflow_known_{i}" for i in range(len(columns))], *[f"_walflow_was_{i}" for i in range(len(columns))], "_walflow_was_overflow"]
+    helpers = [
+        *olds,
+        *lookups,
+        *[f"_walflow_known_{i}" for i in range(len(columns))],
+        *[f"_walflow_was_{i}" for i in range(len(columns))],
+        "_walflow_was_overflow",
+    ]
     return frame.drop(*helpers)
 
 
@@ -357,7 +498,9 @@ def _resolved(frame: DataFrame, carried: list[Column], still: list[Column], wher
     per column, a (column, entry) struct or null), and ``_walflow_toast`` keeps the columns still unresolved
     (``still``: per column, its name or null), on the rows ``where`` selects (every row when None)."""
     extra = F.filter(F.array(*carried), lambda x: x.isNotNull())
-    merged = F.map_concat(F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra))
+    merged = F.map_concat(
+        F.coalesce(F.col(C.OVERFLOW), F.create_map().cast(C.OVERFLOW_TYPE)), F.map_from_entries(extra)
+    )
     frame = frame.withColumn(C.OVERFLOW, F.when(F.size(extra) > 0, merged).otherwise(F.col(C.OVERFLOW)))
     left = F.filter(F.array(*still), lambda x: x.isNotNull())
     return frame.withColumn(C.TOAST, left if where is None else F.when(where, left).otherwise(F.col(C.TOAST)))

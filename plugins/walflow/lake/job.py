@@ -1,8 +1,8 @@
-"""The lake jobs' entry points: ``include/spark/apply_changes.py`` calls :func:`main` under spark-submit,
-``include/spark/maintain_lake.py`` :func:`maintain_main`.
+"""The lake jobs' entry points: ``walflow/lake/spark/apply_changes.py`` calls :func:`main` under spark-submit,
+``walflow/lake/spark/maintain_lake.py`` :func:`maintain_main`.
 
     spark-submit --jars iceberg-spark-runtime-3.5_2.12-1.10.2.jar --conf spark.sql.catalog.lake=... \\
-        include/spark/apply_changes.py --settings '<LakeSettings JSON>'
+        walflow/lake/spark/apply_changes.py --settings '<LakeSettings JSON>'
 
 The Kafka client settings (``bootstrap.servers``, TLS, SASL) come from ``$WALFLOW_KAFKA_CONFIG`` (JSON), the Airflow
 task's environment, never from the command line, as do Spark settings holding secrets (``$WALFLOW_LAKE_CATALOG_CONF``:
@@ -36,10 +36,24 @@ log = logging.getLogger("walflow.apply")
 ERROR_EXIT = 3
 #: the modules the executors import (the decoder and what it needs): pure Python, no Spark, no pydantic
 EXECUTOR_MODULES = (
-    "__init__.py", "errors.py", "names.py", "kafka.py",
-    "records/__init__.py", "records/decimals.py", "records/temporal.py", "records/facts.py",
-    "lake/__init__.py", "lake/columns.py", "lake/decoder.py", "lake/evolution.py", "lake/loose.py", "lake/naming.py",
-    "lake/positions.py", "lake/reader.py", "lake/types.py", "lake/values.py",
+    "__init__.py",
+    "errors.py",
+    "names.py",
+    "kafka.py",
+    "records/__init__.py",
+    "records/decimals.py",
+    "records/temporal.py",
+    "records/facts.py",
+    "lake/__init__.py",
+    "lake/columns.py",
+    "lake/decoder.py",
+    "lake/evolution.py",
+    "lake/loose.py",
+    "lake/naming.py",
+    "lake/positions.py",
+    "lake/reader.py",
+    "lake/types.py",
+    "lake/values.py",
 )
 
 
@@ -50,7 +64,9 @@ def kafka_settings(bootstrap: str | None = None) -> dict[str, Any]:
     if bootstrap:
         settings["bootstrap.servers"] = bootstrap
     if not settings.get("bootstrap.servers"):
-        raise SystemExit(f"no Kafka bootstrap servers: set {KAFKA_ENV} to the Kafka Connection's extras, or pass --bootstrap")
+        raise SystemExit(
+            f"no Kafka bootstrap servers: set {KAFKA_ENV} to the Kafka Connection's extras, or pass --bootstrap"
+        )
     return settings
 
 
@@ -82,12 +98,13 @@ def catalog_secrets(spark: SparkSession) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``include/spark/apply_changes.py``: apply the connector's topics to its lake tables."""
+    """``walflow/lake/spark/apply_changes.py``: apply the connector's topics to its lake tables."""
     return _run("apply", argv)
 
 
 def maintain_main(argv: list[str] | None = None) -> int:
-    """``include/spark/maintain_lake.py``: compact, rewrite deletes, expire and clean the connector's lake tables."""
+    """``walflow/lake/spark/maintain_lake.py``: compact, rewrite deletes, expire and clean the connector's lake
+    tables."""
     return _run("maintain", argv)
 
 
@@ -95,8 +112,12 @@ def _run(task: str, argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(description=f"{task} a walflow connector's Iceberg tables")
     parser.add_argument("--settings", required=True, help="the connector's LakeSettings as JSON")
     if task == "apply":
-        parser.add_argument("--bootstrap", default=None, help="Kafka bootstrap servers, over those of $WALFLOW_KAFKA_CONFIG")
-        parser.add_argument("--topics", default="", help="comma-separated topics (default: every table topic of the connector)")
+        parser.add_argument(
+            "--bootstrap", default=None, help="Kafka bootstrap servers, over those of $WALFLOW_KAFKA_CONFIG"
+        )
+        parser.add_argument(
+            "--topics", default="", help="comma-separated topics (default: every table topic of the connector)"
+        )
     parser.add_argument("--result", default="", help="write the JSON summary to this file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -107,7 +128,8 @@ def _run(task: str, argv: list[str] | None) -> int:
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     catalog_secrets(spark)
-    if task == "apply" and not spark.sparkContext.master.startswith("local"):
+    master = spark.sparkContext.master or ""  # set on every started context (its type allows None)
+    if task == "apply" and not master.startswith("local"):
         ship_walflow(spark)
     started = time.monotonic()
     try:
@@ -122,7 +144,12 @@ def _run(task: str, argv: list[str] | None) -> int:
         log.error("the lake job stopped: %s", exc)
         if args.result:
             # the topics applied before the failure (LakeJob.run goes on past a failed topic) are reported too
-            failed = {"error": str(exc), "type": type(exc).__name__, "retryable": exc.retryable, "tables": getattr(exc, "results", [])}
+            failed = {
+                "error": str(exc),
+                "type": type(exc).__name__,
+                "retryable": exc.retryable,
+                "tables": getattr(exc, "results", []),
+            }
             Path(args.result).write_text(orjson.dumps(failed, default=str, option=orjson.OPT_NON_STR_KEYS).decode())
         spark.stop()
         return ERROR_EXIT
@@ -136,11 +163,13 @@ def _run(task: str, argv: list[str] | None) -> int:
         if args.result:
             if not retryable:
                 cause += (
-                    " (the same run meets this again every time, so the task is not retried: check that the namespace and "
-                    "tables it names exist in the catalog the job's walflow.lake.catalog settings reach, with rights to "
-                    "them; if they do, report it as a walflow bug with this log)"
+                    " (the same run meets this again every time, so the task is not retried: check that the namespace "
+                    "and tables it names exist in the catalog the job's walflow.lake.catalog settings reach, with "
+                    "rights to them; if they do, report it as a walflow bug with this log)"
                 )
-            Path(args.result).write_text(orjson.dumps({"error": cause, "type": type(exc).__name__, "retryable": retryable}).decode())
+            Path(args.result).write_text(
+                orjson.dumps({"error": cause, "type": type(exc).__name__, "retryable": retryable}).decode()
+            )
         spark.stop()
         return ERROR_EXIT
     summary = {"tables": results, "seconds": round(time.monotonic() - started, 2)}

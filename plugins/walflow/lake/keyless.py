@@ -27,7 +27,13 @@ _OVK = "_walflow_ovk"
 
 
 def merge_keyless(
-    spark: SparkSession, ident: str, frame: DataFrame, names: list[str], types: dict[str, str], properties: dict[str, str], soft: bool,
+    spark: SparkSession,
+    ident: str,
+    frame: DataFrame,
+    names: list[str],
+    types: dict[str, str],
+    properties: dict[str, str],
+    soft: bool,
     history: tuple[tuple[str, str], ...] = (),
 ) -> int:
     """Apply the events of ``frame`` to the keyless table ``ident`` in one MERGE committed with ``properties``.
@@ -38,7 +44,8 @@ def merge_keyless(
     if maps:
         raise LakeSchemaError(
             f"lake table {ident}: the source table has no key, and rows of it are matched by their whole value, which "
-            f"map columns ({', '.join(maps)}) cannot take part in: give the table a primary key or set message.key.columns"
+            f"map columns ({', '.join(maps)}) cannot take part in: give the table a primary key or set "
+            "message.key.columns"
         )
     frame = frame.withColumn(_OVK, F.to_json(C.OVERFLOW))
     cols = [F.col(q(n)) for n in names] + [F.col(_OVK)]
@@ -57,7 +64,9 @@ def merge_keyless(
     target = target.withColumn(_OVK, F.to_json(C.OVERFLOW))
 
     def same(left: str, right: str) -> Column:
-        return reduce(lambda a, b: a & b, [F.col(f"{left}.{q(n)}").eqNullSafe(F.col(f"{right}.{q(n)}")) for n in [*names, _OVK]])
+        return reduce(
+            lambda a, b: a & b, [F.col(f"{left}.{q(n)}").eqNullSafe(F.col(f"{right}.{q(n)}")) for n in [*names, _OVK]]
+        )
 
     gone = changes.filter("_walflow_delta < 0")
     held = (
@@ -66,14 +75,18 @@ def merge_keyless(
         .groupBy(*cols)
         .agg(F.count(F.lit(1)).alias("_walflow_n"), F.max_by(meta, C.POSITION).alias("_walflow_kept"))
     )
-    gone = gone.alias("g").join(held.alias("h"), same("g", "h"), "left").select(
-        *[F.col(f"g.{q(n)}").alias(n) for n in names],
-        "g._walflow_delta",
-        "g._walflow_removed",
-        "g._walflow_meta",
-        F.coalesce("h._walflow_n", F.lit(0)).alias("_walflow_n"),
-        # the copies that stay keep their metadata (rows written before positions were stored have none)
-        F.coalesce("h._walflow_kept", "g._walflow_meta").alias("_walflow_kept"),
+    gone = (
+        gone.alias("g")
+        .join(held.alias("h"), same("g", "h"), "left")
+        .select(
+            *[F.col(f"g.{q(n)}").alias(n) for n in names],
+            "g._walflow_delta",
+            "g._walflow_removed",
+            "g._walflow_meta",
+            F.coalesce("h._walflow_n", F.lit(0)).alias("_walflow_n"),
+            # the copies that stay keep their metadata (rows written before positions were stored have none)
+            F.coalesce("h._walflow_kept", "g._walflow_meta").alias("_walflow_kept"),
+        )
     )
 
     def rows(source: DataFrame, kind: str, copies: Column, meta_col: str, deleted: bool) -> DataFrame:
@@ -95,14 +108,24 @@ def merge_keyless(
     if soft:
         # one flagged copy per copy removed, of those there were (the lake's and the run's own)
         removed = F.col("_walflow_removed")
-        parts.append(rows(gone, "ins", F.least(removed, F.col("_walflow_n") + removed + F.col("_walflow_delta")), "_walflow_meta", True))
-        parts.append(rows(changes.filter("_walflow_delta >= 0 AND _walflow_removed > 0"), "ins", removed, "_walflow_meta", True))
+        parts.append(
+            rows(
+                gone,
+                "ins",
+                F.least(removed, F.col("_walflow_n") + removed + F.col("_walflow_delta")),
+                "_walflow_meta",
+                True,
+            )
+        )
+        parts.append(
+            rows(changes.filter("_walflow_delta >= 0 AND _walflow_removed > 0"), "ins", removed, "_walflow_meta", True)
+        )
     source = reduce(lambda a, b: a.unionByName(b), parts).persist()
     unmatched = gone.select(F.sum(F.greatest(-remaining, F.lit(0)))).collect()[0][0] or 0
     if unmatched:
         log.warning(
-            "%s: %d before image(s) of updates/deletes are not in the lake table (a redelivered change, or a table without "
-            "key whose REPLICA IDENTITY is not FULL); those changes removed nothing",
+            "%s: %d before image(s) of updates/deletes are not in the lake table (a redelivered change, or a table "
+            "without key whose REPLICA IDENTITY is not FULL); those changes removed nothing",
             ident,
             unmatched,
         )

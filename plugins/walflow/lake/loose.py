@@ -8,13 +8,15 @@ decides how a value is read, and a column the table does not have yet takes the 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from walflow.errors import LakeError
-from walflow.lake.values import EXACT, parse_zoned, scaled, special_float
+from walflow.lake.values import parse_zoned, scaled, special_float
+from walflow.records.decimals import EXACT
 
 #: The semantic name of a schemaless column's field: ``parameters.spark`` is the lake type, and the converter
 #: accepts the JSON forms a value of that type can take.
@@ -49,10 +51,17 @@ def inferred_type(kinds: set[str]) -> str:
 
 #: JSON kinds each lake type can be read from when the records carry no schema part.
 _LOOSE_KINDS = {
-    "tinyint": {"long"}, "smallint": {"long"}, "int": {"long"}, "bigint": {"long"},
-    "float": {"long", "double", "string"}, "double": {"long", "double", "string"},
-    "boolean": {"boolean"}, "string": {"long", "double", "boolean", "string", "json"},
-    "date": {"long", "string"}, "timestamp": {"long", "string"}, "timestamp_ntz": {"long", "string"},
+    "tinyint": {"long"},
+    "smallint": {"long"},
+    "int": {"long"},
+    "bigint": {"long"},
+    "float": {"long", "double", "string"},
+    "double": {"long", "double", "string"},
+    "boolean": {"boolean"},
+    "string": {"long", "double", "boolean", "string", "json"},
+    "date": {"long", "string"},
+    "timestamp": {"long", "string"},
+    "timestamp_ntz": {"long", "string"},
     "binary": {"string"},
 }
 
@@ -88,7 +97,7 @@ def _strict_bool(v: Any) -> bool:
     return v
 
 
-def _loose_decimal(scale: int) -> Any:
+def _loose_decimal(scale: int) -> Callable[[Any], Any]:
     quantum = Decimal(1).scaleb(-scale)
 
     def convert(v: Any) -> Any:
@@ -110,7 +119,9 @@ def _loose_micros(v: Any) -> int:
 
 def _loose_days(v: Any) -> int:
     # the date part of ISO text, whatever the year's width or sign (-0043-03-15, 12024-01-01), else days
-    return parse_zoned(v.partition("T")[0].partition(" ")[0]) // 86_400_000_000 if isinstance(v, str) else _strict_int(v)
+    return (
+        parse_zoned(v.partition("T")[0].partition(" ")[0]) // 86_400_000_000 if isinstance(v, str) else _strict_int(v)
+    )
 
 
 def _as_text(v: Any) -> str:
@@ -122,7 +133,7 @@ def _as_text(v: Any) -> str:
 KEEPS: dict[Any, type] = {_strict_int: int, _strict_bool: bool, _as_text: str}
 
 
-def loose_converter(spark_type_name: str) -> Any:
+def loose_converter(spark_type_name: str) -> Callable[[Any], Any]:
     """A function from a schemaless JSON value to the lake value of a column of ``spark_type_name``.
 
     Decimals take numbers, decimal text or the base64 of ``decimal.handling.mode=precise``; dates take days or
@@ -150,7 +161,9 @@ def loose_converter(spark_type_name: str) -> Any:
         inner = loose_converter(t[6:-1])
         return lambda v: [None if x is None else inner(x) for x in v]
     if t.startswith("map<"):
-        return lambda v: [(str(k), x if isinstance(x, str) or x is None else orjson.dumps(x).decode()) for k, x in v.items()]
+        return lambda v: [
+            (str(k), x if isinstance(x, str) or x is None else orjson.dumps(x).decode()) for k, x in v.items()
+        ]
     raise LakeError(
         f"a column of lake type {t} cannot be read from records without a schema part: set "
         "value.converter.schemas.enable: true for this connector"

@@ -18,7 +18,7 @@ reads them from the newest snapshot of the current ancestry that has them. So bo
 with the same offsets and fingerprints as the newest walflow snapshot (the data is the same rows, so the offsets
 are still true) and walflow's mark, and the expiry always keeps every snapshot from the current one back to the
 newest that carries offsets. Maintenance must not run while the connector's apply runs: the Airflow tasks of
-both take the connector's lake lock (:func:`walflow.source.lake_lock`).
+both take the connector's lake lock (:func:`walflow.source.locks.lake_lock`).
 
 The actions run through Iceberg's Java API (``SparkActions``), which, unlike the SQL procedures, lets a rewrite
 put properties into its snapshot's summary.
@@ -60,11 +60,11 @@ class Footprint:
         )
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
+        n /= 1000
     return f"{n} B"
 
 
@@ -111,7 +111,10 @@ class LakeMaintenance:
         return results
 
     def footprint(self, ident: str) -> Footprint:
-        files = self.spark.sql(f"SELECT content, count(*) AS n, coalesce(sum(file_size_in_bytes), 0) AS bytes FROM {ident}.files GROUP BY content").collect()
+        files = self.spark.sql(
+            f"SELECT content, count(*) AS n, coalesce(sum(file_size_in_bytes), 0) AS bytes FROM {ident}.files GROUP BY "
+            "content"
+        ).collect()
         by_content = {r["content"]: (int(r["n"]), int(r["bytes"])) for r in files}
         data = by_content.get(0, (0, 0))
         deletes = tuple(a + b for a, b in zip(by_content.get(1, (0, 0)), by_content.get(2, (0, 0))))
@@ -127,17 +130,20 @@ class LakeMaintenance:
         walflow finds them by that rule and removes them itself.
         """
         entries = self.spark.sql(
-            f"SELECT data_file.content AS content, data_file.file_path AS path, sequence_number AS seq FROM {ident}.entries WHERE status < 2"
+            "SELECT data_file.content AS content, data_file.file_path AS path, sequence_number AS seq FROM "
+            f"{ident}.entries WHERE status < 2"
         ).collect()
         data = [r["seq"] for r in entries if r["content"] == 0]
         lowest = min(data) if data else None
         dangling = {
-            r["path"] for r in entries
-            if (r["content"] == 1 and (lowest is None or r["seq"] < lowest)) or (r["content"] == 2 and (lowest is None or r["seq"] <= lowest))
+            r["path"]
+            for r in entries
+            if (r["content"] == 1 and (lowest is None or r["seq"] < lowest))
+            or (r["content"] == 2 and (lowest is None or r["seq"] <= lowest))
         }
         if not dangling:
             return 0
-        jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
+        jvm: Any = self.spark._jvm
         snapshot = table.currentSnapshot()
         change = table.newRewrite().validateFromSnapshot(snapshot.snapshotId())
         found = 0
@@ -176,17 +182,27 @@ class LakeMaintenance:
             deletes = deletes.snapshotProperty(key, value)
         try:
             done = deletes.execute()
-        except Exception as exc:  # noqa: BLE001 - py4j's error: the Iceberg bug is recognised by its message
+        except Exception as exc:
             if "Invalid partition field parent" not in str(exc):
                 raise
             log.warning(
-                "%s: rewrite_position_delete_files cannot run on this table (Iceberg 1.10 fails on tables with map or array "
-                "columns, apache/iceberg#14619): its %d delete file(s) stay until their data files are rewritten",
-                ident, remaining,
+                "%s: rewrite_position_delete_files cannot run on this table (Iceberg 1.10 fails on tables with map or "
+                "array columns, apache/iceberg#14619): its %d delete file(s) stay until their data files are "
+                "rewritten",
+                ident,
+                remaining,
             )
             return {"rewritten_delete_files": 0, "added_delete_files": 0, "skipped": "apache/iceberg#14619"}
-        log.info("%s: rewrite_position_delete_files rewrote %d delete file(s) into %d", ident, done.rewrittenDeleteFilesCount(), done.addedDeleteFilesCount())
-        return {"rewritten_delete_files": done.rewrittenDeleteFilesCount(), "added_delete_files": done.addedDeleteFilesCount()}
+        log.info(
+            "%s: rewrite_position_delete_files rewrote %d delete file(s) into %d",
+            ident,
+            done.rewrittenDeleteFilesCount(),
+            done.addedDeleteFilesCount(),
+        )
+        return {
+            "rewritten_delete_files": done.rewrittenDeleteFilesCount(),
+            "added_delete_files": done.addedDeleteFilesCount(),
+        }
 
     def maintain(self, name: str) -> dict[str, Any]:
         """Compact, rewrite deletes, expire and clean one table; returns its footprint before and after and what
@@ -204,8 +220,8 @@ class LakeMaintenance:
             carried[C.OFFSETS_PROPERTY] = summary[C.OFFSETS_PROPERTY]
             if summary.get(C.FINGERPRINTS_PROPERTY):
                 carried[C.FINGERPRINTS_PROPERTY] = summary[C.FINGERPRINTS_PROPERTY]
-        jvm: Any = self.spark._jvm  # type: ignore[attr-defined]
-        jspark = self.spark._jsparkSession  # type: ignore[attr-defined]
+        jvm: Any = self.spark._jvm
+        jspark = self.spark._jsparkSession
         actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jspark)
         table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jspark, ident)
         steps: dict[str, Any] = {}
@@ -214,15 +230,26 @@ class LakeMaintenance:
         # own sequence number, not the one the rewrite started from (the default, which lets concurrent deletes
         # commit meanwhile; the lake lock keeps every other writer of these tables out), so that every older
         # delete file then applies to nothing and can be dropped (below).
-        rewrite = actions.rewriteDataFiles(table).option("delete-file-threshold", "1").option("use-starting-sequence-number", "false")
+        rewrite = (
+            actions.rewriteDataFiles(table)
+            .option("delete-file-threshold", "1")
+            .option("use-starting-sequence-number", "false")
+        )
         for key, value in carried.items():
             rewrite = rewrite.snapshotProperty(key, value)
         done = rewrite.execute()
         steps["rewrite_data_files"] = {
-            "rewritten_data_files": done.rewrittenDataFilesCount(), "added_data_files": done.addedDataFilesCount(),
-            "rewritten_bytes": done.rewrittenBytesCount(), "removed_delete_files": done.removedDeleteFilesCount(),
+            "rewritten_data_files": done.rewrittenDataFilesCount(),
+            "added_data_files": done.addedDataFilesCount(),
+            "rewritten_bytes": done.rewrittenBytesCount(),
+            "removed_delete_files": done.removedDeleteFilesCount(),
         }
-        log.info("%s: rewrite_data_files rewrote %d data file(s) into %d", ident, done.rewrittenDataFilesCount(), done.addedDataFilesCount())
+        log.info(
+            "%s: rewrite_data_files rewrote %d data file(s) into %d",
+            ident,
+            done.rewrittenDataFilesCount(),
+            done.addedDataFilesCount(),
+        )
 
         table.refresh()
         steps["drop_dangling_deletes"] = {"removed_delete_files": self._drop_dangling_deletes(ident, table, carried)}
@@ -238,23 +265,41 @@ class LakeMaintenance:
         older_than = self.now_ms - int(s.snapshot_retention_hours * 3_600_000)
         done = actions.expireSnapshots(table).expireOlderThan(older_than).retainLast(keep).execute()
         steps["expire_snapshots"] = {
-            "deleted_data_files": done.deletedDataFilesCount(), "deleted_delete_files": done.deletedPositionDeleteFilesCount() + done.deletedEqualityDeleteFilesCount(),
-            "deleted_manifests": done.deletedManifestsCount(), "retained_last": keep,
+            "deleted_data_files": done.deletedDataFilesCount(),
+            "deleted_delete_files": done.deletedPositionDeleteFilesCount() + done.deletedEqualityDeleteFilesCount(),
+            "deleted_manifests": done.deletedManifestsCount(),
+            "retained_last": keep,
         }
         log.info(
             "%s: expire_snapshots (older than %.0f h, the last %d kept) deleted %d data and %d delete file(s)",
-            ident, s.snapshot_retention_hours, keep, done.deletedDataFilesCount(), steps["expire_snapshots"]["deleted_delete_files"],
+            ident,
+            s.snapshot_retention_hours,
+            keep,
+            done.deletedDataFilesCount(),
+            steps["expire_snapshots"]["deleted_delete_files"],
         )
 
         table.refresh()
-        orphans = actions.deleteOrphanFiles(table).olderThan(self.now_ms - int(s.orphan_retention_hours * 3_600_000)).execute()
+        orphans = (
+            actions.deleteOrphanFiles(table)
+            .olderThan(self.now_ms - int(s.orphan_retention_hours * 3_600_000))
+            .execute()
+        )
         removed, files = 0, orphans.orphanFileLocations().iterator()
         while files.hasNext():
             log.info("%s: removed orphan file %s", ident, files.next())
             removed += 1
         steps["remove_orphan_files"] = {"removed_files": removed}
-        log.info("%s: remove_orphan_files (older than %.0f h) removed %d file(s)", ident, s.orphan_retention_hours, removed)
+        log.info(
+            "%s: remove_orphan_files (older than %.0f h) removed %d file(s)", ident, s.orphan_retention_hours, removed
+        )
 
         after = self.footprint(ident)
         log.info("%s after: %s (%.1f s)", ident, after.describe(), time.monotonic() - started)
-        return {"table": ident, "before": asdict(before), "after": asdict(after), "steps": steps, "seconds": round(time.monotonic() - started, 2)}
+        return {
+            "table": ident,
+            "before": asdict(before),
+            "after": asdict(after),
+            "steps": steps,
+            "seconds": round(time.monotonic() - started, 2),
+        }

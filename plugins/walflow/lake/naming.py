@@ -33,7 +33,8 @@ def sql_quote(name: str) -> str:
 
 
 def sql_string(text: str) -> str:
-    """A Spark SQL string literal. Spark reads backslash escapes inside literals, so both ``\\`` and ``'`` are escaped."""
+    """A Spark SQL string literal. Spark reads backslash escapes inside literals, so both ``\\`` and ``'`` are
+    escaped."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -43,7 +44,10 @@ def is_table_topic(topic: str, prefix: str, delimiter: str, transaction: str) ->
     transaction-metadata topic nor the logical-decoding-message topic (``<prefix><delimiter>message``).
     The heartbeat topic starts with ``topic.heartbeat.prefix``, so it never matches."""
     start = topic_name(prefix, "", delimiter=delimiter)
-    internal = {topic_name(prefix, transaction, delimiter=delimiter), topic_name(prefix, "message", delimiter=delimiter)}
+    internal = {
+        topic_name(prefix, transaction, delimiter=delimiter),
+        topic_name(prefix, "message", delimiter=delimiter),
+    }
     return topic.startswith(start) and len(topic) > len(start) and topic not in internal
 
 
@@ -53,5 +57,3 @@ def names_from_topic(topic: str, prefix: str, delimiter: str) -> tuple[str, str]
     rest = topic[len(topic_name(prefix, "", delimiter=delimiter)) :]
     schema, _, table = rest.partition(delimiter)
     return schema, table
-
-

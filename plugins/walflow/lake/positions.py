@@ -16,7 +16,9 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
-def source_position(source: dict[str, Any], transaction: dict[str, Any] | None, op: str | None = None) -> tuple[int, int, int]:
+def source_position(
+    source: dict[str, Any], transaction: dict[str, Any] | None, op: str | None = None
+) -> tuple[int, int, int]:
     """An event's place in the order the source committed its changes: ``(commit position, change LSN, order)``,
     from its ``source`` and ``transaction`` blocks and its ``op`` (see :func:`position`)."""
     sequence = source.get("sequence")
@@ -61,9 +63,15 @@ def position(lsn: Any, sequence: Any, total_order: Any) -> tuple[int, int, int]:
         # '["<previous>","<change>"]' as the stream writes it, without a JSON parse
         if type(sequence) is str and sequence[:2] == '["' and sequence[-2:] == '"]':
             parts = sequence[2:-2].split('","')
-            if len(parts) == 2 and parts[0].isascii() and parts[0].isdigit() and parts[1].isascii() and parts[1].isdigit():
-                previous, change = int(parts[0]), int(parts[1])
-                return (previous if previous > change else change), change, order
+            if (
+                len(parts) == 2
+                and parts[0].isascii()
+                and parts[0].isdigit()
+                and parts[1].isascii()
+                and parts[1].isdigit()
+            ):
+                previous_lsn, change_lsn = int(parts[0]), int(parts[1])
+                return (previous_lsn if previous_lsn > change_lsn else change_lsn), change_lsn, order
         try:
             previous, change = orjson.loads(sequence) if isinstance(sequence, str) else sequence
         except (ValueError, TypeError):
@@ -88,11 +96,14 @@ def parse_offsets(text: str | None) -> dict[str, dict[int, int]]:
 
 def format_offsets(offsets: dict[str, dict[int, int]]) -> str:
     return orjson.dumps(
-        {topic: {str(p): o for p, o in sorted(parts.items())} for topic, parts in sorted(offsets.items())}, option=orjson.OPT_SORT_KEYS
+        {topic: {str(p): o for p, o in sorted(parts.items())} for topic, parts in sorted(offsets.items())},
+        option=orjson.OPT_SORT_KEYS,
     ).decode()
 
 
-def offset_slices(slices: list[tuple[int, int, int]], parallelism: int, min_size: int = 20_000) -> list[tuple[int, int, int]]:
+def offset_slices(
+    slices: list[tuple[int, int, int]], parallelism: int, min_size: int = 20_000
+) -> list[tuple[int, int, int]]:
     """Cut (partition, start, end) ranges into about ``parallelism`` pieces of at least ``min_size`` records, so
     that even a single-partition topic is read by every core."""
     total = sum(end - start for _p, start, end in slices)
@@ -111,7 +122,9 @@ def _start_over(connector: str) -> str:
     )
 
 
-def check_last_applied(topic: str, partition: int, offset: int, found: str, expected: str, table: str, connector: str) -> str | None:
+def check_last_applied(
+    topic: str, partition: int, offset: int, found: str, expected: str, table: str, connector: str
+) -> str | None:
     """Check the record at ``offset``, the last the lake ``table`` applied from the partition, by its fingerprint.
 
     :param found: the fingerprint of the record there now ("" when there is none).
@@ -132,13 +145,15 @@ def check_last_applied(topic: str, partition: int, offset: int, found: str, expe
         )
     raise TopicMismatchError(
         f"topic {topic} partition {partition}: the record at offset {offset} is not the one the lake table {table} "
-        f"applied there (fingerprint {found}, expected {expected}): the topic was recreated or the broker lost its data "
-        "(the embedded broker keeps topics in memory only), so its offsets no longer line up with the lake's. Nothing "
-        f"was skipped silently. {_start_over(connector)}"
+        f"applied there (fingerprint {found}, expected {expected}): the topic was recreated or the broker lost its "
+        "data (the embedded broker keeps topics in memory only), so its offsets no longer line up with the lake's. "
+        f"Nothing was skipped silently. {_start_over(connector)}"
     )
 
 
-def check_offsets(topic: str, partition: int, start: int, applied: int, low: int, end: int, table: str, connector: str) -> None:
+def check_offsets(
+    topic: str, partition: int, start: int, applied: int, low: int, end: int, table: str, connector: str
+) -> None:
     """Check that a partition still holds every record the lake ``table`` has to read from it.
 
     :param start: the first offset to read (the lowest the lake's tables applied up to).
@@ -157,8 +172,8 @@ def check_offsets(topic: str, partition: int, start: int, applied: int, low: int
         )
     if low > start:
         raise RecordsDeletedError(
-            f"topic {topic} partition {partition} now starts at offset {low}, but the lake table {table} has applied it "
-            f"only up to offset {start}: records {start} to {low - 1} were deleted (the topic's retention.ms or "
+            f"topic {topic} partition {partition} now starts at offset {low}, but the lake table {table} has applied "
+            f"it only up to offset {start}: records {start} to {low - 1} were deleted (the topic's retention.ms or "
             "retention.bytes) before the lake read them. Nothing was skipped. Keep the topics' retention longer than "
             f"the time between two applies. {_start_over(connector)}"
         )
@@ -168,7 +183,7 @@ def share(budget: int, backlogs: dict[Any, int]) -> dict[Any, int]:
     """Split ``budget`` records among ``backlogs`` (key -> records waiting) fairly: every key gets an equal share,
     and what a key with a smaller backlog leaves goes to the others (water filling). Keys are served in their
     order for the remainder of a division, so the result is the same on every run."""
-    given = {k: 0 for k in backlogs}
+    given = dict.fromkeys(backlogs, 0)
     waiting = [k for k, n in backlogs.items() if n > 0]
     left = max(budget, 0)
     while waiting and left > 0:

@@ -3,7 +3,8 @@ slices the executors read.
 
 Only plain consumer features are used (assign, poll, partition EOF), so the embedded broker and Apache Kafka
 behave alike (ListOffsets can be short on the embedded broker, so a partition's end is found by
-consuming to EOF, with :func:`walflow.kafka.partition_end`). ``kafka`` is always a dict of librdkafka settings with ``bootstrap.servers``.
+consuming to EOF, with :func:`walflow.kafka.partition_end`). ``kafka`` is always a dict of librdkafka settings with
+``bootstrap.servers``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from walflow.errors import BrokerUnavailableError, LakeError
-from walflow.kafka import SMALL_READS, consumer, list_topics, partition_end
+from walflow.kafka import SMALL_READS, consumed_offset, consumer, list_topics, partition_end
 from walflow.records.facts import FACT_KINDS, FORMAT
 
 #: Consumer settings of the bulk reads. librdkafka stops fetching while its local queue holds more than
@@ -55,11 +56,14 @@ def record_fingerprint(client: Consumer, topic: str, partition: int, offset: int
     client.assign([TopicPartition(topic, partition, offset)])
     msg = client.poll(timeout)
     if msg is None:
-        raise BrokerUnavailableError(f"no answer from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?")
-    if msg.error():
-        if msg.error().code() == KafkaError._PARTITION_EOF:
+        raise BrokerUnavailableError(
+            f"no answer from {topic}[{partition}] within {timeout:.0f} s: is the broker reachable?"
+        )
+    error = msg.error()
+    if error:
+        if error.code() == KafkaError._PARTITION_EOF:
             return ""
-        raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
+        raise LakeError(f"{topic}[{partition}]: {error.str()}")
     if msg.offset() != offset:
         return ""  # the record is gone (retention, or a shorter recreated topic)
     digest = hashlib.sha1()
@@ -92,21 +96,25 @@ def first_records(kafka: dict[str, Any], topic: str, partitions: list[int], time
                     # the caller would name the lake table after the topic alone, which for some source names is
                     # another table (see LakeJob.lake_name)
                     raise BrokerUnavailableError(
-                        f"{topic}[{partition}]: neither a record nor the partition's end within {timeout:.0f} s: is the broker reachable?"
+                        f"{topic}[{partition}]: neither a record nor the partition's end within {timeout:.0f} s: is "
+                        "the broker reachable?"
                     )
                 msg = client.poll(1.0)
                 if msg is None:
                     continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                error = msg.error()
+                if error:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         break
-                    raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
-                yield partition, msg.offset(), msg.key(), msg.value()
+                    raise LakeError(f"{topic}[{partition}]: {error.str()}")
+                yield partition, consumed_offset(msg.offset(), topic, partition), msg.key(), msg.value()
     finally:
         client.close()
 
 
-def last_records(kafka: dict[str, Any], topic: str, slices: list[tuple[int, int, int]], window: int = 16) -> list[Record]:
+def last_records(
+    kafka: dict[str, Any], topic: str, slices: list[tuple[int, int, int]], window: int = 16
+) -> list[Record]:
     """The last record with a value (not a tombstone) among the last ``window`` records of each (partition, start,
     end) slice: what the driver samples to guess the run's newest schema."""
     out = []
@@ -117,11 +125,14 @@ def last_records(kafka: dict[str, Any], topic: str, slices: list[tuple[int, int,
             client.assign([TopicPartition(topic, partition, max(start, end - window))])
             while True:
                 msg = client.poll(30)
-                if msg is None or msg.error() or msg.offset() >= end:
+                if msg is None or msg.error():
+                    break
+                offset = consumed_offset(msg.offset(), topic, partition)
+                if offset >= end:
                     break
                 if msg.value() is not None:
-                    last = (partition, msg.offset(), msg.key(), msg.value())
-                if msg.offset() + 1 >= end:
+                    last = (partition, offset, msg.key(), msg.value())
+                if offset + 1 >= end:
                     break
             if last is not None:
                 out.append(last)
@@ -155,16 +166,20 @@ def read_slice(
                 continue
             idle_since = time.monotonic()
             for msg in messages:
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        raise LakeError(f"{topic}[{partition}] ended at {msg.offset()} before {end}: was the topic recreated?")
-                    raise LakeError(f"{topic}[{partition}]: {msg.error().str()}")
-                if msg.offset() >= end:
+                error = msg.error()
+                if error:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        raise LakeError(
+                            f"{topic}[{partition}] ended at {msg.offset()} before {end}: was the topic recreated?"
+                        )
+                    raise LakeError(f"{topic}[{partition}]: {error.str()}")
+                offset = consumed_offset(msg.offset(), topic, partition)
+                if offset >= end:
                     return
-                position = msg.offset() + 1
+                position = offset + 1
                 if current is not None:
                     current[0] = msg
-                yield partition, msg.offset(), msg.key(), msg.value()
+                yield partition, offset, msg.key(), msg.value()
                 if position >= end:
                     return
     finally:
@@ -210,6 +225,10 @@ def read_facts(kafka: dict[str, Any], topic: str) -> list[dict[str, Any]]:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError:
             continue  # not walflow's: the topic is walflow's own, but a stray record must not stop the lake
-        if isinstance(doc, dict) and doc.get("format") == FORMAT and (isinstance(doc.get("fields"), list) or doc.get("kind") in FACT_KINDS):
+        if (
+            isinstance(doc, dict)
+            and doc.get("format") == FORMAT
+            and (isinstance(doc.get("fields"), list) or doc.get("kind") in FACT_KINDS)
+        ):
             facts.append(doc)
     return facts

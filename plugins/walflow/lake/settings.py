@@ -1,8 +1,8 @@
 """The lake job's settings: one model, built once from the connector's configuration, handed to the job whole.
 
 The connector keys (``walflow.lake.*``, ``topic.prefix``, ``topic.delimiter``, ``topic.transaction``,
-``toasted.value.placeholder``) keep their defaults in :class:`walflow.config.connector.ConnectorConfig`; what is derived from
-them (the namespace, the warehouse) is derived here and nowhere else. The Airflow task passes
+``toasted.value.placeholder``) keep their defaults in :class:`walflow.config.connector.ConnectorConfig`; what is derived
+from them (the namespace, the warehouse) is derived here and nowhere else. The Airflow task passes
 :meth:`LakeSettings.argument` on the job's command line; Kafka's settings, which may hold credentials, reach the
 job through its environment instead (``WALFLOW_KAFKA_CONFIG``).
 """
@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from walflow.errors import ConfigError
 from walflow.lake.naming import is_table_topic, sql_quote
-from walflow.lake.types import placeholder_values
 from walflow.names import topic_name
 
 #: a brace that would start a Jinja tag: ``{{``, ``{%`` or ``{#`` (see LakeSettings.argument)
@@ -27,16 +26,17 @@ _TAG_START = re.compile(r"\{(?=[{%#])")
 if TYPE_CHECKING:
     from walflow.config.connector import ConnectorConfig
 
-#: the repository's root, whose ``.walflow/warehouse`` is the embedded runtime's warehouse
-PROJECT = Path(__file__).resolve().parents[3]
 KAFKA_ENV = "WALFLOW_KAFKA_CONFIG"
 #: Spark settings with secrets (a JDBC catalog's password), JSON, in the lake job's environment
 CATALOG_ENV = "WALFLOW_LAKE_CATALOG_CONF"
 
 
 def default_warehouse() -> str:
-    """The warehouse of the default Hadoop catalog when ``walflow.lake.warehouse`` is not set."""
-    return os.environ.get("WALFLOW_WAREHOUSE") or str(PROJECT / ".walflow" / "warehouse")
+    """The warehouse of the default Hadoop catalog when ``walflow.lake.warehouse`` is not set:
+    ``$WALFLOW_WAREHOUSE``, else ``$AIRFLOW_HOME/walflow/warehouse``. A folder on one machine serves one worker; a
+    deployment with several names shared storage (``walflow.lake.warehouse``) or a catalog Connection."""
+    home = Path(os.environ.get("AIRFLOW_HOME") or "~/airflow").expanduser()
+    return os.environ.get("WALFLOW_WAREHOUSE") or str(home / "walflow" / "warehouse")
 
 
 class LakeSettings(BaseModel):
@@ -143,6 +143,9 @@ class LakeSettings(BaseModel):
         return f"{self.namespace_ident()}.{sql_quote(table)}"
 
     def placeholders(self) -> tuple[Any, ...]:
+        # pyarrow's module (the lake extra) is imported only where the lake's values are built
+        from walflow.lake.types import placeholder_values
+
         return placeholder_values(self.toasted_value_placeholder)
 
     def accepted(self, topic: str) -> frozenset[tuple[int, int]]:

@@ -78,7 +78,15 @@ class JdbcCatalog:
     def sqlalchemy_url(self) -> str:
         from sqlalchemy.engine import URL
 
-        url = URL.create("postgresql+psycopg", username=self.user, password=self.password, host=self.host, port=self.port, database=self.database, query=self.options)
+        url = URL.create(
+            "postgresql+psycopg",
+            username=self.user,
+            password=self.password,
+            host=self.host,
+            port=self.port,
+            database=self.database,
+            query=self.options,
+        )
         return url.render_as_string(hide_password=False)
 
     def pyiceberg(self, catalog: str, warehouse: str) -> Any:
@@ -123,7 +131,9 @@ class PropertiesCatalog:
         return self.properties.get("warehouse", warehouse) if self.properties.get("type") == "hadoop" else None
 
 
-def read_lake_table(settings: LakeSettings, table: str, catalog: JdbcCatalog | PropertiesCatalog | None = None) -> Any | None:
+def read_lake_table(
+    settings: LakeSettings, table: str, catalog: JdbcCatalog | PropertiesCatalog | None = None
+) -> Any | None:
     """The lake table ``table`` (``<schema>__<table>``) of a connector opened with pyiceberg, or None if it does
     not exist: through the JDBC catalog when there is one, else from the Hadoop catalog's folder."""
     folder = _hadoop_folder(settings, catalog)
@@ -146,7 +156,10 @@ def lake_table_names(settings: LakeSettings, catalog: JdbcCatalog | PropertiesCa
     from pyiceberg.exceptions import NoSuchNamespaceError
 
     try:
-        return sorted(ident[-1] for ident in catalog.pyiceberg(settings.catalog, settings.warehouse).list_tables(settings.namespace))
+        return sorted(
+            ident[-1]
+            for ident in catalog.pyiceberg(settings.catalog, settings.warehouse).list_tables(settings.namespace)
+        )
     except NoSuchNamespaceError:
         return []
 

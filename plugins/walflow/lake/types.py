@@ -33,8 +33,9 @@ import base64
 import binascii
 import hashlib
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -65,8 +66,15 @@ _MILLI_TIMESTAMPS = ("io.debezium.time.Timestamp", "org.apache.kafka.connect.dat
 _MILLI_TIMES = ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time")
 _MICRO_LONGS = ("io.debezium.time.MicroTime", "io.debezium.time.MicroDuration")
 _PLAIN = {
-    "int8": "int", "int16": "int", "int32": "int", "int64": "bigint", "float": "float", "double": "double",
-    "boolean": "boolean", "string": "string", "bytes": "binary",
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "bigint",
+    "float": "float",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "binary",
 }
 
 
@@ -124,9 +132,9 @@ def _unscaled(text: str) -> int:
 
 def _milli_timestamp(v: int) -> int:
     # Debezium 3.6 sends the infinity numbers divided by 1000 in millisecond fields; the pre-2.6 form sent them as is
-    if v == TS_POS_INF_MS or v == TS_POS_INF:
+    if v in (TS_POS_INF_MS, TS_POS_INF):
         return TS_POS_INF
-    if v == TS_NEG_INF_MS or v == TS_NEG_INF:
+    if v in (TS_NEG_INF_MS, TS_NEG_INF):
         return TS_NEG_INF
     return v * 1000
 
@@ -237,7 +245,11 @@ class RowShape:
                 env[f"t{i}"] = keep
                 call = f"{v} = {v} if type({v}) is t{i} else c{i}({v})"
             if can_toast:
-                test = f"{v} in placeholders" if can_toast == TOAST_VALUE else f"is_placeholder({v}, {can_toast}, placeholders)"
+                test = (
+                    f"{v} in placeholders"
+                    if can_toast == TOAST_VALUE
+                    else f"is_placeholder({v}, {can_toast}, placeholders)"
+                )
                 lines += [f"        if {test}:", f"            toasted.append({name!r})", f"            {v} = None"]
                 if convert is not None:
                     env[f"c{i}"] = convert
@@ -246,11 +258,13 @@ class RowShape:
                 env[f"c{i}"] = convert
                 lines.append(f"        {call}")
         lines.append("    return [" + ", ".join(f"v{i}" for i in range(len(self.converters))) + "], toasted")
-        exec(compile("\n".join(lines), f"<walflow.lake.types.RowShape {len(self.converters)} columns>", "exec"), env)  # noqa: S102
+        exec(compile("\n".join(lines), f"<walflow.lake.types.RowShape {len(self.converters)} columns>", "exec"), env)
         self._compiled = env["convert"]
         return self._compiled
 
-    def convert_leniently(self, row: dict[str, Any], placeholders: tuple[Any, ...]) -> tuple[list[Any], list[str], list[tuple[str, Any, str]]]:
+    def convert_leniently(
+        self, row: dict[str, Any], placeholders: tuple[Any, ...]
+    ) -> tuple[list[Any], list[str], list[tuple[str, Any, str]]]:
         """As :meth:`convert`, but a value that fails to convert becomes None: returns the failures too, as
         (column, JSON value, error). (The loop is :meth:`convert`'s with a ``try`` per value: that one runs for
         every record and stays free of it; this one only for a record whose conversion failed.)"""
@@ -267,7 +281,7 @@ class RowShape:
             else:
                 try:
                     values.append(value if convert is None else convert(value))
-                except Exception as exc:  # noqa: BLE001 - any converter failure is reported with its value
+                except Exception as exc:
                     failures.append((name, value, f"{type(exc).__name__}: {exc}"))
                     values.append(None)
         return values, toasted, failures
@@ -307,7 +321,11 @@ def _is_placeholder(value: Any, kind: int, placeholders: tuple[Any, ...]) -> boo
         numbers = placeholders[-1]
         return isinstance(value, list) and len(value) == len(numbers) and tuple(value) == numbers
     if kind == TOAST_MAP:
-        return isinstance(value, dict) and len(value) == 1 and next(iter(value.items())) == (placeholders[0], placeholders[0])
+        return (
+            isinstance(value, dict)
+            and len(value) == 1
+            and next(iter(value.items())) == (placeholders[0], placeholders[0])
+        )
     return False
 
 
@@ -382,9 +400,18 @@ def type_arguments(spark_type_name: str) -> list[str]:
 
 # -- Spark DDL types to Arrow types (the types Spark expects from mapInArrow), without a JVM --------------
 _ARROW_SIMPLE = {
-    "tinyint": pa.int8(), "smallint": pa.int16(), "int": pa.int32(), "bigint": pa.int64(), "float": pa.float32(),
-    "double": pa.float64(), "boolean": pa.bool_(), "string": pa.string(), "binary": pa.binary(), "date": pa.date32(),
-    "timestamp": pa.timestamp("us", tz="UTC"), "timestamp_ntz": pa.timestamp("us"),
+    "tinyint": pa.int8(),
+    "smallint": pa.int16(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
 }
 
 
@@ -438,7 +465,9 @@ def _parse(text: str, i: int) -> tuple[pa.DataType, int]:
 
 
 # -- schema evolution rules ---------------------------------------------------------------------------
-def check_evolution(existing: dict[str, str], wanted: dict[str, str]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+def check_evolution(
+    existing: dict[str, str], wanted: dict[str, str]
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
     """From the lake's column types to the events': columns to add, columns to widen, and incompatible changes.
 
     Types are Spark simple strings. The widenings are the ones Iceberg can make in place (metadata only, every

@@ -55,7 +55,7 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 
 def scaled(unscaled: int, scale: int) -> Decimal:
-    """The exact decimal ``unscaled`` × 10^-``scale`` (Kafka Connect's Decimal and Debezium's VariableScaleDecimal)."""
+    """The exact decimal ``unscaled * 10**-scale`` (Kafka Connect's Decimal and Debezium's VariableScaleDecimal)."""
     return int_to_decimal(unscaled).scaleb(-scale, EXACT)
 
 
@@ -129,7 +129,7 @@ def parse_zoned(text: str) -> int:
                 offset = (1 if time_part[i] == "+" else -1) * (int(hours) * 3600 + int(minutes or 0) * 60)
                 time_part = time_part[:i]
                 break
-    hh, mm, ss = (time_part.split(":") + ["0", "0"])[:3] if time_part else ("0", "0", "0")
+    hh, mm, ss = [*time_part.split(":"), "0", "0"][:3] if time_part else ("0", "0", "0")
     whole, _, frac = ss.partition(".")
     micros = ((int(hh) * 60 + int(mm)) * 60 + int(whole)) * 1_000_000 + int((frac + "000000")[:6])
     days = civil_to_days(sign * int(year_s), int(month_s), int(day_s))
@@ -210,7 +210,9 @@ def fit(value: Any, kind: pa.DataType) -> tuple[Any, str | None]:
     if pa.types.is_struct(kind):
         if not isinstance(value, dict):
             return None, INVALID
-        fields = {kind.field(i).name: fit(value.get(kind.field(i).name), kind.field(i).type) for i in range(kind.num_fields)}
+        fields = {
+            kind.field(i).name: fit(value.get(kind.field(i).name), kind.field(i).type) for i in range(kind.num_fields)
+        }
         return {n: v for n, (v, _) in fields.items()}, _worst(status for _, status in fields.values())
     if pa.types.is_map(kind):
         if not isinstance(value, list):
@@ -248,7 +250,10 @@ def _plain(value: Any, kind: pa.DataType) -> Any:
     if pa.types.is_list(kind) and isinstance(value, list):
         return [_plain(x, kind.value_type) for x in value]
     if pa.types.is_struct(kind) and isinstance(value, dict):
-        return {kind.field(i).name: _plain(value.get(kind.field(i).name), kind.field(i).type) for i in range(kind.num_fields)}
+        return {
+            kind.field(i).name: _plain(value.get(kind.field(i).name), kind.field(i).type)
+            for i in range(kind.num_fields)
+        }
     if pa.types.is_map(kind) and isinstance(value, list):
         return {str(_plain(k, kind.key_type)): _plain(v, kind.item_type) for k, v in value}
     if isinstance(value, (str, int, float, bool)):

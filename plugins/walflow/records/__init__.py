@@ -3,7 +3,7 @@ schema, key and envelope, and the record's JSON.
 
 - :mod:`~walflow.records.convert` with :mod:`~walflow.records.temporal`, :mod:`~walflow.records.decimals` and
   :mod:`~walflow.records.arrays`: column values;
-- :mod:`~walflow.records.transforms`: truncation, masking, hashing, source-type propagation;
+- :mod:`~walflow.records.column_rules`: truncation, masking, hashing, source-type propagation;
 - :mod:`~walflow.records.events`: table schemas, keys, envelopes (with :mod:`~walflow.records.rowcode`, the rows'
   generated functions), and :mod:`~walflow.records.envelope`: the ``source`` block, transaction and heartbeat records;
 - :mod:`~walflow.records.facts`: the schema topic's fact format, shared with the lake.

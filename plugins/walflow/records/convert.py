@@ -117,7 +117,9 @@ class ConverterSettings:
         )
 
 
-def _schema(type_: str, name: str | None = None, parameters: dict[str, str] | None = None, version: int | None = None) -> dict[str, Any]:
+def _schema(
+    type_: str, name: str | None = None, parameters: dict[str, str] | None = None, version: int | None = None
+) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": type_, "optional": True}
     if name:
         schema["name"] = name
@@ -170,19 +172,31 @@ def _temporal_converter(
         return _schema("int32", "io.debezium.time.Date", None, 1), days, "date"
     if oid == TIME:
         if mode == "connect":
-            return _schema("int32", "org.apache.kafka.connect.data.Time", None, 1), lambda t: time_micros(t) // 1000, "time_ms"
+            return (
+                _schema("int32", "org.apache.kafka.connect.data.Time", None, 1),
+                lambda t: time_micros(t) // 1000,
+                "time_ms",
+            )
         if mode == "adaptive" and precision <= 3:
             return _schema("int32", "io.debezium.time.Time", None, 1), lambda t: time_micros(t) // 1000, "time_ms"
         return _schema("int64", "io.debezium.time.MicroTime", None, 1), time_micros, "time_us"
     if oid == TIMESTAMP:
         if mode == "connect":
-            return _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1), timestamp_millis, "timestamp_ms"
+            return (
+                _schema("int64", "org.apache.kafka.connect.data.Timestamp", None, 1),
+                timestamp_millis,
+                "timestamp_ms",
+            )
         if precision <= 3:
             return _schema("int64", "io.debezium.time.Timestamp", None, 1), timestamp_millis, "timestamp_ms"
         return _schema("int64", "io.debezium.time.MicroTimestamp", None, 1), timestamp_micros, "timestamp_us"
     if oid == TIMESTAMPTZ:
         # Debezium writes as many fraction digits as the column's precision (6 when it has none)
-        return _schema("string", "io.debezium.time.ZonedTimestamp", None, 1), lambda t, _w=precision: zoned_timestamp(t, _w), "timestamptz"
+        return (
+            _schema("string", "io.debezium.time.ZonedTimestamp", None, 1),
+            lambda t, _w=precision: zoned_timestamp(t, _w),
+            "timestamptz",
+        )
     if oid == TIMETZ:
         return _schema("string", "io.debezium.time.ZonedTime", None, 1), zoned_time, "timetz"
     raise AssertionError(oid)
@@ -247,13 +261,17 @@ def build_converter(column_type: ColumnType, settings: ConverterSettings) -> Col
         return ColumnConverter(schema, func, semantic=semantic)
     if column_type.category == "E":
         allowed = ",".join(column_type.enum_values)
-        return ColumnConverter(_schema("string", "io.debezium.data.Enum", {"allowed": allowed}, 1), str, semantic="enum")
+        return ColumnConverter(
+            _schema("string", "io.debezium.data.Enum", {"allowed": allowed}, 1), str, semantic="enum"
+        )
     if settings.include_unknown_datatypes:
         # the bytes of the value's text, represented as binary.handling.mode says (as a bytea column)
         schema, binary = _binary_converter(settings)
         if column_type.base_name in _GEOMETRIC:
             # the JDBC driver's PGbox, PGcircle... objects print their coordinates as Java doubles ("10.0")
-            return ColumnConverter(schema, lambda text: binary("\\x" + _java_geometric_text(text).hex()), semantic="bytes")
+            return ColumnConverter(
+                schema, lambda text: binary("\\x" + _java_geometric_text(text).hex()), semantic="bytes"
+            )
         return ColumnConverter(schema, lambda text: binary("\\x" + text.encode("utf-8").hex()), semantic="bytes")
     return None
 
@@ -293,9 +311,28 @@ def _named(type_: str, name: str | None) -> dict[str, Any]:
 
 
 INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE = 3904, 3926, 3906, 3908, 3910, 3912
-INT4MULTIRANGE, NUMMULTIRANGE, TSMULTIRANGE, TSTZMULTIRANGE, DATEMULTIRANGE, INT8MULTIRANGE = 4451, 4532, 4533, 4534, 4535, 4536
-_RANGES = {INT4RANGE, INT8RANGE, NUMRANGE, TSRANGE, TSTZRANGE, DATERANGE,
-           INT4MULTIRANGE, NUMMULTIRANGE, TSMULTIRANGE, TSTZMULTIRANGE, DATEMULTIRANGE, INT8MULTIRANGE}
+INT4MULTIRANGE, NUMMULTIRANGE, TSMULTIRANGE, TSTZMULTIRANGE, DATEMULTIRANGE, INT8MULTIRANGE = (
+    4451,
+    4532,
+    4533,
+    4534,
+    4535,
+    4536,
+)
+_RANGES = {
+    INT4RANGE,
+    INT8RANGE,
+    NUMRANGE,
+    TSRANGE,
+    TSTZRANGE,
+    DATERANGE,
+    INT4MULTIRANGE,
+    NUMMULTIRANGE,
+    TSMULTIRANGE,
+    TSTZMULTIRANGE,
+    DATEMULTIRANGE,
+    INT8MULTIRANGE,
+}
 
 
 # -- bits ------------------------------------------------------------------------------------------
@@ -318,10 +355,11 @@ def _bits_converter(column_type: ColumnType) -> ColumnConverter:
 
 # -- money -----------------------------------------------------------------------------------------
 def _money_converter(settings: ConverterSettings) -> ColumnConverter:
-    """MONEY as Debezium's decimal with ``money.fraction.digits`` fraction digits (lc_monetary=C prints '-$1,234.56')."""
+    """MONEY as Debezium's decimal with ``money.fraction.digits`` fraction digits (lc_monetary=C prints
+    '-$1,234.56')."""
 
     def plain(text: str) -> str:
-        negative = text.startswith("-") or text.startswith("(")
+        negative = text.startswith(("-", "("))
         digits = "".join(ch for ch in text if ch.isdigit() or ch == ".")
         return ("-" if negative else "") + digits
 
@@ -345,8 +383,12 @@ def _money_converter(settings: ConverterSettings) -> ColumnConverter:
 
 def _interval_converter(settings: ConverterSettings) -> ColumnConverter:
     if settings.interval_handling_mode == "string":
-        return ColumnConverter(_schema("string", "io.debezium.time.Interval", None, 1), interval_string, semantic="string")
-    return ColumnConverter(_schema("int64", "io.debezium.time.MicroDuration", None, 1), interval_micros, semantic="duration")
+        return ColumnConverter(
+            _schema("string", "io.debezium.time.Interval", None, 1), interval_string, semantic="string"
+        )
+    return ColumnConverter(
+        _schema("int64", "io.debezium.time.MicroDuration", None, 1), interval_micros, semantic="duration"
+    )
 
 
 # -- geometry --------------------------------------------------------------------------------------
@@ -514,9 +556,13 @@ def _special_converter(column_type: ColumnType, settings: ConverterSettings) -> 
     if oid in _RANGES:
         return ColumnConverter(_schema("string"), str, semantic="string")
     if name == "geometry":
-        return ColumnConverter(_geometry_schema("io.debezium.data.geometry.Geometry", "Geometry"), _ewkb, semantic="geometry")
+        return ColumnConverter(
+            _geometry_schema("io.debezium.data.geometry.Geometry", "Geometry"), _ewkb, semantic="geometry"
+        )
     if name == "geography":
-        return ColumnConverter(_geometry_schema("io.debezium.data.geometry.Geography", "Geography"), _ewkb, semantic="geometry")
+        return ColumnConverter(
+            _geometry_schema("io.debezium.data.geometry.Geography", "Geography"), _ewkb, semantic="geometry"
+        )
     if name == "hstore":
         return _hstore_converter(settings)
     return None

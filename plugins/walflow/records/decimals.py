@@ -27,7 +27,8 @@ _PLAIN_BITS = 9000
 
 @lru_cache(maxsize=64)
 def _power_of_ten(exponent: int) -> int:
-    return 10**exponent
+    power: int = 10**exponent  # int ** int is typed Any (a negative exponent gives a float); exponent >= 0 here
+    return power
 
 
 @lru_cache(maxsize=64)
@@ -92,7 +93,9 @@ def fixed_scale(scale: int) -> Callable[[str], str | None]:
     """The converter of ``numeric(p, scale)`` text to a Kafka Connect ``Decimal`` of that scale (None for NaN)."""
     exponent = Decimal(1).scaleb(-scale)
 
-    def fixed(text: str, _scale: int = scale, _exp: Decimal = exponent, _encode: Callable[[int], str] = unscaled_base64) -> str | None:
+    def fixed(
+        text: str, _scale: int = scale, _exp: Decimal = exponent, _encode: Callable[[int], str] = unscaled_base64
+    ) -> str | None:
         # PostgreSQL prints numeric(p, s) with exactly s fraction digits, so the unscaled value is the digits
         # without the point; anything else (NaN, negative scales) takes the Decimal path
         head, dot, frac = text.partition(".")

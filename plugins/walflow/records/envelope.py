@@ -68,7 +68,12 @@ def source_schema(legacy: bool) -> dict[str, Any]:
     ]
     if not legacy:
         fields += [_f("string", "origin", True), _f("int64", "origin_lsn", True)]
-    schema: dict[str, Any] = {"type": "struct", "fields": fields, "optional": False, "name": "io.debezium.connector.postgresql.Source"}
+    schema: dict[str, Any] = {
+        "type": "struct",
+        "fields": fields,
+        "optional": False,
+        "name": "io.debezium.connector.postgresql.Source",
+    }
     if not legacy:
         schema["version"] = 1
     schema["field"] = "source"
@@ -77,7 +82,11 @@ def source_schema(legacy: bool) -> dict[str, Any]:
 
 TRANSACTION_BLOCK_SCHEMA: dict[str, Any] = {
     "type": "struct",
-    "fields": [_f("string", "id", False), _f("int64", "total_order", False), _f("int64", "data_collection_order", False)],
+    "fields": [
+        _f("string", "id", False),
+        _f("int64", "total_order", False),
+        _f("int64", "data_collection_order", False),
+    ],
     "optional": True,
     "name": "event.block",
     "version": 1,
@@ -91,7 +100,12 @@ def _versioned(schema: dict[str, Any], legacy: bool) -> dict[str, Any]:
 
 def tx_schemas(legacy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     key = _versioned(
-        {"type": "struct", "fields": [_f("string", "id", False)], "optional": False, "name": "io.debezium.connector.common.TransactionMetadataKey"},
+        {
+            "type": "struct",
+            "fields": [_f("string", "id", False)],
+            "optional": False,
+            "name": "io.debezium.connector.common.TransactionMetadataKey",
+        },
         legacy,
     )
     item: dict[str, Any] = {
@@ -121,15 +135,31 @@ def tx_schemas(legacy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def heartbeat_schemas(legacy: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    key = {"type": "struct", "fields": [_f("string", "serverName", False)], "optional": False, "name": "io.debezium.connector.common.ServerNameKey"}
-    value = {"type": "struct", "fields": [_f("int64", "ts_ms", False)], "optional": False, "name": "io.debezium.connector.common.Heartbeat"}
+    key = {
+        "type": "struct",
+        "fields": [_f("string", "serverName", False)],
+        "optional": False,
+        "name": "io.debezium.connector.common.ServerNameKey",
+    }
+    value = {
+        "type": "struct",
+        "fields": [_f("int64", "ts_ms", False)],
+        "optional": False,
+        "name": "io.debezium.connector.common.Heartbeat",
+    }
     return _versioned(key, legacy), _versioned(value, legacy)
 
 
 def message_schemas(source: dict[str, Any], content_type: str = "bytes") -> tuple[dict[str, Any], dict[str, Any]]:
     """Logical decoding messages (``<prefix>.message``): the same in both forms, apart from ``source``; the content
     is ``bytes``, or a string under a ``binary.handling.mode`` other than ``bytes``."""
-    key = {"type": "struct", "fields": [_f("string", "prefix", True)], "optional": False, "name": "io.debezium.connector.postgresql.MessageKey", "version": 1}
+    key = {
+        "type": "struct",
+        "fields": [_f("string", "prefix", True)],
+        "optional": False,
+        "name": "io.debezium.connector.postgresql.MessageKey",
+        "version": 1,
+    }
     value = {
         "type": "struct",
         "fields": [
@@ -159,7 +189,14 @@ def envelope_schema(value_struct: dict[str, Any], name: str, legacy: bool) -> di
     after = {**value_struct, "field": "after"}
     source = source_schema(legacy)
     if legacy:
-        fields = [before, after, source, _f("string", "op", False), _f("int64", "ts_ms", True), TRANSACTION_BLOCK_SCHEMA]
+        fields = [
+            before,
+            after,
+            source,
+            _f("string", "op", False),
+            _f("int64", "ts_ms", True),
+            TRANSACTION_BLOCK_SCHEMA,
+        ]
         return {"type": "struct", "fields": fields, "optional": False, "name": name, "version": 1}
     fields = [
         before,
@@ -198,7 +235,9 @@ class EventFormat:
         self.tx_key_schema, self.tx_value_schema = tx_schemas(self.legacy)
         self.heartbeat_key_schema, self.heartbeat_value_schema = heartbeat_schemas(self.legacy)
         binary_mode = getattr(config, "binary_handling_mode", "bytes")
-        self.message_key_schema, self.message_value_schema = message_schemas(self.source_schema, "bytes" if binary_mode == "bytes" else "string")
+        self.message_key_schema, self.message_value_schema = message_schemas(
+            self.source_schema, "bytes" if binary_mode == "bytes" else "string"
+        )
         self.run_id = run_id or str(uuid.uuid4())
         key_schemas = config.key_converter_schemas_enable
         if self.legacy or not getattr(config, "extended_headers_enabled", True):
@@ -233,11 +272,14 @@ class EventFormat:
         """A ``source`` block, its fields in the schema's order."""
         if self.legacy:
             return {
-                "version": self.version, "connector": "postgresql", "name": name, "ts_ms": ts_us // 1000, "snapshot": snapshot,
-                "db": db, "sequence": sequence, "schema": schema, "table": table, "txId": tx_id, "lsn": lsn, "xmin": None,
+                "version": self.version, "connector": "postgresql", "name": name, "ts_ms": ts_us // 1000,
+                "snapshot": snapshot, "db": db, "sequence": sequence, "schema": schema, "table": table, "txId": tx_id,
+                "lsn": lsn, "xmin": None,
             }  # fmt: skip
         return {
-            "version": self.version, "connector": "postgresql", "name": name, "ts_ms": ts_us // 1000, "snapshot": snapshot,
+            "version": self.version, "connector": (
+                "postgresql"
+            ), "name": name, "ts_ms": ts_us // 1000, "snapshot": snapshot,
             "db": db, "sequence": sequence, "ts_us": ts_us, "ts_ns": ts_us * 1000, "schema": schema, "table": table,
             "txId": tx_id, "lsn": lsn, "xmin": None, "origin": origin, "origin_lsn": origin_lsn,
         }  # fmt: skip
@@ -246,7 +288,14 @@ class EventFormat:
         """One change event's payload, stamped with the processing time (hot path)."""
         ns = time.time_ns()
         if self.legacy:
-            return {"before": before, "after": after, "source": source, "op": op, "ts_ms": ns // 1_000_000, "transaction": transaction}
+            return {
+                "before": before,
+                "after": after,
+                "source": source,
+                "op": op,
+                "ts_ms": ns // 1_000_000,
+                "transaction": transaction,
+            }
         return {
             "before": before, "after": after, "source": source, "transaction": transaction, "op": op,
             "ts_ms": ns // 1_000_000, "ts_us": ns // 1000, "ts_ns": ns,

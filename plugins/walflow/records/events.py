@@ -26,10 +26,10 @@ from walflow.config.connector import ConnectorConfig
 from walflow.config.filters import Filters
 from walflow.errors import ConfigError, ConversionError
 from walflow.names import topic_name
+from walflow.records.column_rules import ColumnRules, adjust_name, null_fallback, zero_default
 from walflow.records.convert import ColumnConverter, ConverterSettings, build_converter
 from walflow.records.envelope import PRE_2_6, envelope_schema
 from walflow.records.rowcode import compile_json_row, compile_row
-from walflow.records.transforms import ColumnRules, adjust_name, null_fallback, zero_default
 from walflow.source.catalog import CatalogColumn, CatalogTable, ColumnType, TypeResolver
 from walflow.source.pgoutput import Relation
 
@@ -198,10 +198,14 @@ class TableSchema:
             if has_default:
                 extra["default"] = default
             field_name = rules.field_name(name)
-            key_schema = _place(converter.schema, **{k: v for k, v in extra.items() if k != "parameters"}, field=field_name)
+            key_schema = _place(
+                converter.schema, **{k: v for k, v in extra.items() if k != "parameters"}, field=field_name
+            )
             if converter.semantic == "geometry":
                 extra["optional"] = True  # Debezium's geometry and geography fields are optional even for NOT NULL
-            converter = replace(converter, schema=_place(converter.schema, **extra, field=field_name), optional=not column.not_null)
+            converter = replace(
+                converter, schema=_place(converter.schema, **extra, field=field_name), optional=not column.not_null
+            )
             toast = _toast_value(converter, ctype, placeholder, settings.binary_handling_mode)
             if mapped is not None:
                 # the mapper acts on whatever the field holds: a TOAST placeholder is truncated or masked too
@@ -221,12 +225,21 @@ class TableSchema:
         # Debezium gives a NOT NULL column that holds no value (an old tuple of the replica identity's columns only)
         # its default, else its type's zero value
         self._not_null_fill = [
-            (f.name, f.converter.schema["default"] if "default" in f.converter.schema else null_fallback(f.converter, columns[f.index].type))
+            (
+                f.name,
+                f.converter.schema["default"]
+                if "default" in f.converter.schema
+                else null_fallback(f.converter, columns[f.index].type),
+            )
             for f in fields
             if not f.converter.optional
         ]
         #: fields whose null is written as their default (Kafka's JsonConverter, replace.null.with.default)
-        self._null_defaults = [(f.name, f.converter.schema["default"]) for f in fields if "default" in f.converter.schema] if config.replace_null_with_default else []
+        self._null_defaults = (
+            [(f.name, f.converter.schema["default"]) for f in fields if "default" in f.converter.schema]
+            if config.replace_null_with_default
+            else []
+        )
         # (field name, tuple index, converter, TOAST placeholder): the shape row() converts, as generated code
         self._plan = [(f.name, f.index, f.converter.convert, f.toast_value) for f in fields]
         #: each field's value for a TOASTed column pgoutput left out (``unavailable.value.placeholder`` in its form)
@@ -249,7 +262,11 @@ class TableSchema:
         #: a name repeats (two columns' field names adjusted to one, or a column named twice in message.key.columns):
         #: the dicts keep one entry under it, the JSON would hold both
         distinct = len({f.name for f in fields}) == len(fields) and len(set(self._key_names)) == len(self._key_names)
-        self.json_row = compile_json_row(self._plan, self._key_names) if distinct and not (masks or key_only or self._null_defaults) else None
+        self.json_row = (
+            compile_json_row(self._plan, self._key_names)
+            if distinct and not (masks or key_only or self._null_defaults)
+            else None
+        )
         # Key columns outside the replica identity are absent (NULL) from old tuples: under REPLICA IDENTITY USING
         # INDEX on an index without the primary key, or with message.key.columns. Debezium keys such a before image
         # as it is (NOT NULL columns hold their default or zero value, see before_row): an update of the index
@@ -300,11 +317,19 @@ class TableSchema:
         keep their representation and a NOT NULL column stays required.
         """
         types = types or (catalog_table.types if catalog_table is not None else None)
-        matched = match_columns(relation, catalog_table) if catalog_table is not None else [None] * len(relation.columns)
+        matched = (
+            match_columns(relation, catalog_table) if catalog_table is not None else [None] * len(relation.columns)
+        )
         specs: list[ColumnSpec] = []
         for column, info in zip(relation.columns, matched):
-            if info is not None and info.attr_type_oid == column.type_oid and info.attr_type_modifier == column.type_modifier:
-                specs.append(ColumnSpec(column.name, info.type, info.not_null, info.default_text, info.default_is_function))
+            if (
+                info is not None
+                and info.attr_type_oid == column.type_oid
+                and info.attr_type_modifier == column.type_modifier
+            ):
+                specs.append(
+                    ColumnSpec(column.name, info.type, info.not_null, info.default_text, info.default_is_function)
+                )
                 continue
             if types is not None:
                 ctype = types.resolve(column.type_oid, column.type_modifier)
@@ -312,8 +337,10 @@ class TableSchema:
                 ctype = ColumnType(oid=column.type_oid, modifier=column.type_modifier)
             # NOT NULL survives a type change; a default evaluated for another type does not apply
             # without a catalog, identity columns (primary key or identity index) are known to be NOT NULL
-            not_null = info.not_null if info is not None else (
-                catalog_table is None and column.is_key and relation.replica_identity in ("d", "i")
+            not_null = (
+                info.not_null
+                if info is not None
+                else (catalog_table is None and column.is_key and relation.replica_identity in ("d", "i"))
             )
             specs.append(ColumnSpec(column.name, ctype, not_null))
         keys: list[str] = []
@@ -325,7 +352,9 @@ class TableSchema:
             # primary key's, which the catalog has when it is still the same key.
             keys = flagged
             if catalog_table is not None:
-                current = {info.name: column.name for column, info in zip(relation.columns, matched) if info is not None}
+                current = {
+                    info.name: column.name for column, info in zip(relation.columns, matched) if info is not None
+                }
                 if sorted(current.get(k, "") for k in catalog_table.key_columns) == sorted(flagged):
                     keys = [current[k] for k in catalog_table.key_columns]
         elif catalog_table is not None:
@@ -340,7 +369,15 @@ class TableSchema:
         else:
             old_columns = [c.name for c in relation.columns if c.is_key]
         return cls(
-            config, filters, serializer, relation.namespace, relation.name, specs, keys, rules, old_tuple_columns=old_columns
+            config,
+            filters,
+            serializer,
+            relation.namespace,
+            relation.name,
+            specs,
+            keys,
+            rules,
+            old_tuple_columns=old_columns,
         )
 
     @classmethod
@@ -354,9 +391,12 @@ class TableSchema:
     ) -> TableSchema:
         """The schema of a table as the catalog describes it now (snapshots read it this way)."""
         specs = [
-            ColumnSpec(c.name, c.type, c.not_null, c.default_text, c.default_is_function) for c in table.columns.values()
+            ColumnSpec(c.name, c.type, c.not_null, c.default_text, c.default_is_function)
+            for c in table.columns.values()
         ]
-        return cls(config, filters, serializer, table.schema, table.name, specs, list(table.key_columns), rules, snapshot=True)
+        return cls(
+            config, filters, serializer, table.schema, table.name, specs, list(table.key_columns), rules, snapshot=True
+        )
 
     # -- row conversion (hot path) --------------------------------------------------------------------
     def row(self, values: Sequence[Any]) -> dict[str, Any]:
@@ -403,7 +443,10 @@ class TableSchema:
         """The event key of a row (its key fields' values, as they are in that row); ``values``, the tuple the row was
         converted from, gives the key fields the value leaves out."""
         if self.key_only and values is not None:
-            extra = {f.name: None if not isinstance(values[f.index], str) else f.converter.convert(values[f.index]) for f in self.key_only}
+            extra = {
+                f.name: None if not isinstance(values[f.index], str) else f.converter.convert(values[f.index])
+                for f in self.key_only
+            }
             return {name: row[name] if name in row else extra[name] for name in self._key_names}
         return {name: row[name] for name in self._key_names}
 
@@ -430,8 +473,10 @@ def match_columns(relation: Relation, table: CatalogTable) -> list[CatalogColumn
             result[i] = table.columns[column.name]
             anchors.append((i, pos))
     names = {c.name for c in columns}
-    bounds = [(-1, -1), *anchors, (len(columns), None)]
-    for (left_i, left_pos), (right_i, right_pos) in zip(bounds, bounds[1:]):
+    # each gap between successive anchors (the first from the start, the last to the end, which has no position)
+    lefts = [(-1, -1), *anchors]
+    rights: list[tuple[int, int | None]] = [*anchors, (len(columns), None)]
+    for (left_i, left_pos), (right_i, right_pos) in zip(lefts, rights):
         unmatched = [i for i in range(left_i + 1, right_i) if result[i] is None]
         if not unmatched:
             continue

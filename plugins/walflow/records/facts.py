@@ -12,7 +12,9 @@ import orjson
 def field_type(schema: dict[str, Any]) -> str:
     """A field's type as its events' schema says it, without its default and name: the form of a fact's ``types``
     (written by :mod:`walflow.capture.schema_facts`, compared by :mod:`walflow.lake.evolution`)."""
-    return orjson.dumps({k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS).decode()
+    return orjson.dumps(
+        {k: v for k, v in schema.items() if k not in ("default", "field")}, option=orjson.OPT_SORT_KEYS
+    ).decode()
 
 
 #: the version of the facts' format: the ``format`` field of every fact; the lake reads only the facts of its version

@@ -9,12 +9,14 @@ placeholders as bound values.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 
-def compile_row(plan: Sequence[tuple[str, int, Callable[[str], Any], Any]]) -> Callable[[Sequence[Any]], dict[str, Any]]:
+def compile_row(
+    plan: Sequence[tuple[str, int, Callable[[str], Any], Any]],
+) -> Callable[[Sequence[Any]], dict[str, Any]]:
     """A function from a tuple's values to the event row, generated once per table definition from ``plan``
     ((field name, tuple index, converter, TOAST placeholder) per field).
 
@@ -27,10 +29,17 @@ def compile_row(plan: Sequence[tuple[str, int, Callable[[str], Any], Any]]) -> C
     for i, (name, index, convert, toast) in enumerate(plan):
         env[f"c{i}"], env[f"t{i}"] = convert, toast
         args.append(f"c{i}=c{i}, t{i}=t{i}")
-        items.append(f"{name!r}: c{i}(v{i}) if (v{i} := values[{int(index)}]).__class__ is str else (None if v{i} is None else t{i})")
-    source = f"def row(values, {', '.join(args)}):\n    return {{{', '.join(items)}}}\n" if plan else "def row(values):\n    return {}\n"
-    exec(compile(source, f"<walflow.records.rowcode.compile_row {len(plan)} fields>", "exec"), env)  # noqa: S102
-    return env["row"]  # type: ignore[no-any-return]
+        items.append(
+            f"{name!r}: c{i}(v{i}) if (v{i} := values[{int(index)}]).__class__ is str else (None if v{i} is None else "
+            f"t{i})"
+        )
+    source = (
+        f"def row(values, {', '.join(args)}):\n    return {{{', '.join(items)}}}\n"
+        if plan
+        else "def row(values):\n    return {}\n"
+    )
+    exec(compile(source, f"<walflow.records.rowcode.compile_row {len(plan)} fields>", "exec"), env)
+    return cast("Callable[[Sequence[Any]], dict[str, Any]]", env["row"])
 
 
 def compile_json_row(
@@ -59,7 +68,10 @@ def compile_json_row(
         else:
             env[f"c{i}"] = convert
             value = f"dumps(c{i}(v{i}))"
-        lines.append(f"    j{i} = {value} if (v{i} := values[{int(index)}]).__class__ is str else (b'null' if v{i} is None else dumps(t{i}))")
+        lines.append(
+            f"    j{i} = {value} if (v{i} := values[{int(index)}]).__class__ is str else (b'null' if v{i} is None else "
+            f"dumps(t{i}))"
+        )
         parts += [f"n{i}", f"j{i}"]
         slot[name] = f"j{i}"
     key_parts: list[str] = []
@@ -69,5 +81,5 @@ def compile_json_row(
     row = f"join(({', '.join(parts)}, b'}}'))" if parts else "b'{}'"
     key = f"join(({', '.join(key_parts)}, b'}}'))" if key_parts else "b'{}'"
     lines.append(f"    return {row}, {key}")
-    exec(compile("\n".join(lines), f"<walflow.records.rowcode.compile_json_row {len(plan)} fields>", "exec"), env)  # noqa: S102
-    return env["json_row"]  # type: ignore[no-any-return]
+    exec(compile("\n".join(lines), f"<walflow.records.rowcode.compile_json_row {len(plan)} fields>", "exec"), env)
+    return cast("Callable[[Sequence[Any]], tuple[bytes, bytes]]", env["json_row"])

@@ -1,8 +1,9 @@
 """PostgreSQL's text output of dates, times, timestamps and intervals turned into Debezium's numbers and strings.
 
-Pure functions of the text the sessions of :data:`walflow.source.connection.SESSION_SETTINGS` produce (``DateStyle=ISO``,
-``IntervalStyle=iso_8601``, ``TimeZone=UTC``), for every year PostgreSQL stores (BC dates and years past 9999
-included, which Python's ``datetime`` cannot hold) and for ``infinity``, which Debezium turns into fixed numbers.
+Pure functions of the text the sessions of :data:`walflow.source.connection.SESSION_SETTINGS` produce
+(``DateStyle=ISO``, ``IntervalStyle=iso_8601``, ``TimeZone=UTC``), for every year PostgreSQL stores (BC dates and years
+past 9999 included, which Python's ``datetime`` cannot hold) and for ``infinity``, which Debezium turns into fixed
+numbers.
 """
 
 from __future__ import annotations
@@ -253,7 +254,10 @@ def interval_micros(text: str) -> int:
 
 def interval_string(text: str) -> str:
     years, months, days, hours, minutes, seconds = _interval_parts(text)
-    if -seconds.as_tuple().exponent > 6:
+    exponent = seconds.as_tuple().exponent
+    if not isinstance(exponent, int):  # NaN or an infinity, which PostgreSQL never prints in an interval
+        raise ValueError(f"not an ISO 8601 interval: {text!r}")
+    if -exponent > 6:
         seconds = seconds.quantize(Decimal("0.000001"), rounding="ROUND_DOWN")
     sec = format(seconds.normalize(), "f") if seconds else "0"
     return f"P{years}Y{months}M{days}DT{hours}H{minutes}M{sec}S"

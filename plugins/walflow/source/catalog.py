@@ -102,7 +102,8 @@ SELECT a.attname,
        pg_catalog.format_type(a.atttypid, a.atttypmod),
        CASE WHEN a.atthasmissing THEN a.attmissingval::text END,
        -- a value computed per row for rows that existed before the column: an identity, or a domain's default
-       a.attidentity <> '' OR EXISTS (SELECT 1 FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid AND t.typdefaultbin IS NOT NULL)
+       a.attidentity <> ''
+         OR EXISTS (SELECT 1 FROM pg_catalog.pg_type t WHERE t.oid = a.atttypid AND t.typdefaultbin IS NOT NULL)
 FROM pg_catalog.pg_attribute a
 LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s AND a.attnum > 0
@@ -183,7 +184,16 @@ class TypeResolver:
             refer: set[int] = set()
             for oid, typname, typtype, category, basetype, typtypmod, elem, enum_values, display, delimiter in found:
                 self._rows[oid] = _TypeRow(
-                    oid, typname, typtype, category, basetype, typtypmod, elem, tuple(enum_values or ()), display, delimiter or ","
+                    oid,
+                    typname,
+                    typtype,
+                    category,
+                    basetype,
+                    typtypmod,
+                    elem,
+                    tuple(enum_values or ()),
+                    display,
+                    delimiter or ",",
                 )
                 refer.update(o for o in (basetype, elem) if o)
             wanted = {o for o in refer if o not in self._rows}
@@ -276,13 +286,26 @@ class Catalog:
             if row is None:
                 self._cache[oid] = None
                 return None
-            schema, name, replident, filenode, pk, identity_index, unique_index = row
+            schema, name, replident, filenode, pk, _identity_index, unique_index = row
             cur.execute(_COLUMNS_SQL, (oid,))
             attrs = cur.fetchall()
         self.types.load(a[4] for a in attrs if not a[2])
         columns: dict[str, CatalogColumn] = {}
         attributes: list[tuple[int, str | None]] = []
-        for attname, attnum, dropped, generated, typoid, typmod, ndims, notnull, default_expr, formatted, missing, implicit in attrs:
+        for (
+            attname,
+            attnum,
+            dropped,
+            generated,
+            typoid,
+            typmod,
+            ndims,
+            notnull,
+            default_expr,
+            formatted,
+            missing,
+            implicit,
+        ) in attrs:
             if dropped:
                 attributes.append((attnum, None))
                 continue
@@ -308,7 +331,16 @@ class Catalog:
         else:
             key = tuple(unique_index or ())
         table = CatalogTable(
-            oid, schema, name, columns, tuple(pk or ()), replident, key, tuple(attributes), self.types, int(filenode) if filenode else None,
+            oid,
+            schema,
+            name,
+            columns,
+            tuple(pk or ()),
+            replident,
+            key,
+            tuple(attributes),
+            self.types,
+            int(filenode) if filenode else None,
             max((a[1] for a in attrs), default=0),
         )
         self._cache[oid] = table
@@ -345,7 +377,14 @@ _QUOTED = re.compile(r"'(?:[^']|'')*'")
 _CASTS = re.compile(r"::\s*[\w\s.\"\[\]]+?(?:\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?=$|[\s),:])")
 _FUNCTION_CALL = re.compile(r"[A-Za-z_][\w.\"]*\s*\(")
 #: one cast as pg_get_expr prints it: '::' and a type name, optionally with modifiers and array brackets
-_CAST = r"\s*::\s*(?:[A-Za-z_][\w$]*|\"(?:[^\"]|\"\")+\")(?:\s*\.\s*(?:[A-Za-z_][\w$]*|\"(?:[^\"]|\"\")+\"))?(?:\s+[A-Za-z_]+)*(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?(?:\s+[A-Za-z_]+)*(?:\s*\[\d*\])*"
+_CAST = (
+    r"\s*::\s*(?:[A-Za-z_][\w$]*|\"(?:[^\"]|\"\")+\")"  # '::' and a name, plain or quoted
+    r"(?:\s*\.\s*(?:[A-Za-z_][\w$]*|\"(?:[^\"]|\"\")+\"))?"  # its schema-qualified part
+    r"(?:\s+[A-Za-z_]+)*"  # words of a multi-word name (double precision, character varying)
+    r"(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?"  # modifiers
+    r"(?:\s+[A-Za-z_]+)*"  # words after them (with time zone)
+    r"(?:\s*\[\d*\])*"  # array brackets
+)
 _LITERAL_DEFAULT = re.compile(
     r"^\s*\(*\s*(?:'(?P<string>(?:[^']|'')*)'|(?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)|(?P<bool>true|false))"
     rf"(?:\s*\)*(?:{_CAST}))*\s*\)*\s*$",
@@ -373,5 +412,3 @@ def literal_default(expr: str) -> str | None:
     if match.group("number") is not None:
         return match.group("number")
     return match.group("bool").lower()
-
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -51,7 +52,7 @@ def connect(
     autocommit: bool = True,
     application_name: str = "walflow",
     initial_statements: str | None = None,
-    **kwargs: object,
+    **kwargs: Any,  # libpq connection parameters, passed to psycopg.connect
 ) -> psycopg.Connection:
     """Open a connection whose text output is what :mod:`walflow.records.convert` expects.
 
@@ -60,7 +61,9 @@ def connect(
     :raises SourceError: when the server cannot be reached or an initial statement fails.
     """
     try:
-        conn = use_cursors(psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs))
+        conn = use_cursors(
+            psycopg.connect(conninfo, autocommit=autocommit, application_name=application_name, **kwargs)
+        )
     except psycopg.OperationalError as exc:
         raise SourceUnavailableError(f"cannot connect to the source database: {str(exc).strip()}") from None
     check_encoding(conn)
@@ -73,8 +76,8 @@ def connect(
             except psycopg.Error as exc:
                 conn.close()
                 raise SourceError(
-                    f"'database.initial.statements' statement {statement!r} failed: {str(exc).strip()}. Fix or remove it "
-                    "in the connector's YAML."
+                    f"'database.initial.statements' statement {statement!r} failed: {str(exc).strip()}. Fix or remove "
+                    "it in the connector's YAML."
                 ) from None
     if not autocommit:
         conn.commit()
@@ -90,9 +93,10 @@ def check_encoding(conn: psycopg.Connection) -> None:
         conn.close()
         raise SourceError(
             f"database {database!r} uses encoding {encoding}; walflow needs UTF8 (the WAL carries text in the "
-            f"database's encoding, and change events are UTF-8{', which SQL_ASCII cannot be converted to' if encoding.upper() == 'SQL_ASCII' else ''}). "
-            f"Capture a UTF8 database: create one (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0) and move "
-            "the data there"
+            "database's encoding, and change events are "
+            f"UTF-8{', which SQL_ASCII cannot be converted to' if encoding.upper() == 'SQL_ASCII' else ''}). Capture a "
+            "UTF8 database: create one (CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0) and move the data "
+            "there"
         )
 
 
@@ -164,9 +168,10 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
         )
     if not (info.is_superuser or info.has_replication):
         raise SourceError(
-            f"role {info.user!r} has neither REPLICATION nor SUPERUSER; grant it with ALTER ROLE {info.user} REPLICATION "
-            f"as a superuser (see include/sql/roles.sql), on Amazon RDS and Aurora with GRANT rds_replication TO {info.user}, "
-            "on Cloud SQL and Azure with ALTER ROLE ... REPLICATION as the service's administrator role (docs/operations.md)"
+            f"role {info.user!r} has neither REPLICATION nor SUPERUSER; grant it with ALTER ROLE {info.user} "
+            "REPLICATION as a superuser (see walflow's roles.sql), on Amazon RDS and Aurora with GRANT "
+            f"rds_replication TO {info.user}, on Cloud SQL and Azure with ALTER ROLE ... REPLICATION as the service's "
+            "administrator role (docs/operations.md)"
         )
     if config.slot_failover and info.version_num < 170000:
         raise SourceError(
@@ -181,9 +186,9 @@ def check_server(conn: psycopg.Connection, config: ConnectorConfig, *, creating_
             )
         if not info.hot_standby_feedback:
             raise SourceError(
-                "this server is a standby with hot_standby_feedback off: the primary's vacuum would remove catalog rows "
-                "the connector's slot still needs, and the server would invalidate the slot. Set hot_standby_feedback = "
-                "on (and primary_slot_name) on the standby and reload it"
+                "this server is a standby with hot_standby_feedback off: the primary's vacuum would remove catalog "
+                "rows the connector's slot still needs, and the server would invalidate the slot. Set "
+                "hot_standby_feedback = on (and primary_slot_name) on the standby and reload it"
             )
     if creating_slot and info.used_replication_slots >= info.max_replication_slots:
         raise SourceError(

@@ -4,7 +4,7 @@ The stream learns a table's definition when it reaches a change of the table aft
 the key from the catalog then, which may be after later DDL of the same batch: ``ALTER TABLE t REPLICA IDENTITY
 FULL``, an update, then ``ALTER TABLE t DROP CONSTRAINT t_pkey`` would key the update by the catalog's (no key)
 where Debezium, reading the catalog as it streams, keys it by the primary key it had. With the event trigger of
-``include/sql/ddl_facts.sql`` installed (a superuser's step), every DDL of a table writes a transactional logical
+``walflow's ddl_facts.sql`` installed (a superuser's step), every DDL of a table writes a transactional logical
 decoding message (prefix :data:`PREFIX`) with the key as the DDL left it; the stream reads it in WAL order, so each
 change is keyed by the fact in force at its position (:meth:`DdlFacts.apply`). Facts are kept in the connector's
 state with their LSN, so that a batch starting after a DDL still knows it. Without the trigger, the catalog is read
@@ -28,7 +28,7 @@ log = logging.getLogger("walflow.capture.stream")
 
 #: the prefix of the trigger's messages
 PREFIX = "walflow.ddl"
-#: the event trigger's name (include/sql/ddl_facts.sql)
+#: the event trigger's name (walflow's ddl_facts.sql)
 TRIGGER = "walflow_ddl_facts"
 #: state keys: ``ddl:<relation oid>``
 STATE_PREFIX = "ddl:"
@@ -57,19 +57,31 @@ class DdlFact:
         try:
             raw = orjson.loads(content)
             return cls(
-                int(raw["oid"]), str(raw["schema"]), str(raw["table"]),
-                tuple(int(c) for c in raw["primary_key"]), tuple(int(c) for c in raw["unique_key"]), lsn,
+                int(raw["oid"]),
+                str(raw["schema"]),
+                str(raw["table"]),
+                tuple(int(c) for c in raw["primary_key"]),
+                tuple(int(c) for c in raw["unique_key"]),
+                lsn,
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             log.warning("a %r message at LSN %s is not a DDL fact (%s); ignored", PREFIX, lsn, exc)
             return None
 
     def to_state(self) -> dict[str, Any]:
-        return {"schema": self.schema, "table": self.table, "primary_key": list(self.primary_key), "unique_key": list(self.unique_key), "lsn": self.lsn}
+        return {
+            "schema": self.schema,
+            "table": self.table,
+            "primary_key": list(self.primary_key),
+            "unique_key": list(self.unique_key),
+            "lsn": self.lsn,
+        }
 
     @classmethod
     def from_state(cls, oid: int, raw: dict[str, Any]) -> DdlFact:
-        return cls(oid, raw["schema"], raw["table"], tuple(raw["primary_key"]), tuple(raw["unique_key"]), int(raw["lsn"]))
+        return cls(
+            oid, raw["schema"], raw["table"], tuple(raw["primary_key"]), tuple(raw["unique_key"]), int(raw["lsn"])
+        )
 
 
 def trigger_enabled(conn: psycopg.Connection) -> bool:
@@ -108,7 +120,13 @@ class DdlFacts:
         self._facts[fact.oid] = fact
         if self._store is not None:
             self._store.put(f"{STATE_PREFIX}{fact.oid}", fact.to_state())
-        log.info("table %s.%s: key (attributes %s) from the DDL at LSN %s", fact.schema, fact.table, list(fact.key) or "none", lsn)
+        log.info(
+            "table %s.%s: key (attributes %s) from the DDL at LSN %s",
+            fact.schema,
+            fact.table,
+            list(fact.key) or "none",
+            lsn,
+        )
         return fact
 
     def apply(self, table: CatalogTable | None) -> CatalogTable | None:
@@ -118,7 +136,7 @@ class DdlFacts:
         fact = self._facts.get(table.oid)
         if fact is None:
             return table
-        names = {attnum: name for attnum, name in table.attributes}
+        names = dict(table.attributes)
 
         def named(attnums: tuple[int, ...]) -> tuple[str, ...]:
             found = tuple(names.get(a) or "" for a in attnums)

@@ -19,7 +19,8 @@ from walflow.source.connection import CURRENT_WAL_LSN_SQL
 #: The WAL a slot has not confirmed yet: bytes between its ``confirmed_flush_lsn`` and the server's current
 #: position. Shared by :func:`pending_wal_bytes` and the asynchronous trigger, which runs it on its own connection.
 PENDING_WAL_SQL = (
-    f"SELECT pg_wal_lsn_diff({CURRENT_WAL_LSN_SQL}, confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = %s"
+    f"SELECT pg_wal_lsn_diff({CURRENT_WAL_LSN_SQL}, confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE "
+    "slot_name = %s"
 )
 
 
@@ -98,7 +99,18 @@ def slot_health(
         row = cur.fetchone()
     if row is None:
         return SlotHealth(slot=slot, exists=False)
-    health = SlotHealth(slot, True, *row[:5], retained_wal_bytes=row[5], confirmed_lag_bytes=row[6])
+    active_pid, wal_status, restart_lsn, confirmed_flush_lsn, current_wal_lsn, retained, lag = row
+    health = SlotHealth(
+        slot,
+        True,
+        active_pid=active_pid,
+        wal_status=wal_status,
+        restart_lsn=restart_lsn,
+        confirmed_flush_lsn=confirmed_flush_lsn,
+        current_wal_lsn=current_wal_lsn,
+        retained_wal_bytes=retained,
+        confirmed_lag_bytes=lag,
+    )
     at_ms, lsn = confirmed_time(state)
     if at_ms is not None:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -158,8 +170,8 @@ def assess_slot_health(health: SlotHealth, limits: HealthLimits) -> tuple[list[s
     if health.wal_status == "lost":
         return warnings, (
             f"slot {health.slot!r} has wal_status=lost: WAL it needed was removed (max_slot_wal_keep_size), so changes "
-            "were missed and it cannot stream again. Drop it and take a new snapshot: `walflow reset <connector>`, then "
-            "run the setup DAG"
+            "were missed and it cannot stream again. Drop it and take a new snapshot: `walflow reset <connector>`, "
+            "then run the setup DAG"
         )
     if health.wal_status == "unreserved":
         warnings.append(
@@ -172,14 +184,25 @@ def assess_slot_health(health: SlotHealth, limits: HealthLimits) -> tuple[list[s
             f"walflow.slot.fail.retained.wal.bytes={limits.fail_retained_wal_bytes}: {advice}"
         )
     if limits.warn_retained_wal_bytes is not None and retained > limits.warn_retained_wal_bytes:
-        warnings.append(f"slot {health.slot!r} retains {retained} bytes of WAL, above walflow.slot.max.retained.wal.bytes={limits.warn_retained_wal_bytes}: {advice}")
+        warnings.append(
+            f"slot {health.slot!r} retains {retained} bytes of WAL, above "
+            f"walflow.slot.max.retained.wal.bytes={limits.warn_retained_wal_bytes}: {advice}"
+        )
     lag = health.confirmed_lag_bytes or 0
     if limits.warn_lag_bytes is not None and lag > limits.warn_lag_bytes:
-        warnings.append(f"slot {health.slot!r} is {lag} bytes behind the server, above walflow.slot.max.lag.bytes={limits.warn_lag_bytes}: {advice}")
+        warnings.append(
+            f"slot {health.slot!r} is {lag} bytes behind the server, above "
+            f"walflow.slot.max.lag.bytes={limits.warn_lag_bytes}: {advice}"
+        )
     since = health.seconds_since_confirmed
-    if limits.warn_seconds_since_confirmed is not None and since is not None and since > limits.warn_seconds_since_confirmed:
+    if (
+        limits.warn_seconds_since_confirmed is not None
+        and since is not None
+        and since > limits.warn_seconds_since_confirmed
+    ):
         warnings.append(
             f"slot {health.slot!r} last confirmed a position {since:.0f} s ago, above "
-            f"walflow.slot.max.seconds.since.confirmed={limits.warn_seconds_since_confirmed:g}: is the stream DAG paused or failing?"
+            f"walflow.slot.max.seconds.since.confirmed={limits.warn_seconds_since_confirmed:g}: is the stream DAG "
+            "paused or failing?"
         )
     return warnings, None

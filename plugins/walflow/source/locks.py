@@ -17,6 +17,7 @@ from walflow.source.connection import connect
 
 log = logging.getLogger(__name__)
 
+
 def advisory_lock_key(slot: str) -> str:
     return f"walflow:{slot}"
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from walflow.errors import DecodeError
+from walflow.source.lsn import Lsn
 
 #: PostgreSQL timestamps count microseconds from 2000-01-01 00:00:00 UTC.
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
@@ -35,17 +37,13 @@ UNCHANGED_TOAST = object()
 
 
 def lsn_to_str(lsn: int) -> str:
-    """Format an LSN the way PostgreSQL prints it (``16/B374D848``)."""
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+    """Format an LSN the way PostgreSQL prints it (``16/B374D848``): :class:`~walflow.source.lsn.Lsn`'s text."""
+    return str(Lsn(lsn))
 
 
 def str_to_lsn(text: str) -> int:
-    """Parse PostgreSQL's ``XXX/XXX`` LSN notation."""
-    try:
-        high, low = text.split("/")
-        return (int(high, 16) << 32) | int(low, 16)
-    except ValueError:
-        raise DecodeError(f"{text!r} is not an LSN (expected the form 16/B374D848)") from None
+    """Parse PostgreSQL's ``XXX/XXX`` LSN notation (:meth:`walflow.source.lsn.Lsn.parse`)."""
+    return Lsn.parse(text)
 
 
 def pg_micros_to_unix_ms(micros: int) -> int:
@@ -100,21 +98,21 @@ class TypeInfo:
 @dataclass(frozen=True, slots=True)
 class Insert:
     relation: Relation
-    new: list
+    new: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class Update:
     relation: Relation
-    old: list | None
+    old: list[Any] | None
     old_is_key: bool
-    new: list
+    new: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class Delete:
     relation: Relation
-    old: list
+    old: list[Any]
     old_is_key: bool
 
 
@@ -133,6 +131,10 @@ class Message:
     content: bytes
 
 
+#: what :meth:`PgOutputDecoder.decode` returns
+PgOutputMessage = Begin | Commit | Origin | TypeInfo | Insert | Update | Delete | Truncate | Message | Relation
+
+
 def _cstring(data: bytes, pos: int) -> tuple[str, int]:
     end = data.index(b"\0", pos)
     return data[pos:end].decode("utf-8"), end + 1
@@ -149,7 +151,7 @@ class PgOutputDecoder:
         self.relations: dict[int, Relation] = {}
         self.types: dict[int, TypeInfo] = {}
 
-    def decode(self, data: bytes) -> object:
+    def decode(self, data: bytes) -> PgOutputMessage:
         try:
             kind = data[0]
             if kind == 0x49:  # 'I'
@@ -262,11 +264,11 @@ class PgOutputDecoder:
         return Message(bool(flags & 1), lsn, prefix, bytes(data[pos : pos + length]))
 
 
-def _tuple(data: bytes, pos: int) -> tuple[list, int]:
+def _tuple(data: bytes, pos: int) -> tuple[list[Any], int]:
     """Decode a TupleData structure starting at ``pos``; return values and the position after it."""
     ncols = (data[pos] << 8) | data[pos + 1]
     pos += 2
-    values: list = [None] * ncols
+    values: list[Any] = [None] * ncols
     unpack = _I32.unpack_from
     for i in range(ncols):
         kind = data[pos]

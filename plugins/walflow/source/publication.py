@@ -17,6 +17,7 @@ from walflow.errors import SourceError
 
 log = logging.getLogger(__name__)
 
+
 def list_tables(conn: psycopg.Connection, filters: Filters) -> list[tuple[str, str, int, str, bool]]:
     """Ordinary and partitioned tables the filters capture: (schema, table, oid, replica identity, has PK).
 
@@ -69,7 +70,8 @@ down AS (
 up AS (
     SELECT relid FROM named
     UNION
-    SELECT i.inhparent FROM pg_inherits i JOIN up u ON i.inhrelid = u.relid JOIN pg_class c ON c.oid = u.relid AND c.relispartition
+    SELECT i.inhparent FROM pg_inherits i JOIN up u ON i.inhrelid = u.relid
+    JOIN pg_class c ON c.oid = u.relid AND c.relispartition
 )
 SELECT n.nspname, c.relname FROM (SELECT relid FROM down UNION SELECT relid FROM up) r
 JOIN pg_class c ON c.oid = r.relid JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -81,7 +83,9 @@ def publication_tables(conn: psycopg.Connection, name: str) -> tuple[bool, bool,
     tables of a ``FOR ALL TABLES`` publication are not listed (every table is published). Read from the catalogs
     without opening any table (:data:`_PUBLISHED_SQL`)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT puballtables, pubinsert AND pubupdate AND pubdelete FROM pg_publication WHERE pubname = %s", (name,))
+        cur.execute(
+            "SELECT puballtables, pubinsert AND pubupdate AND pubdelete FROM pg_publication WHERE pubname = %s", (name,)
+        )
         row = cur.fetchone()
         if row is None:
             return None
@@ -103,7 +107,7 @@ def check_publication_privileges(
 
     PostgreSQL's rules: ``CREATE PUBLICATION`` needs CREATE on the database; ``FOR ALL TABLES`` needs a
     superuser; ``FOR TABLE`` / ``ALTER PUBLICATION ... SET TABLE`` need ownership of every table named (and, for
-    ``ALTER``, of the publication). Membership of the owning role counts, which is what include/sql/roles.sql sets up.
+    ``ALTER``, of the publication). Membership of the owning role counts, which is what walflow's roles.sql sets up.
     """
     row = conn.execute(
         "SELECT r.rolsuper, has_database_privilege(current_database(), 'CREATE'), current_user, current_database(), "
@@ -118,14 +122,14 @@ def check_publication_privileges(
     if creating and not can_create:
         raise SourceError(
             f"role {user!r} may not create publication {name!r}: it lacks CREATE on database {database!r}. Grant it "
-            f"(GRANT CREATE ON DATABASE {database} TO {user}; see include/sql/roles.sql), or create the publication "
+            f"(GRANT CREATE ON DATABASE {database} TO {user}; see walflow's roles.sql), or create the publication "
             "yourself and set 'publication.autocreate.mode: disabled'"
         )
     if creating and mode == "all_tables":
         raise SourceError(
             f"role {user!r} may not create publication {name!r} FOR ALL TABLES: PostgreSQL allows that to superusers "
             "only. Use 'publication.autocreate.mode: filtered' (the role must own the captured tables, see "
-            "include/sql/roles.sql), or let a superuser create the publication and set the mode to 'disabled'"
+            "walflow's roles.sql), or let a superuser create the publication and set the mode to 'disabled'"
         )
     if not creating and owns_publication is False:
         raise SourceError(
@@ -147,9 +151,9 @@ def check_publication_privileges(
         foreign = {(s, t) for s, t in cur.fetchall()}
     if foreign:
         raise SourceError(
-            f"role {user!r} may not {'create' if creating else 'alter'} the 'filtered' publication {name!r}: it does not "
-            f"own table(s) {_names(foreign)}, and PostgreSQL lets only a table's owner add it to a publication. Hand "
-            "the tables to a group the role belongs to (include/sql/roles.sql does), or create the publication as "
+            f"role {user!r} may not {'create' if creating else 'alter'} the 'filtered' publication {name!r}: it does "
+            f"not own table(s) {_names(foreign)}, and PostgreSQL lets only a table's owner add it to a publication. "
+            "Hand the tables to a group the role belongs to (walflow's roles.sql does), or create the publication as "
             "their owner and set 'publication.autocreate.mode: disabled'"
         )
 
@@ -168,20 +172,22 @@ def check_select_privilege(conn: psycopg.Connection, tables: Iterable[tuple[str,
         )
         rows = cur.fetchall()
         cur.execute("SELECT current_user")
-        user = cur.fetchone()[0]  # type: ignore[index]
+        row = cur.fetchone()
+        assert row is not None  # a SELECT without FROM returns its row
+        user = row[0]
     no_usage = sorted({oids[o][0] for o, _select, usage in rows if not usage})
     if no_usage:
         schemas = ", ".join(sql.Identifier(n).as_string(conn) for n in no_usage)
         raise SourceError(
             f"role {user!r} lacks USAGE on schema(s) {schemas} of captured tables, so it cannot read them even with "
-            f"SELECT. Grant it (GRANT USAGE ON SCHEMA {schemas} TO {user}; include/sql/roles.sql does for every "
+            f"SELECT. Grant it (GRANT USAGE ON SCHEMA {schemas} TO {user}; walflow's roles.sql does for every "
             "captured table's schema) or leave the tables out with 'table.exclude.list'"
         )
     denied = {oids[o] for o, select, _usage in rows if not select}
     if denied:
         raise SourceError(
             f"role {user!r} lacks SELECT on captured table(s) {_names(denied)}; snapshots read them. Grant it "
-            f"(GRANT SELECT ON {_names(denied)} TO {user}; see include/sql/roles.sql) or leave the tables out with "
+            f"(GRANT SELECT ON {_names(denied)} TO {user}; see walflow's roles.sql) or leave the tables out with "
             "'table.exclude.list'"
         )
 
@@ -193,15 +199,24 @@ def replica_identity_warning(schema: str, table: str, replident: str, has_pk: bo
     REPLICA IDENTITY DEFAULT without a primary key, and NOTHING in any case, leave it without one.
     """
     if replident == "n":
-        why = "has a primary key but REPLICA IDENTITY NOTHING" if has_pk else "has no primary key and REPLICA IDENTITY NOTHING"
-        fix = "ALTER TABLE ... REPLICA IDENTITY DEFAULT" if has_pk else "add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL"
+        why = (
+            "has a primary key but REPLICA IDENTITY NOTHING"
+            if has_pk
+            else "has no primary key and REPLICA IDENTITY NOTHING"
+        )
+        fix = (
+            "ALTER TABLE ... REPLICA IDENTITY DEFAULT"
+            if has_pk
+            else "add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL"
+        )
     elif replident == "d" and not has_pk:
-        why, fix = "has no primary key and REPLICA IDENTITY DEFAULT", "add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL"
+        why, fix = (
+            "has no primary key and REPLICA IDENTITY DEFAULT",
+            "add a primary key or ALTER TABLE ... REPLICA IDENTITY FULL",
+        )
     else:
         return None
     return (
         f"table {schema}.{table} {why}: only its inserts can be captured (PostgreSQL rejects its updates and deletes "
         f"while it is published). Fix: {fix}."
     )
-
-

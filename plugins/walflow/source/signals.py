@@ -10,7 +10,7 @@ size and id are bounded and it is escaped before it reaches a log line.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import psycopg
@@ -52,7 +52,9 @@ def printable(value: Any, limit: int = 2000) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
-def send_signal(conn: psycopg.Connection, config: ConnectorConfig, kind: str, data: dict[str, Any], signal_id: str | None = None) -> str:
+def send_signal(
+    conn: psycopg.Connection, config: ConnectorConfig, kind: str, data: dict[str, Any], signal_id: str | None = None
+) -> str:
     """Insert a signal row into the connector's signal table; the stream task acts on it. Returns its id."""
     if not config.signal_table:
         raise SourceError(
@@ -76,4 +78,5 @@ SIGNAL_STATUS_SQL = "SELECT value FROM {} WHERE connector = %s AND key = %s"
 
 def signal_status(conn: psycopg.Connection, config: ConnectorConfig, signal_id: str) -> dict[str, Any] | None:
     """What the stream task recorded about a signal: running, paused, completed, stopped or failed."""
-    return StateStore(conn, config.name, config.state_table).get(signal_key(signal_id))
+    status = StateStore(conn, config.name, config.state_table).get(signal_key(signal_id))
+    return cast("dict[str, Any] | None", status)

@@ -37,7 +37,8 @@ WATCH_SQL = """
 SELECT c.oid, n.nspname, c.relname,
        CASE WHEN c.relkind = 'p'
             THEN (SELECT NULLIF(sum(l.relfilenode::bigint), 0)::bigint
-                  FROM pg_catalog.pg_partition_tree(c.oid) t JOIN pg_catalog.pg_class l ON l.oid = t.relid WHERE t.isleaf)
+                  FROM pg_catalog.pg_partition_tree(c.oid) t JOIN pg_catalog.pg_class l ON l.oid = t.relid
+                  WHERE t.isleaf)
             ELSE NULLIF(c.relfilenode, 0)::bigint END,
        c.relpersistence::text,
        EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary),
@@ -77,15 +78,22 @@ class Observed:
 
     def to_state(self) -> dict[str, Any]:
         return {
-            "oid": self.oid, "filenode": self.filenode, "persistence": self.persistence, "keyed": self.keyed,
-            "attributes": [list(a) for a in self.attributes], "labels": [list(x) for x in self.labels],
+            "oid": self.oid,
+            "filenode": self.filenode,
+            "persistence": self.persistence,
+            "keyed": self.keyed,
+            "attributes": [list(a) for a in self.attributes],
+            "labels": [list(x) for x in self.labels],
         }
 
     @classmethod
     def from_state(cls, raw: dict[str, Any]) -> Observed:
         return cls(
-            int(raw["oid"]), int(raw["filenode"]) if raw.get("filenode") else None, str(raw.get("persistence") or "p"),
-            bool(raw.get("keyed")), tuple((int(a[0]), str(a[1]), str(a[2]), str(a[3])) for a in raw.get("attributes") or ()),
+            int(raw["oid"]),
+            int(raw["filenode"]) if raw.get("filenode") else None,
+            str(raw.get("persistence") or "p"),
+            bool(raw.get("keyed")),
+            tuple((int(a[0]), str(a[1]), str(a[2]), str(a[3])) for a in raw.get("attributes") or ()),
             tuple((str(x[0]), str(x[1])) for x in raw.get("labels") or ()),
         )
 
@@ -100,8 +108,12 @@ def observe(conn: psycopg.Connection, oids: list[int]) -> dict[tuple[str, str], 
     out = {}
     for oid, schema, table, filenode, persistence, keyed, attributes, labels in rows:
         out[(schema, table)] = Observed(
-            int(oid), int(filenode) if filenode else None, persistence, bool(keyed),
-            tuple((int(a[0]), str(a[1]), str(a[2]), str(a[3])) for a in attributes), tuple((str(x[0]), str(x[1])) for x in labels),
+            int(oid),
+            int(filenode) if filenode else None,
+            persistence,
+            bool(keyed),
+            tuple((int(a[0]), str(a[1]), str(a[2]), str(a[3])) for a in attributes),
+            tuple((str(x[0]), str(x[1])) for x in labels),
         )
     return out
 
@@ -119,11 +131,15 @@ def changed(before: Observed, now: Observed) -> str | None:
     old_names = {name: attnum for attnum, name, _x, _d in before.attributes}
     live = {attnum for attnum, _n, _x, _d in now.attributes}
     # a name at another attribute whose own attribute is gone (a rename that swaps two names keeps both attributes)
-    readded = sorted(name for attnum, name, _x, _d in now.attributes if name in old_names and old_names[name] != attnum and old_names[name] not in live)
+    readded = sorted(
+        name
+        for attnum, name, _x, _d in now.attributes
+        if name in old_names and old_names[name] != attnum and old_names[name] not in live
+    )
     if readded and (now.keyed or readded_unclear(before, now)):
         return (
-            f"column(s) {readded} were dropped and added again under the same name: the rows hold the new columns' values, "
-            "which no event carried"
+            f"column(s) {readded} were dropped and added again under the same name: the rows hold the new columns' "
+            "values, which no event carried"
         )
     if before.persistence != now.persistence:
         return (
@@ -132,17 +148,27 @@ def changed(before: Observed, now: Observed) -> str | None:
         )
     old = {a[0]: a for a in before.attributes}
     # attributes added or whose catalog rows were written since (a column only dropped changes no other value)
-    touched = sorted(name for attnum, name, xmin, dxmin in now.attributes if old.get(attnum) != (attnum, name, xmin, dxmin))
+    touched = sorted(
+        name for attnum, name, xmin, dxmin in now.attributes if old.get(attnum) != (attnum, name, xmin, dxmin)
+    )
     if before.filenode != now.filenode and touched:
         return (
-            f"its rows were rewritten (relfilenode {before.filenode} -> {now.filenode}) by a statement that changed column(s) "
-            f"{touched}: a type change (ALTER COLUMN ... TYPE ... USING), or a column added with a value computed per row (a "
-            "volatile default, an identity or serial column, a domain with constraints), which no event carries"
+            f"its rows were rewritten (relfilenode {before.filenode} -> {now.filenode}) by a statement that changed "
+            f"column(s) {touched}: a type change (ALTER COLUMN ... TYPE ... USING), or a column added with a value "
+            "computed per row (a volatile default, an identity or serial column, a domain with constraints), which no "
+            "event carries"
         )
     old_labels = dict(before.labels)
-    renamed = sorted(f"{old_labels[oid]!r} -> {label!r}" for oid, label in now.labels if oid in old_labels and old_labels[oid] != label)
+    renamed = sorted(
+        f"{old_labels[oid]!r} -> {label!r}"
+        for oid, label in now.labels
+        if oid in old_labels and old_labels[oid] != label
+    )
     if renamed:
-        return f"enum value(s) it holds were renamed ({', '.join(renamed)}: ALTER TYPE ... RENAME VALUE), which changes rows without events"
+        return (
+            f"enum value(s) it holds were renamed ({', '.join(renamed)}: ALTER TYPE ... RENAME VALUE), which changes "
+            "rows without events"
+        )
     return None
 
 

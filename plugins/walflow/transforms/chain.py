@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from walflow.config.transforms import PredicateSpec, TransformSpec
+from walflow.config.smt_chain import PredicateSpec, TransformSpec
 from walflow.transforms.connect import (
     Filter,
     HasHeaderKey,
@@ -66,7 +66,9 @@ class TransformChain:
         for spec in specs:
             predicate = None
             if spec.predicate is not None:
-                predicate = predicates.get(spec.predicate.alias) or predicates.setdefault(spec.predicate.alias, _predicate(spec.predicate))
+                predicate = predicates.get(spec.predicate.alias) or predicates.setdefault(
+                    spec.predicate.alias, _predicate(spec.predicate)
+                )
             self.steps.append((_transform(spec, codec), predicate, spec.negate))
 
     def apply(self, record: Record) -> Record | None:

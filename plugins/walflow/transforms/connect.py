@@ -12,10 +12,11 @@ Kafka's does.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 import decimal
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from walflow.errors import ConfigError, TransformError
 from walflow.transforms.javaregex import JavaPattern
@@ -90,7 +91,9 @@ class ReplaceField(_StructTransform):
         return name not in self.exclude and (not self.include or name in self.include)
 
     def new_schema(self, schema: Schema) -> Schema:
-        fields = [as_field(f, self.renames.get(f["field"], f["field"])) for f in schema["fields"] if self._keep(f["field"])]
+        fields = [
+            as_field(f, self.renames.get(f["field"], f["field"])) for f in schema["fields"] if self._keep(f["field"])
+        ]
         return struct(fields, optional=False, basics=schema)
 
     def new_value(self, record: Record, schema: Schema, new_schema: Schema, value: dict[str, Any]) -> dict[str, Any]:
@@ -119,14 +122,16 @@ _TYPE_CLASS = {
 
 
 def _java_class(schema: Schema) -> str:
-    return _LOGICAL_CLASS.get(schema.get("name") or "", _TYPE_CLASS.get(schema["type"], schema["type"]))
+    kind: str = schema["type"]
+    return _LOGICAL_CLASS.get(schema.get("name") or "", _TYPE_CLASS.get(kind, kind))
 
 
 class MaskField(_StructTransform):
     """Fields replaced by their type's empty value (0, false, "", the epoch, an empty list or map), or by
     ``replacement`` read as the field's type; the schema is unchanged."""
 
-    _EMPTY = {
+    #: one mapping for the class; a list or map taken from it is copied (:meth:`_masked`), never shared by records
+    _EMPTY: ClassVar[Mapping[str, Any]] = {
         "Byte": 0, "Short": 0, "Integer": 0, "Long": 0, "Float": 0.0, "Double": 0.0, "Boolean": False, "String": "",
         "Date": 0, "List": [], "Map": {},
     }  # fmt: skip
@@ -165,10 +170,11 @@ class MaskField(_StructTransform):
         if self.replacement is None:
             if java not in self._EMPTY:
                 raise TransformError(
-                    f"transform {self.name!r} cannot mask field {field['field']!r} of topic {record.topic!r}: Kafka's MaskField "
-                    f"has no empty value of type {java}; leave the field out of 'fields' or drop it with ReplaceField"
+                    f"transform {self.name!r} cannot mask field {field['field']!r} of topic {record.topic!r}: Kafka's "
+                    f"MaskField has no empty value of type {java}; leave the field out of 'fields' or drop it with "
+                    "ReplaceField"
                 )
-            return self._EMPTY[java]
+            return copy.copy(self._EMPTY[java])
         try:
             if java in ("Byte", "Short", "Integer", "Long"):
                 return int(self.replacement)
@@ -182,10 +188,10 @@ class MaskField(_StructTransform):
                 f"{field['field']!r} of topic {record.topic!r}"
             ) from None
         raise TransformError(
-            f"transform {self.name!r} cannot mask field {field['field']!r} of topic {record.topic!r} (type {java}) with a "
-            "replacement: Kafka's MaskField replaces numbers and strings only; leave out 'replacement' for the type's empty value"
+            f"transform {self.name!r} cannot mask field {field['field']!r} of topic {record.topic!r} (type {java}) "
+            "with a replacement: Kafka's MaskField replaces numbers and strings only; leave out 'replacement' for the "
+            "type's empty value"
         )
-
 
     def _decimal(self, record: Record, field: Schema) -> str:
         """A decimal masked as Kafka does: zero, or the replacement, which the field's schema takes only at its own
@@ -200,8 +206,8 @@ class MaskField(_StructTransform):
         if number is None or not isinstance(exponent, int) or -exponent != scale:
             raise TransformError(
                 f"transform {self.name!r} cannot mask decimal field {field['field']!r} of topic {record.topic!r} with "
-                f"{text!r}: its schema has scale {scale}, and Kafka's MaskField fails on a value of another scale; give "
-                f"a 'replacement' with {scale} decimal place(s), or leave the field out of 'fields'"
+                f"{text!r}: its schema has scale {scale}, and Kafka's MaskField fails on a value of another scale; "
+                f"give a 'replacement' with {scale} decimal place(s), or leave the field out of 'fields'"
             )
         unscaled = int(number.scaleb(scale))
         size = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1  # Java's BigInteger.toByteArray length
@@ -241,7 +247,15 @@ class InsertField(_StructTransform):
         if self.partition:
             fields.append({"type": "int32", "optional": self.partition[1], "field": self.partition[0]})
         if self.timestamp:
-            fields.append({"type": "int64", "optional": self.timestamp[1], "name": _TIMESTAMP, "version": 1, "field": self.timestamp[0]})
+            fields.append(
+                {
+                    "type": "int64",
+                    "optional": self.timestamp[1],
+                    "name": _TIMESTAMP,
+                    "version": 1,
+                    "field": self.timestamp[0],
+                }
+            )
         if self.static:
             fields.append({"type": "string", "optional": self.static[1], "field": self.static[0]})
         return struct(fields, optional=False, basics=schema)
@@ -254,8 +268,9 @@ class InsertField(_StructTransform):
             if spec:
                 if not spec[1]:
                     raise TransformError(
-                        f"transform {self.name!r}: required field {spec[0]!r} has no value for topic {record.topic!r} (a source "
-                        "record has no partition or timestamp before the producer sends it); make it optional ('?')"
+                        f"transform {self.name!r}: required field {spec[0]!r} has no value for topic {record.topic!r} "
+                        "(a source record has no partition or timestamp before the producer sends it); make it "
+                        "optional ('?')"
                     )
                 out[spec[0]] = None
         if self.static:
@@ -272,13 +287,19 @@ def _toward_zero(a: int, b: int) -> int:
     """Java's integer division (``TimeUnit``'s conversions truncate toward zero)."""
     quotient = abs(a) // b
     return quotient if a >= 0 else -quotient
-_TARGET_SCHEMA = {
+
+
+_TARGET_SCHEMA: dict[str, Schema] = {
     "unix": {"type": "int64"},
     "Timestamp": {"type": "int64", "name": _TIMESTAMP, "version": 1},
     "Date": {"type": "int32", "name": "org.apache.kafka.connect.data.Date", "version": 1},
     "Time": {"type": "int32", "name": "org.apache.kafka.connect.data.Time", "version": 1},
     "string": {"type": "string"},
 }
+
+
+def _constant(text: str) -> Callable[[dt.datetime], str]:
+    return lambda _: text
 
 
 def _java_format(pattern: str, origin: str) -> Callable[[dt.datetime], str]:
@@ -293,11 +314,11 @@ def _java_format(pattern: str, origin: str) -> Callable[[dt.datetime], str]:
             if end < 0:
                 raise ConfigError(f"{origin}: unclosed quote in format {pattern!r}")
             text = pattern[i + 1 : end] or "'"
-            parts.append(lambda _, text=text: text)
+            parts.append(_constant(text))
             i = end + 1
             continue
         if not ch.isalpha():
-            parts.append(lambda _, ch=ch: ch)
+            parts.append(_constant(ch))
             i += 1
             continue
         j = i
@@ -305,9 +326,17 @@ def _java_format(pattern: str, origin: str) -> Callable[[dt.datetime], str]:
             j += 1
         width = j - i
         if ch == "y":
-            parts.append((lambda t: f"{t.year % 100:02d}") if width == 2 else (lambda t, w=width: f"{t.year:0{w}d}"))
+
+            def year(t: dt.datetime, w: int = width) -> str:
+                return f"{t.year % 100:02d}" if w == 2 else f"{t.year:0{w}d}"
+
+            parts.append(year)
         elif ch == "M" and width <= 2:
-            parts.append(lambda t, w=width: f"{t.month:0{w}d}")
+
+            def month(t: dt.datetime, w: int = width) -> str:
+                return f"{t.month:0{w}d}"
+
+            parts.append(month)
         elif ch in "dHhmsS":
             attr = {"d": "day", "H": "hour", "h": "hour", "m": "minute", "s": "second", "S": "microsecond"}[ch]
 
@@ -330,7 +359,8 @@ def _java_format(pattern: str, origin: str) -> Callable[[dt.datetime], str]:
             parts.append(lambda _: "UTC")
         else:
             raise ConfigError(
-                f"{origin}: format letter {ch!r} in {pattern!r} is not one walflow writes (y M d H h m s S a X Z z and quoted text)"
+                f"{origin}: format letter {ch!r} in {pattern!r} is not one walflow writes (y M d H h m s S a X Z z and "
+                "quoted text)"
             )
         i = j
 
@@ -357,7 +387,10 @@ class TimestampConverter(_StructTransform):
         self.precision = settings["unix.precision"]
         self.format = _java_format(settings["format"], f"transform {alias!r}") if settings["format"] else None
         if not self.field:
-            raise ConfigError(f"transform {alias!r}: walflow converts a field of a struct; set 'field' (a whole key or value is never a timestamp in Debezium's records)")
+            raise ConfigError(
+                f"transform {alias!r}: walflow converts a field of a struct; set 'field' (a whole key or value is "
+                "never a timestamp in Debezium's records)"
+            )
 
     def new_schema(self, schema: Schema) -> Schema:
         fields = []
@@ -365,7 +398,14 @@ class TimestampConverter(_StructTransform):
             if field["field"] == self.field:
                 target = _TARGET_SCHEMA[self.target]
                 # the JSON converter's order: type, optional, then name and version
-                fields.append({"type": target["type"], "optional": field.get("optional", False), **{k: v for k, v in target.items() if k != "type"}, "field": field["field"]})
+                fields.append(
+                    {
+                        "type": target["type"],
+                        "optional": field.get("optional", False),
+                        **{k: v for k, v in target.items() if k != "type"},
+                        "field": field["field"],
+                    }
+                )
             else:
                 fields.append(field)
         return struct(fields, optional=False, basics=schema)
@@ -391,7 +431,11 @@ class TimestampConverter(_StructTransform):
         raise TransformError(
             f"transform {self.name!r}: field {self.field!r} of topic {record.topic!r} has schema "
             f"{field.get('name') or field['type']!r}, which Kafka's TimestampConverter does not read as a timestamp"
-            + (" (text input needs Java's date parser, which walflow does not reproduce)" if field["type"] == "string" else "")
+            + (
+                " (text input needs Java's date parser, which walflow does not reproduce)"
+                if field["type"] == "string"
+                else ""
+            )
         )
 
     def _convert(self, record: Record, field: Schema, data: Any) -> Any:
@@ -448,4 +492,3 @@ class HasHeaderKey(Predicate):
 
     def test(self, record: Record) -> bool:
         return any(name == self.header for name, _ in record.headers)
-

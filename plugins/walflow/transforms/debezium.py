@@ -7,16 +7,16 @@ are, as Debezium's do: a change event is a record whose value schema's name ends
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from walflow.errors import ConfigError
-from walflow.records.transforms import adjust_name
+from walflow.records.column_rules import adjust_name
 from walflow.transforms.connect import Transform
 from walflow.transforms.javaregex import JavaPattern
 from walflow.transforms.record import Codec, Record, Schema, as_field, copy_basics, field_of, get, struct, top_level
 
 
-def is_envelope(schema: Schema | None) -> bool:
+def is_envelope(schema: Schema | None) -> TypeGuard[Schema]:
     return schema is not None and str(schema.get("name") or "").endswith(".Envelope")
 
 
@@ -38,7 +38,9 @@ class _FieldReference:
         path = parts[0].split(".")
         self.field = path[0] if len(path) == 1 else path[1]
         if len(path) == 1:
-            self.struct: str | None = "transaction" if self.field in _TRANSACTION else None if self.field in _TOP_LEVEL else "source"
+            self.struct: str | None = (
+                "transaction" if self.field in _TRANSACTION else None if self.field in _TOP_LEVEL else "source"
+            )
         else:
             self.struct = path[0]
         if len(parts) == 2:
@@ -46,16 +48,16 @@ class _FieldReference:
         else:
             self.new_name = prefix + (self.field if len(path) == 1 else f"{self.struct}_{self.field}")
 
-    def schema(self, envelope_schema: Schema) -> Schema | None:
+    def schema(self, envelope_schema: Schema | None) -> Schema | None:
         """The added field's schema (the original's type, name and parameters, optional), or ``None`` when the
-        envelope has no such field."""
+        envelope has no such field (or no schema)."""
         parent = field_of(envelope_schema, self.struct) if self.struct else envelope_schema
         found = field_of(parent, self.field) if parent is not None else None
         if found is None:
             found = field_of(envelope_schema, self.field)
         return None if found is None else copy_basics(found, optional=True)
 
-    def value(self, envelope_schema: Schema, envelope: dict[str, Any]) -> Any:
+    def value(self, envelope_schema: Schema | None, envelope: dict[str, Any]) -> Any:
         """The field's value as Debezium reads it (``getWithoutDefault``): a value the record holds only as its
         field's default (``source.snapshot`` of a streamed change, ``"false"``) is null there."""
         parent = envelope.get(self.struct) if self.struct else envelope
@@ -108,7 +110,9 @@ class ExtractNewRecordState(Transform):
             if self.mode == "drop":
                 return None
             if self.mode == "tombstone":
-                new = record.replace(value_schema=top_level(field_of(schema, "after")), value=None)  # type: ignore[arg-type]
+                after_schema = field_of(schema, "after")
+                assert after_schema is not None  # an envelope has its after field
+                new = record.replace(value_schema=top_level(after_schema), value=None)
             elif self.mode == "delete-to-tombstone":
                 new = record.replace(value_schema=None, value=None)
             else:
@@ -139,11 +143,16 @@ class ExtractNewRecordState(Transform):
         if cached is None:
             after_schema = field_of(envelope_schema, "after")
             assert after_schema is not None
-            cached = self._schemas[key] = (envelope_schema, after_schema, struct(after_schema["fields"], optional=False, basics=after_schema))
+            cached = self._schemas[key] = (
+                envelope_schema,
+                after_schema,
+                struct(after_schema["fields"], optional=False, basics=after_schema),
+            )
         return record.replace(value_schema=cached[2], value=record.value["after"])
 
     def _deleted(self, record: Record, state: str, deleted: str) -> Record:
-        """``before``/``after`` with Kafka's InsertField of ``__deleted`` (its struct required, nulls read as defaults)."""
+        """``before``/``after`` with Kafka's InsertField of ``__deleted`` (its struct required, nulls read as
+        defaults)."""
         envelope_schema = record.value_schema
         assert envelope_schema is not None
         state_schema = field_of(envelope_schema, state)
@@ -151,7 +160,11 @@ class ExtractNewRecordState(Transform):
         key = (id(envelope_schema), id(state_schema), "__deleted")
         cached = self._schemas.get(key)
         if cached is None:
-            new_schema = struct([*state_schema["fields"], {"type": "string", "optional": True, "field": "__deleted"}], optional=False, basics=state_schema)
+            new_schema = struct(
+                [*state_schema["fields"], {"type": "string", "optional": True, "field": "__deleted"}],
+                optional=False,
+                basics=state_schema,
+            )
             cached = self._schemas[key] = (envelope_schema, state_schema, new_schema)
         row = record.value[state]
         out = {f["field"]: get(row, f, self.replace_null) for f in state_schema["fields"]}
@@ -159,7 +172,7 @@ class ExtractNewRecordState(Transform):
         return record.replace(value_schema=cached[2], value=out)
 
     def _routed(self, record: Record, row: dict[str, Any]) -> Record:
-        topic = row.get(self.route) if isinstance(row, dict) else None  # type: ignore[arg-type]
+        topic = row.get(self.route) if self.route is not None and isinstance(row, dict) else None
         return record.replace(topic=topic) if isinstance(topic, str) and topic.strip() else record
 
     def _add_fields(self, original: Record, new: Record) -> Record:
@@ -172,7 +185,11 @@ class ExtractNewRecordState(Transform):
         if cached is None:
             added = [(ref, ref.schema(envelope_schema)) for ref in self.fields]
             fields = list(new.value_schema["fields"]) + [as_field(s, ref.new_name) for ref, s in added if s is not None]
-            cached = self._schemas[key] = (envelope_schema, new.value_schema, struct(fields, optional=False, basics=new.value_schema))
+            cached = self._schemas[key] = (
+                envelope_schema,
+                new.value_schema,
+                struct(fields, optional=False, basics=new.value_schema),
+            )
         out = dict(new.value)
         for ref in self.fields:
             if ref.schema(envelope_schema) is not None:
@@ -180,15 +197,15 @@ class ExtractNewRecordState(Transform):
         return new.replace(value_schema=cached[2], value=out)
 
     def _headers(self, record: Record) -> list[tuple[str, bytes | None]]:
-        headers = []
+        headers: list[tuple[str, bytes | None]] = []
         for ref in self.headers:
             if record.value is None:
                 if ref.field == "op":
                     headers.append((ref.new_name, self.codec.header({"type": "string", "optional": False}, "d")))
                 continue
-            schema = ref.schema(record.value_schema)  # type: ignore[arg-type]
+            schema = ref.schema(record.value_schema)
             if schema is not None:
-                headers.append((ref.new_name, self.codec.header(schema, ref.value(record.value_schema, record.value))))  # type: ignore[arg-type]
+                headers.append((ref.new_name, self.codec.header(schema, ref.value(record.value_schema, record.value))))
         return headers
 
     def _drop_fields(self, record: Record) -> Record:
@@ -206,7 +223,11 @@ class ExtractNewRecordState(Transform):
         schema, data = record.part(part)
         if schema is None or not isinstance(data, dict):
             return record
-        drop = {f["field"] for f in schema["fields"] if f["field"] in names and (f.get("optional") or not self.keep_compatible)}
+        drop = {
+            f["field"]
+            for f in schema["fields"]
+            if f["field"] in names and (f.get("optional") or not self.keep_compatible)
+        }
         if not drop:
             return record
         fields = [f for f in schema["fields"] if f["field"] not in drop]
@@ -253,7 +274,7 @@ class ByLogicalTableRouter(Transform):
                 key[self.key_field] = physical
         if record.value is None or not is_envelope(record.value_schema):
             return record.replace(topic=topic, key_schema=key_schema, key=key)
-        envelope_schema = self._envelope_schema(record.value_schema, topic)  # type: ignore[arg-type]
+        envelope_schema = self._envelope_schema(record.value_schema, topic)
         return record.replace(topic=topic, key_schema=key_schema, key=key, value_schema=envelope_schema)
 
     def _key_schema(self, schema: Schema, topic: str) -> Schema:
@@ -262,7 +283,9 @@ class ByLogicalTableRouter(Transform):
             fields = list(schema["fields"])
             if self.unique:
                 fields.append({"type": "string", "optional": False, "field": self.key_field})
-            new = struct(fields, optional=bool(schema.get("optional")), basics={**schema, "name": self._name(f"{topic}.Key")})
+            new = struct(
+                fields, optional=bool(schema.get("optional")), basics={**schema, "name": self._name(f"{topic}.Key")}
+            )
             cached = self._schemas[(id(schema), topic)] = (schema, new)
         return cached[1]
 
@@ -271,8 +294,18 @@ class ByLogicalTableRouter(Transform):
         if cached is None:
             before = field_of(schema, "before")
             assert before is not None
-            value_schema = struct(before["fields"], optional=bool(before.get("optional")), basics={**before, "name": self._name(f"{topic}.Value")})
-            fields = [as_field(value_schema, f["field"]) if f["field"] in ("before", "after") else f for f in schema["fields"]]
-            new = struct(fields, optional=bool(schema.get("optional")), basics={**schema, "name": self._name(f"{topic}.Envelope")})
+            value_schema = struct(
+                before["fields"],
+                optional=bool(before.get("optional")),
+                basics={**before, "name": self._name(f"{topic}.Value")},
+            )
+            fields = [
+                as_field(value_schema, f["field"]) if f["field"] in ("before", "after") else f for f in schema["fields"]
+            ]
+            new = struct(
+                fields,
+                optional=bool(schema.get("optional")),
+                basics={**schema, "name": self._name(f"{topic}.Envelope")},
+            )
             cached = self._schemas[(id(schema), topic)] = (schema, new)
         return cached[1]

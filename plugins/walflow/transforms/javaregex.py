@@ -1,10 +1,12 @@
-"""Regular expressions of Kafka Connect's and Debezium's transforms: Java's syntax, matched as ``Matcher.matches()``
-matches (the whole text, case sensitive) with a time bound, and Java's replacement syntax."""
+"""Regular expressions of Kafka Connect's and Debezium's transforms: Java's syntax and meaning (translated by
+:mod:`walflow.config.javaregex`), matched as ``Matcher.matches()`` matches (the whole text, case sensitive) with a
+time bound, and Java's replacement syntax."""
 
 from __future__ import annotations
 
 import regex
 
+from walflow.config.javaregex import compile_java
 from walflow.errors import TransformError
 
 #: the longest one match of a transform's regular expression against a topic name may take, in seconds
@@ -18,13 +20,15 @@ class JavaPattern:
     def __init__(self, text: str, origin: str) -> None:
         self.text = text
         self.origin = origin
-        self._compiled = regex.compile(text, regex.VERSION0)
+        self._compiled = compile_java(text, 0, origin)
 
     def fullmatch(self, name: str) -> regex.Match[str] | None:
         try:
             return self._compiled.fullmatch(name, timeout=_MATCH_TIMEOUT_S)
         except TimeoutError:
-            raise TransformError(f"{self.origin}: matching {self.text!r} against {name!r} took over {_MATCH_TIMEOUT_S} s") from None
+            raise TransformError(
+                f"{self.origin}: matching {self.text!r} against {name!r} took over {_MATCH_TIMEOUT_S} s"
+            ) from None
 
     def replace_first(self, name: str, replacement: str) -> str | None:
         """``name`` with its match replaced (Java's ``replaceFirst`` after ``matches()``), or ``None`` when it does
@@ -64,7 +68,9 @@ def expand(match: regex.Match[str], replacement: str, origin: str) -> str:
                 raise TransformError(f"{origin}: '$' without a group number in replacement {replacement!r}")
             number = int(replacement[i + 1 : j])
             if number > (match.re.groups or 0):
-                raise TransformError(f"{origin}: replacement {replacement!r} names group {number}, which the regex lacks")
+                raise TransformError(
+                    f"{origin}: replacement {replacement!r} names group {number}, which the regex lacks"
+                )
             out.append(match.group(number) or "")
             i = j
             continue

@@ -15,14 +15,13 @@ from typing import Any, TypeVar, cast
 import orjson
 
 from walflow.config.connector import ConnectorConfig
-from walflow.kafka import EventProducer
+from walflow.kafka import EventProducer, Headers
 from walflow.transforms.chain import TransformChain
 from walflow.transforms.record import Codec, Record, Schema
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Headers = list[tuple[str, bytes]]
 
 
 class TransformingProducer:
@@ -35,7 +34,11 @@ class TransformingProducer:
 
     def __init__(self, inner: EventProducer, config: ConnectorConfig) -> None:
         self.inner = inner
-        self.codec = Codec(config.key_converter_schemas_enable, config.value_converter_schemas_enable, config.key_converter_schemas_enable)
+        self.codec = Codec(
+            config.key_converter_schemas_enable,
+            config.value_converter_schemas_enable,
+            config.key_converter_schemas_enable,
+        )
         self.chain = TransformChain(config.transforms, self.codec)
         self.untouched = {config.schema_topic}
         self.sent = 0
@@ -84,7 +87,13 @@ class TransformingProducer:
         self._send(Record(topic, key_schema, key, value_schema, payload, list(headers) if headers else []))
 
     def _unwrapped(
-        self, topic: str, key_prefix: bytes, key: Any, value_prefix: bytes, after: dict[str, Any], headers: Headers | None
+        self,
+        topic: str,
+        key_prefix: bytes,
+        key: Any,
+        value_prefix: bytes,
+        after: dict[str, Any],
+        headers: Headers | None,
     ) -> None:
         """A created, updated or read row under a chain of one plain ``ExtractNewRecordState`` (most deployments'
         chain): its unwrapped record written at once, without the envelope or a :class:`Record` (what
@@ -93,7 +102,13 @@ class TransformingProducer:
         self.send_row_json(topic, key_prefix, None if key is None else dumps(key), value_prefix, dumps(after), headers)
 
     def send_row_json(
-        self, topic: str, key_prefix: bytes, key_json: bytes | None, value_prefix: bytes, row_json: bytes, headers: Headers | None
+        self,
+        topic: str,
+        key_prefix: bytes,
+        key_json: bytes | None,
+        value_prefix: bytes,
+        row_json: bytes,
+        headers: Headers | None,
     ) -> None:
         """:meth:`_unwrapped` for a row (and its key's payload) already serialised: the row's JSON is the record's
         payload as it is (``TableSchema.json_row`` gives both)."""
@@ -121,15 +136,23 @@ class TransformingProducer:
         else:
             out_key, out_value = self.codec.encode(out)
             self.inner.ensure_topic(out.topic)
-            self.inner.send(out.topic, out_key, out_value, cast(Headers, out.headers) or None)
+            self.inner.send(out.topic, out_key, out_value, out.headers or None)
         self.sent += 1
 
-    def send_records(self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: Headers | None = None) -> None:
+    def send_records(
+        self, topic: str, records: Sequence[tuple[bytes | None, bytes]], headers: Headers | None = None
+    ) -> None:
         for key, value in records:
             self.send(topic, key, value, headers)
         self.inner.serve()
 
-    def send_all(self, topic: str, items: Iterable[T], encode: Callable[[T], tuple[bytes | None, bytes]], headers: Headers | None = None) -> int:
+    def send_all(
+        self,
+        topic: str,
+        items: Iterable[T],
+        encode: Callable[[T], tuple[bytes | None, bytes]],
+        headers: Headers | None = None,
+    ) -> int:
         before = self.sent
         for item in items:
             key, value = encode(item)
@@ -154,19 +177,22 @@ def _plain_unwrap(config: ConnectorConfig) -> bool:
     s = spec.settings
     return (
         spec.spec.kind == "unwrap" and spec.predicate is None
-        and not s["add.fields"] and not s["add.headers"] and not s["route.by.field"] and not s["drop.fields.header.name"]
+        and not s["add.fields"] and not s["add.headers"] and not s["route.by.field"]
+        and not s["drop.fields.header.name"]
         and s["delete.tombstone.handling.mode"] in ("tombstone", "drop", "delete-to-tombstone")
     )  # fmt: skip
 
 
 def _schema_of(prefix: bytes) -> Schema:
     """The schema in a :meth:`Serializer.prefix` text (``{"schema":<schema>,"payload":``)."""
-    return orjson.loads(prefix[len(b'{"schema":') : -len(b',"payload":')])
+    return cast(Schema, orjson.loads(prefix[len(b'{"schema":') : -len(b',"payload":')]))
 
 
 def with_transforms(producer: EventProducer, config: ConnectorConfig) -> EventProducer:
     """``producer`` itself when the connector declares no transforms, else ``producer`` behind its chain."""
     if not config.transforms or isinstance(producer, TransformingProducer):
         return producer
-    log.info("transforms %s run on every record of connector %s", ", ".join(t.alias for t in config.transforms), config.name)
+    log.info(
+        "transforms %s run on every record of connector %s", ", ".join(t.alias for t in config.transforms), config.name
+    )
     return cast(EventProducer, TransformingProducer(producer, config))

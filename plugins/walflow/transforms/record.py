@@ -12,8 +12,8 @@ Schemas are the JSON converter's own form (dicts whose keys come in its order); 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import orjson
 
@@ -33,7 +33,9 @@ class Record:
 
     __slots__ = ("headers", "key", "key_schema", "topic", "value", "value_schema")
 
-    def __init__(self, topic: str, key_schema: Schema | None, key: Any, value_schema: Schema | None, value: Any, headers: Headers) -> None:
+    def __init__(
+        self, topic: str, key_schema: Schema | None, key: Any, value_schema: Schema | None, value: Any, headers: Headers
+    ) -> None:
         self.topic = topic
         self.key_schema = key_schema
         self.key = key
@@ -101,7 +103,7 @@ def field_of(schema: Schema | None, name: str) -> Schema | None:
         return None
     for candidate in schema["fields"]:
         if candidate["field"] == name:
-            return candidate
+            return cast(Schema, candidate)
     return None
 
 
@@ -117,8 +119,9 @@ def require_struct(record: Record, which: str, schema: Schema | None, data: Any,
     if schema is None or schema.get("type") != "struct" or not isinstance(data, dict):
         kind = "no schema" if schema is None else f"a {schema.get('type')} schema"
         raise TransformError(
-            f"transform {transform!r} needs a struct as the record's {which}, and the record for topic {record.topic!r} has "
-            f"{kind}; put it after a transform that makes a struct, or limit it to other topics with a predicate"
+            f"transform {transform!r} needs a struct as the record's {which}, and the record for topic "
+            f"{record.topic!r} has {kind}; put it after a transform that makes a struct, or limit it to other topics "
+            "with a predicate"
         )
     return data
 
@@ -141,7 +144,9 @@ class Codec:
         #: id(schema) -> (schema, the text before the payload): written once per output schema
         self._prefixes: dict[int, tuple[Schema, bytes]] = {}
 
-    def decode(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None) -> Record:
+    def decode(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None
+    ) -> Record:
         key_schema, key_data = self._decode(topic, "key", key)
         value_schema, value_data = self._decode(topic, "value", value)
         return Record(topic, key_schema, key_data, value_schema, value_data, list(headers) if headers else [])
@@ -154,7 +159,9 @@ class Codec:
             return seen[1], orjson.loads(memoryview(data)[len(seen[0]) : -1])
         document = orjson.loads(data)
         if not isinstance(document, dict) or document.keys() != {"schema", "payload"}:
-            raise TransformError(f"a {part} for topic {topic!r} lacks its schema, which the transforms need (walflow's own error)")
+            raise TransformError(
+                f"a {part} for topic {topic!r} lacks its schema, which the transforms need (walflow's own error)"
+            )
         schema = document["schema"]
         if schema is not None:
             prefix = b'{"schema":' + orjson.dumps(schema) + b',"payload":'
