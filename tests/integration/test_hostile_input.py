@@ -21,6 +21,7 @@ from tests.support import airflow_connector, bootstrap, connector, pg_dsn, read_
 from walflow.capture.setup import ConnectorSetup
 from walflow.capture.stream import StreamBatch
 from walflow.config.files import load_all, load_config
+from walflow.config.patterns import Pattern
 from walflow.errors import ConfigError, DriftError, PatternError, RecordTooLargeError, SourceError
 from walflow.kafka import EventProducer, producer_settings
 
@@ -819,13 +820,31 @@ def test_thousands_of_signals_in_one_insert_wait_instead_of_queueing(
     assert stream(config, database).events == 1
 
 
+def _slow_name_length(pattern: str) -> tuple[int, float]:
+    """How many underscores make matching ``pattern`` (which backtracks over them) against ``public.<underscores>0``
+    take 0.05 to 0.2 s of CPU time here, and the time it takes."""
+    compiled = Pattern(pattern, "the test's calibration")
+    for length in range(6, 20):
+        started = time.thread_time()
+        compiled.fullmatch(f"public.{'_' * length}0")
+        spent = time.thread_time() - started
+        if spent >= 0.05:
+            assert spent < 0.2, f"no length of name takes 0.05-0.2 s: {length} took {spent:.3f} s"
+            return length, spent
+    raise AssertionError(f"{pattern!r} never took 0.05 s on names of up to 19 underscores")
+
+
 def test_a_signals_patterns_share_one_time_bound(database: str) -> None:
     """Each match of a pattern is bounded (0.25 s of CPU time), but a signal naming a slow pattern against many tables
     took that bound per table: all the matches of one signal now share 1 s."""
-    names = [f"{'_' * 11}{i}" for i in range(20)]  # the pattern below takes about a tenth of a second on each
+    slow_pattern = r"public\.(?:(?:_|_)|(?:_|__))+!"
+    length, spent = _slow_name_length(slow_pattern)
+    # each match well under the per-match bound, all of them together twice the signal's (tables named to suit the
+    # machine: the pattern's time triples with each underscore, and machines differ)
+    names = [f"{'_' * length}{i}" for i in range(min(60, int(2.0 / spent) + 1))]
     run_sql(database, *(f"CREATE TABLE {n} (id int PRIMARY KEY)" for n in names))
     config = signals_connector(database)
-    slow = send_signal(database, "execute-snapshot", {"data-collections": [r"public\.(?:(?:_|_)|(?:_|__))+!"]})
+    slow = send_signal(database, "execute-snapshot", {"data-collections": [slow_pattern]})
     started = time.monotonic()
     stream(config, database)
     assert time.monotonic() - started < 30
