@@ -78,7 +78,20 @@ class DecodeError(WalflowError):
 
 
 class ConversionError(WalflowError):
-    """A column value could not be converted to its Debezium representation."""
+    """A column value could not be converted to its Debezium representation.
+
+    :param unrepresentable: the value is one Debezium cannot carry either (NaN in a NOT NULL precise decimal): a
+        configuration choice, not a walflow bug.
+    """
+
+    def __init__(self, message: str, *, unrepresentable: bool = False) -> None:
+        super().__init__(message)
+        self.unrepresentable = unrepresentable
+
+
+class UnrepresentableValueError(ValueError):
+    """A value its column's schema cannot carry in the configured mode (a converter's refusal, turned into a
+    :class:`ConversionError` naming the table and column)."""
 
 
 class TransformError(WalflowError):

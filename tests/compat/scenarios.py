@@ -1125,6 +1125,48 @@ GENERATED_PUBLISHED = Scenario(
     min_version=180000,
 )
 
+#: events Debezium cannot build (NaN and infinities in precise decimals: null in a NOT NULL field, or any such value
+#: under event.converting.failure.handling.mode fail), left out by event.processing.failure.handling.mode warn and skip
+#: in the initial snapshot, the stream and an incremental snapshot's chunk; the rows around them, a nullable column's
+#: NaN made null (converting mode warn), and a delete of a row whose insert was left out still come through
+FAILURES = Scenario(
+    "failures",
+    setup=["CREATE TABLE t (id int PRIMARY KEY, n numeric(10,2) NOT NULL, m numeric, note text)"],
+    workload=[
+        "INSERT INTO t VALUES (1, 1.5, 1, 'a'), (2, 'NaN', 2, 'snapshot NaN'), (3, 3, 'NaN', 'nullable NaN'),"
+        " (4, 4, 4, 'd')",
+    ],
+    snapshot=True,
+    after_snapshot=[
+        "INSERT INTO t VALUES (5, 5, 5, 'e')",
+        "INSERT INTO t VALUES (6, 'NaN', 6, 'stream NaN')",
+        "UPDATE t SET note = 'still NaN' WHERE id = 6",
+        "INSERT INTO t VALUES (7, 7, '-Infinity', 'nullable infinity')",
+        "UPDATE t SET n = 'NaN' WHERE id = 1",
+        "INSERT INTO t VALUES (8, 8, 8, 'h')",
+        "DELETE FROM t WHERE id = 6",
+        Signal("execute-snapshot", {"data-collections": ["public.t"], "type": "incremental"}),
+    ],
+    variants=[
+        Variant(
+            "warn",
+            {"event.processing.failure.handling.mode": "warn", "signal.data.collection": "x"},
+            expect_snapshot_rows=5,
+        ),
+        Variant(
+            "skip_converting_fail",
+            {
+                "event.processing.failure.handling.mode": "skip",
+                "event.converting.failure.handling.mode": "fail",
+                "signal.data.collection": "x",
+                "incremental.snapshot.chunk.size": 2,
+            },
+            expect_snapshot_rows=3,
+        ),
+    ],
+    walflow_batches=2,
+)
+
 GROUPS = [
     [
         BASIC,
@@ -1137,6 +1179,7 @@ GROUPS = [
         DDL,
         POSTGIS_STREAM,
         POSTGIS_SNAPSHOT,
+        FAILURES,
     ],
     [TYPES_STREAM, TYPES_SNAPSHOT, FILTERS],
     [
@@ -1167,4 +1210,5 @@ LONG_PAIRS = {(s.name, v.name) for group in GROUPS[2:] for s in group for v in s
     ("filters", "key_columns_create_skipped"),
     ("filters", "avro_names"),
     ("filters", "avro_unicode_names"),
+    ("failures", "skip_converting_fail"),
 }

@@ -273,6 +273,55 @@ def test_oversized_record_stops_before_it_and_loses_nothing(database: str) -> No
     assert '"id":2' in str(raised.value)  # the row refused (rows are encoded a run at a time, then queued)
 
 
+def test_an_event_debezium_cannot_build_stops_the_batch_or_is_left_out_as_configured(database: str) -> None:
+    """NaN in a NOT NULL precise decimal: Debezium cannot build the event (a null in a required field). Under
+    event.processing.failure.handling.mode fail (the default) the snapshot and the stream stop on it, naming the
+    table, column, value, position and the ways past it, and never publish the null the schema forbids; under warn
+    the event is left out, said in the task's summary and counted on walflow's status (tests/compat's failures
+    scenario holds the records to Debezium's)."""
+    from walflow.admin.cli import render
+    from walflow.airflow.status import connector_status
+    from walflow.errors import ConversionError
+
+    run_sql(
+        database,
+        "CREATE TABLE nan (id int PRIMARY KEY, n numeric(10,2) NOT NULL)",
+        "INSERT INTO nan VALUES (1, 1), (2, 'NaN'), (3, 3)",
+    )
+    failing = connector(unique("nan"))
+    with pytest.raises(ConversionError) as raised:
+        setup(failing, database)
+    message = str(raised.value)
+    for part in ("table public.nan column 'n'", "'NaN'", "decimal.handling.mode", "event.processing.failure"):
+        assert part in message, (part, message)
+
+    config = connector(unique("nan"), **{"event.processing.failure.handling.mode": "warn"})
+    report = setup(config, database)
+    assert report["snapshot"]["rows"] == 2
+    run_sql(database, "INSERT INTO nan VALUES (4, 'NaN')", "INSERT INTO nan VALUES (5, 5)")
+    summary = stream(config, database)
+    assert summary.events_left_out == 1, summary
+    assert any("public.nan" in w and "'NaN'" in w and "LSN" in w for w in summary.warnings), summary.warnings
+    records = read_topic(f"{config.topic_prefix}.public.nan")
+    assert sorted(r.key_payload["id"] for r in records) == [1, 3, 5]
+    status = connector_status(config, database, lake=False)
+    assert status["source"]["events_left_out"] == 2, status["source"]  # the snapshot's row and the stream's event
+    assert "INCOMPLETE: 2 event(s)" in render(status)
+
+    # fail mode in the stream: the batch stops before the transaction, naming its position
+    strict = connector(
+        config.name,
+        **{"slot.name": config.slot_name, "publication.name": config.publication_name},
+    )
+    run_sql(database, "INSERT INTO nan VALUES (6, 'NaN')")
+    with pytest.raises(ConversionError) as raised:
+        stream(strict, database)
+    message = str(raised.value)
+    for part in ("table public.nan column 'n'", "'NaN'", "at LSN ", "event.processing.failure.handling.mode"):
+        assert part in message, (part, message)
+    assert "walflow bug" not in message
+
+
 def test_a_value_the_stream_cannot_convert_stops_before_its_transaction_with_the_way_past(
     database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

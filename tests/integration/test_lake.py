@@ -665,3 +665,32 @@ def test_unchanged_toast_values_are_carried_forward(spark: Any, database: str) -
     assert_lake_equals_source(name, dsn, "docs")
     logged = [r for r in lake_rows(name, "public__docs__changelog") if r["id"] == 2 and r["n"] == 2]
     assert logged and sorted(logged[0]["_walflow_toast"]) == ["tags"]
+
+
+def test_events_left_out_mark_the_lake_table_incomplete(spark: Any, database: str) -> None:
+    """Under event.processing.failure.handling.mode warn, events Debezium cannot build (NaN in a NOT NULL precise
+    decimal) are left out of the topics: the lake cannot hold those rows, so the job marks the lake table incomplete
+    (its walflow.incomplete property: how many, where, why) from the facts the capture wrote, and the rows that
+    were built reach it."""
+    import json
+
+    from walflow.lake import read_hadoop_table
+
+    config = new_connector(**{"event.processing.failure.handling.mode": "warn"})
+    prefix = config.topic_prefix
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nan (id int PRIMARY KEY, n numeric(10,2) NOT NULL)")
+        conn.execute("INSERT INTO nan VALUES (1, 1), (2, 'NaN'), (3, 3)")
+    setup(config, database)
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("INSERT INTO nan VALUES (4, 'NaN'), (5, 5)")
+    stream(config, database)
+    apply_lake(spark, config)
+    assert sorted(r["id"] for r in lake_rows(prefix, "public__nan")) == [1, 3, 5]
+    table = read_hadoop_table(os.environ["WALFLOW_WAREHOUSE"], prefix, "public__nan")
+    assert table is not None
+    incomplete = json.loads(table.properties["walflow.incomplete"])
+    assert incomplete["events_left_out"] == 2, incomplete
+    assert incomplete["by"] == ["event.processing.failure.handling.mode=warn"], incomplete
+    assert "snapshot" in incomplete["last"][0]["position"] and "LSN" in incomplete["last"][1]["position"], incomplete
+    assert all("'NaN'" in e["reason"] for e in incomplete["last"]), incomplete

@@ -212,6 +212,7 @@ CAPTURE_LAYERS = (
     (
         "shared",
         (
+            "walflow.capture.failures",
             "walflow.capture.context",
             "walflow.capture.batches",
             "walflow.capture.metrics",

@@ -81,6 +81,12 @@ def render(result: dict[str, Any]) -> str:
             f"  STALE: {table} changed its rows without events and has no key; the lake stops at it (give it a key, or "
             "walflow reset --lake)"
         )
+    if src.get("events_left_out"):
+        lines.append(
+            f"  INCOMPLETE: {src['events_left_out']} event(s) could not be built and were left out "
+            "(event.processing.failure.handling.mode warn or skip); the task logs name each, and their lake tables "
+            "carry the walflow.incomplete property"
+        )
     lake = result.get("lake")
     if lake:
         lines.append(f"  lake ({lake['warehouse']}):")

@@ -114,6 +114,11 @@ def slot_status(
     # re-reads walflow started itself whose sweep the lake has not been told of yet, and tables it cannot re-read
     out["rereads"] = [{"signal": signal, **entry} for signal, entry in sorted(rereads.items())]
     out["stale_tables"] = stale
+    # events left out by event.processing.failure.handling.mode warn/skip: the initial snapshot's rows and the stream's
+    # events (its incremental and blocking snapshots' rows too); the lake tables of their sources are incomplete
+    out["events_left_out"] = int((snapshot or {}).get("rows_left_out") or 0) + int(
+        (last or {}).get("events_left_out") or 0
+    )
     return out
 
 

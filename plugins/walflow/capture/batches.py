@@ -51,6 +51,8 @@ class BatchSummary:
     #: the reference's LastEvent: op, table and LSN of the batch's last change event
     last_event: dict[str, Any] | None = None
     ops: dict[str, int] = field(default_factory=dict)
+    #: events the batch could not build and left out (event.processing.failure.handling.mode warn or skip)
+    events_left_out: int = 0
     #: what the batch repaired or found worth a look (a table put back into the publication, ...)
     warnings: list[str] = field(default_factory=list)
     #: schema facts written (tables whose definition changed: walflow.capture.schema_facts)
@@ -98,6 +100,7 @@ def record_batch(
         "records": summary.records,
         "bytes": summary.bytes,
         "snapshot_rows": summary.snapshot_rows,
+        "events_left_out": summary.events_left_out,
         "stopped_by": summary.stopped_by,
         "lag_bytes": summary.lag_bytes,
         "retained_wal_bytes": summary.retained_wal_bytes,
@@ -125,6 +128,8 @@ def record_batch(
                 "last_commit_lsn": last_commit_lsn,
                 "last_commit_us": last_commit_us,
                 "timeline": summary.timeline,
+                # events left out since the connector started streaming (event.processing.failure.handling.mode)
+                "events_left_out": int(previous.get("events_left_out") or 0) + summary.events_left_out,
                 # what the batch warned of (the task log has them all), for walflow status and the UI page
                 "warnings": [w[:500] for w in summary.warnings[:20]],
             },

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from walflow.capture.failures import EventFailures
 from walflow.config.connector import ConnectorConfig
 from walflow.config.filters import Filters
 from walflow.kafka import EventProducer, use_topic_creation
@@ -64,6 +65,7 @@ class CaptureHelpers:
             fmt=self.fmt,
             serializer=self.serializer,
             producer=with_transforms(producer, self.config),
+            failures=EventFailures(self.config, producer),
         )
 
 
@@ -74,9 +76,11 @@ class CaptureContext(CaptureHelpers):
 
     :param producer: the producer the task writes with: behind the connector's transform chain, creating topics as
         its topic creation keys say.
+    :param failures: the events the task could not build (``event.processing.failure.handling.mode``).
     """
 
     producer: EventProducer
+    failures: EventFailures
 
     @classmethod
     def for_task(cls, config: ConnectorConfig, producer: EventProducer) -> CaptureContext:

@@ -17,9 +17,13 @@ from typing import Any
 import orjson
 
 from walflow.capture.context import CaptureContext
-from walflow.errors import RecordTooLargeError
+from walflow.errors import ConversionError, RecordTooLargeError
 from walflow.kafka import ENCODE_RUN, too_large
 from walflow.records.events import TableSchema
+from walflow.source.lsn import Lsn
+
+#: what :meth:`SnapshotEmitter.encoder` gives: a row's key and record value, from its values (and a source block)
+Encode = Callable[..., tuple[bytes | None, bytes]]
 
 
 class SnapshotEmitter:
@@ -54,6 +58,10 @@ class SnapshotEmitter:
         self.table_order = table_order or []
         self.first_table = self.table_order[0] if self.table_order else None
         self._ser = context.serializer
+        #: what a row that cannot be built does (event.processing.failure.handling.mode)
+        self.failures = context.failures
+        #: rows left out here under that key's warn or skip
+        self.left_out = 0
         #: held last rows: (key, table, after, whether it is also the first row of the first table)
         self._held: list[tuple[bytes | None, TableSchema, dict[str, Any], bool]] = []
         self.rows = 0
@@ -127,6 +135,31 @@ class SnapshotEmitter:
 
         return encode_json
 
+    def building(
+        self, table: TableSchema, encode: Encode, position: str
+    ) -> Callable[..., tuple[bytes | None, bytes] | None]:
+        """``encode`` giving None for a row that cannot be built, which is left out as
+        ``event.processing.failure.handling.mode`` says (its key columns' values and ``position`` name it); only
+        for a mode that leaves events out (:attr:`EventFailures.tolerant`)."""
+        failures = self.failures
+
+        def build(values: Sequence[Any], middle: bytes | None = None) -> tuple[bytes | None, bytes] | None:
+            try:
+                return encode(values, middle)
+            except ConversionError as exc:
+                key = {f.name: values[f.index] for f in table.key_fields}
+                failures.left_out(exc, table.schema, table.table, f"{position}, row with key {key}")
+                self.left_out += 1
+                return None
+
+        return build
+
+    def position(self) -> str:
+        """Where this snapshot reads, as a left-out row's position says it."""
+        if self.kind == "incremental":
+            return "an incremental snapshot's chunk"
+        return f"the snapshot at LSN {Lsn(self.position_lsn)}" if self.position_lsn is not None else "the snapshot"
+
     def middle(self, table: TableSchema, marker: str) -> bytes:
         """The serialised part of a value from its source block (with ``marker``) to its processing time."""
         source_key, after_source = self.fmt.envelope_parts("r")
@@ -177,13 +210,30 @@ class SnapshotEmitter:
         first: tuple[bytes | None, Sequence[Any]] | None = None
         last: tuple[bytes | None, bytes, Sequence[Any]] | None = None
         rows = iter(rows)
+        build = self.building(table, encode, self.position()) if self.failures.tolerant else None
+        read_before = False
         while block := list(islice(rows, ENCODE_RUN)):
-            starting = count == 0
-            count += len(block)
-            if starting and first_middle is not None:
+            starting, read_before = not read_before, True
+            records: list[tuple[bytes | None, bytes]]
+            if build is not None:
+                # rows that cannot be built are left out where they are: the first row's marker stays with it
+                # (Debezium marks rows by their place in the table, whether or not their event is built)
+                built = [build(block[0], first_middle) if starting and first_middle is not None else build(block[0])]
+                built += [build(values) for values in islice(block, 1, None)]
+                records, kept = [], []
+                for record, values in zip(built, block):
+                    if record is not None:
+                        records.append(record)
+                        kept.append(values)
+                block = kept
+                if not block:
+                    continue
+                starting = count == 0  # a reader process holds back its first row that was built
+            elif starting and first_middle is not None:
                 records = [encode(block[0], first_middle), *[encode(values) for values in islice(block, 1, None)]]
             else:
                 records = [encode(values) for values in block]
+            count += len(block)
             if starting and hold_first:
                 first = (records[0][0], block[0])
                 del records[0], block[0]

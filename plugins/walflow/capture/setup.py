@@ -270,6 +270,7 @@ class ConnectorSetup:
                 "position_lsn": summary.position_lsn,
                 "rows": summary.rows,
                 "tables": summary.tables,
+                "rows_left_out": summary.rows_left_out,
             },
         )
         if config.snapshot_mode == "initial_only":

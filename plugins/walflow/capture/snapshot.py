@@ -50,6 +50,9 @@ class SnapshotSummary:
     seconds: float = 0.0
     position_lsn: str | None = None
     exported_snapshot: bool = False
+    #: rows whose events could not be built, left out (event.processing.failure.handling.mode warn or skip) by this
+    #: process (the reader processes of snapshot.max.threads log and report theirs to the lake themselves)
+    rows_left_out: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -162,6 +165,7 @@ class InitialSnapshot:
             else:
                 summary.rows_per_table.update(self._read_here(leader, tables, emitter, notices))
                 summary.rows = emitter.rows
+            summary.rows_left_out = emitter.left_out
         finally:
             leader.close()
         notifier.notify(INITIAL, "COMPLETED")

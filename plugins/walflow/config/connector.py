@@ -221,9 +221,18 @@ class ConnectorConfig(BaseModel):
     #: the slot's position is confirmed by walflow only, once Kafka acknowledged the batch
     lsn_flush_mode: Literal["connector"] = Field("connector", alias="lsn.flush.mode")
     flush_lsn_source: Literal[True] = Field(True, alias="flush.lsn.source")
-    #: a record that cannot be converted stops the batch, naming the table, column, value and position
-    event_processing_failure_handling_mode: Literal["fail"] = Field(
+    #: an event that cannot be built (a value its schema cannot carry): ``fail`` stops the batch, naming the table,
+    #: column, value and position; ``warn`` leaves the event out with a warning naming them, ``skip`` (and
+    #: ``ignore``, which Debezium handles as ``skip``) without one. Left-out events are counted on walflow's status
+    #: and recorded in the lake table (walflow.capture.failures).
+    event_processing_failure_handling_mode: Literal["fail", "warn", "skip", "ignore"] = Field(
         "fail", alias="event.processing.failure.handling.mode"
+    )
+    #: a value its converter cannot represent (NaN or an infinity in a precise decimal): ``warn`` (Debezium's
+    #: default) and ``skip`` make it null where the column is nullable; ``fail``, and a NOT NULL column whatever
+    #: the mode, make the whole event fail (event.processing.failure.handling.mode then decides)
+    event_converting_failure_handling_mode: Literal["fail", "warn", "skip"] = Field(
+        "warn", alias="event.converting.failure.handling.mode"
     )
     #: where signals come from: the signal table (``source``: signal.data.collection) and a Kafka topic (``kafka``)
     signal_enabled_channels: list[str] = Field(default_factory=lambda: ["source"], alias="signal.enabled.channels")

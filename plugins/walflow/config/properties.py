@@ -187,8 +187,9 @@ NOTES = {
     ),
     "flush.lsn.source": "true (lsn.flush.mode connector)",
     "event.processing.failure.handling.mode": (
-        "fail: a value that cannot be converted stops the batch before the slot moves, naming the table, column, "
-        "value and position (docs/operations.md says how to get past it)"
+        "fail stops the batch before the slot moves, naming the table, column, value and position; warn and skip "
+        "(ignore as skip) leave the event out as Debezium does, counted on walflow's status and recorded in the lake "
+        "table (docs/operations.md)"
     ),
     "signal.enabled.channels": (
         "source (the signal table) and kafka (signal.kafka.topic, by default <topic.prefix>-signal, read at each "

@@ -62,7 +62,7 @@ from walflow.lake.positions import (
 )
 from walflow.lake.settings import LakeSettings
 from walflow.lake.types import RowShape, field_defaults
-from walflow.records.facts import STALE_KIND, START_KIND, SWEEP_KIND, field_type
+from walflow.records.facts import INCOMPLETE_PROPERTY, LEFT_OUT_KIND, STALE_KIND, START_KIND, SWEEP_KIND, field_type
 
 log = logging.getLogger("walflow.apply")
 #: lake types whose values may have been fitted (docs/lake.md): key columns of these types also match on their
@@ -203,6 +203,8 @@ class LakeJob:
         #: stale facts of tables without key whose rows changed without events (:mod:`walflow.capture.rereads`)
         self._sweeps: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._stale: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        #: events of each source table the connector left out (event.processing.failure.handling.mode warn/skip)
+        self._left_out: dict[tuple[str, str], list[dict[str, Any]]] = {}
         # The decoded events are cached between the statistics pass and the MERGE; compressing the cache cost
         # about a fifth of the read phase (a million changes: 1.5 s of 8) for memory a run frees at its end.
         spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
@@ -277,7 +279,7 @@ class LakeJob:
     def _load_facts(self) -> None:
         """Read the connector's schema facts, once per run, by source table."""
         self._facts = {}
-        self._sweeps, self._stale = {}, {}
+        self._sweeps, self._stale, self._left_out = {}, {}, {}
         latest: tuple[int, int] | None = None
         for fact in reader.read_facts(self.kafka, self.settings.schema_topic):
             if fact.get("kind") == START_KIND:
@@ -291,8 +293,8 @@ class LakeJob:
                         for t, parts in (fact.get("offsets") or {}).items()
                     }
                 continue
-            if fact.get("kind") in (SWEEP_KIND, STALE_KIND):
-                kept = self._sweeps if fact["kind"] == SWEEP_KIND else self._stale
+            if fact.get("kind") in (SWEEP_KIND, STALE_KIND, LEFT_OUT_KIND):
+                kept = {SWEEP_KIND: self._sweeps, STALE_KIND: self._stale, LEFT_OUT_KIND: self._left_out}[fact["kind"]]
                 kept.setdefault((str(fact.get("schema")), str(fact.get("table"))), []).append(fact)
                 continue
             self._facts.setdefault((str(fact.get("schema")), str(fact.get("table"))), TableFacts([])).facts.append(fact)
@@ -438,7 +440,41 @@ class LakeJob:
                 )
 
     def apply_plan(self, plan: TopicPlan) -> dict[str, Any]:
-        """Read, decode and commit one topic's planned slices."""
+        """Read, decode and commit one topic's planned slices; then mark the lake table incomplete when the
+        connector left events of its source out."""
+        result = self._apply_plan(plan)
+        self._mark_incomplete(plan.topic, self.settings.ident(plan.name))
+        return result
+
+    def _mark_incomplete(self, topic: str, ident: str) -> None:
+        """Record on lake table ``ident`` that events of its source were left out (:data:`INCOMPLETE_PROPERTY`: how
+        many, the last positions and causes), as the schema topic's facts say: the rows those events changed differ
+        from the source, and nothing else in the table shows it."""
+        source = self._sources.get(topic)
+        facts = self._left_out.get(source) if source else None
+        if not facts:
+            return
+        properties = table_properties(self.spark, ident)
+        if not properties:
+            return  # no table yet (nothing applied): the next run marks it
+        value = orjson.dumps(
+            {
+                "events_left_out": len(facts),
+                "by": sorted({f"event.processing.failure.handling.mode={f.get('mode')}" for f in facts}),
+                "last": [{"position": f.get("position"), "reason": f.get("reason")} for f in facts[-5:]],
+            }
+        ).decode()
+        if properties.get(INCOMPLETE_PROPERTY) != value:
+            log.warning(
+                "%s: lake table %s is incomplete: the connector left %d event(s) of its source out (table property %s)",
+                topic,
+                ident,
+                len(facts),
+                INCOMPLETE_PROPERTY,
+            )
+            self.spark.sql(sql.set_property(ident, INCOMPLETE_PROPERTY, value))
+
+    def _apply_plan(self, plan: TopicPlan) -> dict[str, Any]:
         ident = self.settings.ident(plan.name)
         if not plan.slices:
             swept = self._sweep_alone(plan, ident) if not plan.waiting() else False

@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -24,10 +24,11 @@ import orjson
 
 from walflow.config.connector import ConnectorConfig
 from walflow.config.filters import Filters
-from walflow.errors import ConfigError, ConversionError
+from walflow.errors import ConfigError, ConversionError, UnrepresentableValueError
 from walflow.names import topic_name
 from walflow.records.column_rules import ColumnRules, adjust_name, null_fallback, zero_default
 from walflow.records.convert import ColumnConverter, ConverterSettings, build_converter
+from walflow.records.decimals import SPECIAL_DECIMAL_NAMES
 from walflow.records.envelope import PRE_2_6, envelope_schema
 from walflow.records.rowcode import compile_json_row, compile_row
 from walflow.source.catalog import CatalogColumn, CatalogTable, ColumnType, TypeResolver
@@ -187,6 +188,10 @@ class TableSchema:
                     )
                 _warn_unknown_once(self.data_collection, name, ctype)
                 continue
+            if converter.schema.get("name") in _PRECISE_DECIMALS and (
+                column.not_null or is_key or config.event_converting_failure_handling_mode == "fail"
+            ):
+                converter = replace(converter, convert=_refusing_special(converter.convert))
             mapping = rules.mapping(schema, table, name, ctype)
             mapped = mapping.convert if mapping is not None else None
             if mapped is not None:
@@ -435,7 +440,8 @@ class TableSchema:
                 except (ValueError, ArithmeticError) as col_exc:
                     return ConversionError(
                         f"table {self.data_collection} column {spec.name!r}: cannot convert value "
-                        f"{value[:200]!r} ({col_exc})"
+                        f"{value[:200]!r} ({col_exc})",
+                        unrepresentable=isinstance(col_exc, UnrepresentableValueError),
                     )
         return ConversionError(f"table {self.data_collection}: cannot convert a row ({exc})")
 
@@ -512,6 +518,29 @@ def _warn_unknown_once(table: str, column: str, ctype: ColumnType) -> None:
 
 def _chain(convert: Any, transform: Any) -> Any:
     return lambda text: transform(convert(text))
+
+
+#: the schemas of numeric columns in ``decimal.handling.mode: precise``, which cannot carry NaN or an infinity
+_PRECISE_DECIMALS = ("org.apache.kafka.connect.data.Decimal", "io.debezium.data.VariableScaleDecimal")
+
+
+def _refusing_special(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``convert`` of a precise decimal column that may not hold null where the value is NaN or an infinity: a NOT
+    NULL or key column, or any column under ``event.converting.failure.handling.mode: fail``. Debezium's converter
+    gives null for such a value and the event then fails (a null in a required field), so the event is refused
+    here, by :attr:`event.processing.failure.handling.mode`, instead of carrying a null its schema forbids."""
+
+    def refusing(text: str) -> Any:
+        if text in SPECIAL_DECIMAL_NAMES:
+            raise UnrepresentableValueError(
+                f"{text} cannot be carried by a decimal in decimal.handling.mode 'precise' (the column is NOT NULL or "
+                "part of the key, or event.converting.failure.handling.mode is 'fail'); decimal.handling.mode "
+                "'string' or 'double' carries it, and event.processing.failure.handling.mode 'warn' or 'skip' leaves "
+                "such events out as Debezium does"
+            )
+        return convert(text)
+
+    return refusing
 
 
 def _default_value(column: ColumnSpec, converter: ColumnConverter, ctype: ColumnType) -> tuple[bool, Any]:

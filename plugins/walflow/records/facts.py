@@ -28,8 +28,15 @@ SWEEP_KIND = "sweep"
 #: the kind of a stale fact: a table without key whose rows changed without events; the lake stops at it
 #: (:func:`walflow.capture.rereads.stale_record`)
 STALE_KIND = "stale"
+#: the kind of a left-out fact: an event of a table that the connector left out under
+#: ``event.processing.failure.handling.mode`` warn or skip; the lake marks the table incomplete
+#: (:func:`walflow.capture.failures.left_out_record`)
+LEFT_OUT_KIND = "left_out"
+#: the lake table property that counts the events of its source table the connector left out, and says where the last
+#: ones were (JSON): the table is incomplete
+INCOMPLETE_PROPERTY = "walflow.incomplete"
 #: the kinds of facts besides table definitions (which have ``fields`` and no kind)
-FACT_KINDS = (START_KIND, SWEEP_KIND, STALE_KIND)
+FACT_KINDS = (START_KIND, SWEEP_KIND, STALE_KIND, LEFT_OUT_KIND)
 #: the header of a change event whose row holds unchanged TOASTed values that Debezium writes as null (arrays of most
 #: element types, bytea in base64 modes), where the lake could not tell them from real nulls: the JSON list of those
 #: fields. Written only with the lake on (Debezium's records have no such header; consumers ignore unknown headers).

@@ -141,9 +141,23 @@ class WatermarkWindows:
         self.producer.ensure_topic(table.topic)
         rows, dropped = chunk.current()
         self.state.rows_dropped += dropped
+        records: list[tuple[bytes | None, bytes]] | None = None
+        if self._emitter.failures.tolerant:
+            # a row that cannot be built is left out (event.processing.failure.handling.mode warn or skip): the
+            # records are built first, the rows kept beside them so that a refused record is still named by its row
+            build = self._emitter.building(table, encode, f"the incremental snapshot's chunk closed at {sequence}")
+            records, kept = [], []
+            for values in rows:
+                if (record := build(values)) is not None:
+                    records.append(record)
+                    kept.append(values)
+            rows = kept
         sent_before = self.producer.sent
         try:
-            self.producer.send_all(table.topic, rows, encode, headers)
+            if records is None:
+                self.producer.send_all(table.topic, rows, encode, headers)
+            else:
+                self.producer.send_records(table.topic, records, headers)
         except RecordTooLargeError as exc:
             current = rows[self.producer.sent - sent_before]  # the rows before it were queued
             after = table.row(current)

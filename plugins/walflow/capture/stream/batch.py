@@ -364,6 +364,13 @@ class StreamBatch:
     def _record(self, store: StateStore, summary: BatchSummary, previous_batch: dict[str, Any], started: float) -> None:
         """The batch's record in the state table: where it left the slot, its last commit, its last event."""
         events = self.events
+        failures = self.context.failures
+        if failures.count:
+            summary.events_left_out = failures.count
+            summary.warnings.extend(
+                f"left out the event of table {d['table']} at {d['position']}: {d['reason']}"
+                for d in failures.described
+            )
         if events.last_emit is not None:
             op, table, lsn, ts_ms = events.last_emit
             summary.last_event = {"op": op, "table": table.data_collection, "lsn": str(Lsn(lsn)), "ts_ms": ts_ms}

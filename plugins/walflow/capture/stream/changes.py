@@ -63,6 +63,8 @@ class ChangeEvents:
         self.producer = producer = context.producer
         self.serializer = serializer = context.serializer
         self.fmt = fmt = context.fmt
+        #: what an event that cannot be built does (event.processing.failure.handling.mode)
+        self.failures = context.failures
         #: Debezium's transaction metadata (BEGIN/END records, each event's transaction block)
         self.transactions = TransactionRecords(context)
         self._msg_key_json = serializer.prefix(fmt.message_key_schema)
@@ -191,11 +193,6 @@ class ChangeEvents:
         per_topic: Counter[str],
     ) -> None:
         """:meth:`_emit` of a created row under a plain ExtractNewRecordState, serialised from the tuple at once."""
-        if tx.begun and not self.config.provide_transaction_metadata:
-            # what TransactionRecords.block does then, inline: this is the stream's hottest path under the transform
-            tx.total += 1
-        else:
-            self.transactions.block(tx, table.data_collection, lsn)
         try:
             json_row = table.json_row
             assert json_row is not None and self._send_row_json is not None  # insert() chose this path for them
@@ -203,6 +200,12 @@ class ChangeEvents:
         except (ValueError, ArithmeticError):
             table.row(values)  # raises the ConversionError that names the column and its value
             raise
+        # counted in its transaction once built: an event left out (walflow.capture.failures) is not counted
+        if tx.begun and not self.config.provide_transaction_metadata:
+            # what TransactionRecords.block does then, inline: this is the stream's hottest path under the transform
+            tx.total += 1
+        else:
+            self.transactions.block(tx, table.data_collection, lsn)
         try:
             self._send_row_json(
                 table.topic,

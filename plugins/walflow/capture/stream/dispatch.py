@@ -228,7 +228,12 @@ class Dispatcher:
                 window_change(snapshots, table, msg, tx.xid)
             self._emitters[type(msg)](msg, table, tx, lsn, self.summary, self.per_topic)
         except ConversionError as exc:
-            raise stopped_at(exc, lsn, tx.xid) from None
+            failures = self.events.failures
+            if not failures.tolerant:
+                raise stopped_at(exc, lsn, tx.xid) from None
+            # Debezium's warn and skip: the event is left out, said where it was; the stream goes on
+            relation = msg.relation
+            failures.left_out(exc, relation.namespace, relation.name, f"LSN {Lsn(lsn)} (transaction {tx.xid})")
 
     def _truncate(self, msg: Truncate, lsn: int) -> None:
         tx = self._tx
@@ -286,10 +291,20 @@ def identity_row(table: TableSchema, values: Any) -> dict[str, Any]:
 
 def stopped_at(exc: ConversionError, lsn: int, xid: int) -> ConversionError:
     """A value the stream cannot convert, with where it is and the way past it."""
+    if exc.unrepresentable:
+        way = (
+            "until the configuration lets it through (as the cause says) or the event is left out as Debezium does "
+            "(event.processing.failure.handling.mode: warn or skip; the lake table is then marked incomplete)."
+        )
+    else:
+        way = (
+            "until the column is left out of the events with column.exclude.list (the table's other columns and every "
+            "other table then stream on; an incremental snapshot brings the column back once it is included again), "
+            "or the event is left out with event.processing.failure.handling.mode: warn. PostgreSQL printed this "
+            "value, so walflow should convert it: please report it as a walflow bug with the value."
+        )
     return ConversionError(
         f"{exc}, in the change at LSN {Lsn(lsn)} of transaction {xid}. The stream stops before that transaction "
-        "(the slot stays at the end of the one before it) and every later run stops there too, until the column is "
-        "left out of the events with column.exclude.list (the table's other columns and every other table then "
-        "stream on; an incremental snapshot brings the column back once it is included again). PostgreSQL printed "
-        "this value, so walflow should convert it: please report it as a walflow bug with the value."
+        f"(the slot stays at the end of the one before it) and every later run stops there too, {way}",
+        unrepresentable=exc.unrepresentable,
     )
