@@ -134,6 +134,64 @@ def test_a_broken_connector_file_never_takes_the_other_connectors_dags(
     assert bag.import_errors == {} and {"typo__setup", "typo__stream"} <= set(bag.dag_ids)
 
 
+def test_a_debezium_connector_as_kafka_connect_takes_it_loads_and_its_dags_appear(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Debezium 3.6 connector's JSON, as Kafka Connect's REST API takes it, with the keys real configurations set
+    (connector.class, tasks.max, plugin.name, the JSON converters, an escaped comma in a list, Java's \\Q...\\E in a
+    router, the queue and batch sizes, the failure handling modes, schema changes in incremental snapshots, the outbox
+    router's JSON payload expansion): the file is loaded as it is (the lake, which needs the events untransformed, is
+    off by default beside transforms), and its DAGs appear."""
+    import json
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    root = Path(__file__).resolve().parents[2]
+    config = {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "topic.prefix": "shop",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "true",
+        "value.converter.schemas.enable": "true",
+        "table.include.list": "public\\.orders,public\\.t\\d{1\\,3},public\\.outbox",
+        "max.queue.size": "8192",
+        "max.batch.size": "2048",
+        "max.queue.size.in.bytes": "0",
+        "poll.interval.ms": "500",
+        "custom.metric.tags": "env=prod",
+        "replica.identity.autoset.values": "public\\.orders:FULL",
+        "slot.drop.on.stop": "false",
+        "signal.data.collection": "public.debezium_signal",
+        "event.processing.failure.handling.mode": "warn",
+        "event.converting.failure.handling.mode": "warn",
+        "incremental.snapshot.allow.schema.changes": "true",
+        "transforms": "route,outbox",
+        "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.route.regex": "\\Qshop.public.\\E(orders)",
+        "transforms.route.replacement": "orders-$1",
+        "transforms.outbox.type": "io.debezium.transforms.outbox.EventRouter",
+        "transforms.outbox.table.expand.json.payload": "true",
+        "transforms.outbox.predicate": "isOutbox",
+        "predicates": "isOutbox",
+        "predicates.isOutbox.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+        "predicates.isOutbox.pattern": "\\Qshop.public.outbox\\E",
+    }
+    (tmp_path / "shop.json").write_text(json.dumps({"name": "shop", "config": config}, indent=2))
+    monkeypatch.setenv("WALFLOW_CONNECTORS_DIR", str(tmp_path))
+    bag = DagBag(dag_folder=str(root / "dags"))
+    assert bag.import_errors == {}, bag.import_errors
+    # no lake (it would need the events untransformed), so no lake maintenance
+    assert {d for d in bag.dag_ids if d.startswith("shop__")} == {
+        "shop__setup",
+        "shop__stream",
+        "shop__snapshot",
+        "shop__monitor",
+    }, bag.dag_ids
+
+
 def test_the_spark_tasks_find_the_iceberg_runtime_where_they_run() -> None:
     """The Iceberg jar is looked up when the task runs, not when the DAG file is parsed (the DAG processor's
     environment need not be the worker's), and not at all when spark.jars.packages brings Iceberg."""

@@ -19,6 +19,7 @@ import pytest
 
 from tests.privileges import hand_over
 from tests.support import connector, read_topic, replay, setup, stream, unique
+from walflow.capture.stream import rounds as stream_rounds
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = "public.walflow_signal"
@@ -853,3 +854,64 @@ def test_kafka_signals_are_taken_once_and_others_keys_passed_over(database: str)
     assert before == 60  # 30 rows by each snapshot
     summary = stream(config, database)
     assert summary.snapshot_rows == 0 and len(read_topic(f"{config.topic_prefix}.public.t")) == before
+
+
+@pytest.mark.parametrize("allow", [True, False], ids=["allowed", "not-allowed"])
+def test_a_table_redefined_during_its_incremental_snapshot(
+    database: str, allow: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """incremental.snapshot.allow.schema.changes: a column added and one dropped between two chunks of a table's
+    incremental snapshot. Allowed, the table's definition is checked before each chunk and the chunks after the
+    change are read with its new columns, so every row is read once and the topic replays to the table; not allowed
+    (Debezium's default), the chunks go on with the definition planned when the snapshot reached the table, whose
+    dropped column no longer exists: the signal fails, naming it, and streaming goes on."""
+    # more rows than a round of the stream reads (ROUND_ROWS, made small): the change comes between the first round's
+    # chunks and the second's (the stream's seam before each round's chunks)
+    monkeypatch.setattr(stream_rounds, "ROUND_ROWS", 2000)
+    rows = 2500
+    run_sql(
+        database,
+        "CREATE TABLE redefined (id int PRIMARY KEY, a text, gone int)",
+        f"INSERT INTO redefined SELECT g, 'r' || g, g FROM generate_series(1, {rows}) g",
+    )
+    config = make(
+        database,
+        **{"incremental.snapshot.allow.schema.changes": allow, "incremental.snapshot.chunk.size": 500},
+    )
+    signal_id = send_signal(database, "execute-snapshot", {"data-collections": ["public.redefined"]})
+    rounds: list[int] = []
+
+    def redefine_before_the_second_round(point: str) -> None:
+        if point == "incremental_chunk":
+            rounds.append(1)
+            if len(rounds) == 2:
+                run_sql(
+                    database,
+                    "ALTER TABLE redefined ADD COLUMN b text DEFAULT 'x'",
+                    "ALTER TABLE redefined DROP COLUMN gone",
+                    f"INSERT INTO redefined VALUES ({rows + 1}, 'new', 'y')",
+                )
+
+    for _ in range(10):
+        stream(config, database, fault_hook=redefine_before_the_second_round)
+        if not _running(database, config):
+            break
+    stream(config, database)
+    assert len(rounds) >= 2
+    records = read_topic(f"{config.topic_prefix}.public.redefined")
+    snapshot = [r for r in records if r.op == "r"]
+    if allow:
+        assert signal_status(database, config, signal_id)["status"] == "completed"
+        assert sorted(r.key_payload["id"] for r in snapshot) == list(range(1, rows + 1))
+        before = [r for r in snapshot if "gone" in r.payload["after"]]
+        after = [r for r in snapshot if "b" in r.payload["after"]]
+        assert before and after and len(before) + len(after) == len(snapshot)
+        assert all(r.payload["after"]["b"] == "x" for r in after)
+        with psycopg.connect(database) as conn:
+            table = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT id, a, b FROM redefined").fetchall()}
+        assert {v["id"]: (v["a"], v.get("b", "x")) for v in replay(records).values()} == table
+    else:
+        status = signal_status(database, config, signal_id)
+        assert status["status"] == "failed" and "gone" in status["error"], status
+        assert 0 < len(snapshot) < rows
+        assert [r.key_payload["id"] for r in records if r.op == "c"] == [rows + 1]  # streaming went on

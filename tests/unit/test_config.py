@@ -359,3 +359,22 @@ def test_a_debezium_configuration_with_its_worker_and_queue_keys_loads_as_writte
         parse_config({"name": "c", "topic.prefix": "p", "replica.identity.autoset.values": "public.t:EVERYTHING"})
     with pytest.raises(ConfigError, match=r"'env' is not '<key>=<value>'"):
         parse_config({"name": "c", "topic.prefix": "p", "custom.metric.tags": "env"})
+
+
+def test_a_connector_file_in_kafka_connects_json_form(tmp_path: Path) -> None:
+    """A Debezium connector's JSON as Kafka Connect's REST API takes it, in the connectors folder beside YAML files."""
+    import json
+
+    from walflow.config.files import connector_files, load_config, resolve
+
+    connector_class = "io.debezium.connector.postgresql.PostgresConnector"
+    body = {"name": "shop", "config": {"connector.class": connector_class, "tasks.max": "1", "topic.prefix": "shop"}}
+    (tmp_path / "shop.json").write_text(json.dumps(body))
+    (tmp_path / "other.yaml").write_text("name: other\ntopic.prefix: other\n")
+    assert [p.name for p in connector_files(tmp_path)] == ["other.yaml", "shop.json"]
+    config = load_config(tmp_path / "shop.json")
+    assert (config.name, config.topic_prefix) == ("shop", "shop")
+    assert resolve("shop", directory=tmp_path).name == "shop"
+    (tmp_path / "shop.json").write_text(json.dumps({**body, "config": {**body["config"], "name": "shop2"}}))
+    with pytest.raises(ConfigError, match="named 'shop' but its config names 'shop2'"):
+        load_config(tmp_path / "shop.json")

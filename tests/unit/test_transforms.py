@@ -69,9 +69,12 @@ def test_a_chain_it_cannot_run_is_refused_naming_the_key(keys: dict[str, object]
         parse_config({**BASE, **keys})
 
 
-def test_transforms_and_the_lake_are_refused_together_with_the_way_out() -> None:
+def test_transforms_turn_the_lake_off_and_are_refused_with_it_on_with_the_way_out() -> None:
+    chain = {"name": "c", "topic.prefix": "p", "transforms": "a", "transforms.a.type": T + "Filter"}
+    assert parse_config(chain).walflow_lake_enabled is False  # a Debezium configuration, as it is
+    assert parse_config({"name": "c", "topic.prefix": "p"}).walflow_lake_enabled is True
     with pytest.raises(ConfigError, match=r"walflow\.lake\.enabled: false"):
-        parse_config({"name": "c", "topic.prefix": "p", "transforms": "a", "transforms.a.type": T + "Filter"})
+        parse_config({**chain, "walflow.lake.enabled": True})
 
 
 def test_java_replacements() -> None:

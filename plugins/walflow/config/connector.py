@@ -345,10 +345,9 @@ class ConnectorConfig(BaseModel):
     snapshot_max_threads: int = Field(1, ge=1, le=64, alias="snapshot.max.threads")
     incremental_snapshot_chunk_size: int = Field(1024, gt=0, alias="incremental.snapshot.chunk.size")
     #: false, Debezium's default: a table altered while its incremental snapshot runs is read with the definition
-    #: planned when the snapshot reached it (true, Debezium's re-check of the schema per chunk, is not supported yet)
-    incremental_snapshot_allow_schema_changes: Literal[False] = Field(
-        False, alias="incremental.snapshot.allow.schema.changes"
-    )
+    #: planned when the snapshot reached it; true: its definition is checked before each chunk, and a chunk after a
+    #: change is read with the columns the table has then (walflow.capture.incremental.selection)
+    incremental_snapshot_allow_schema_changes: bool = Field(False, alias="incremental.snapshot.allow.schema.changes")
     signal_data_collection: str | None = Field(None, alias="signal.data.collection")
 
     # -- topics created by walflow -------------------------------------------------------------
@@ -419,6 +418,8 @@ class ConnectorConfig(BaseModel):
     walflow_signal_queue_max: int = Field(16, ge=1, alias="walflow.signal.queue.max")
     # the record format: Debezium 3.6.3's, or the pre-2.6 envelope for consumers pinned to it (walflow.records.envelope)
     walflow_event_format: Literal["3.6", "pre-2.6"] = Field("3.6", alias="walflow.event.format")
+    #: the lake (Spark and Iceberg) after the stream; on by default, off by default for a connector with 'transforms'
+    #: (which rewrite the events the lake applies); on together with transforms is refused
     walflow_lake_enabled: bool = Field(True, alias="walflow.lake.enabled")
     # walflow's own topic of schema facts (walflow.capture.schema_facts), read by the lake job; written only with the
     # lake on
@@ -706,6 +707,10 @@ class ConnectorConfig(BaseModel):
                     "'heartbeat.action.query' writes to the source, which 'read.only: true' forbids: leave one of "
                     "them out"
                 )
+        if self.transforms and self.walflow_lake_enabled and "walflow_lake_enabled" not in self.model_fields_set:
+            # a Debezium configuration with transforms, as it is: its records are Debezium's, transformed, and the
+            # lake (which needs them untransformed) is off unless the configuration turns it on
+            object.__setattr__(self, "walflow_lake_enabled", False)
         if self.transforms and self.walflow_lake_enabled:
             raise ValueError(
                 f"'transforms' ({', '.join(t.alias for t in self.transforms)}) rewrite the records before Kafka, and "

@@ -18,6 +18,9 @@ from walflow.config.connector import ConnectorConfig, parse_config
 from walflow.errors import ConfigError
 from walflow.names import prefixes_nest
 
+#: the suffixes of connector files: YAML, and JSON (a subset of YAML) for the files Kafka Connect takes
+SUFFIXES = (".yaml", ".yml", ".json")
+
 
 def load_config(path: str | os.PathLike[str]) -> ConnectorConfig:
     """Read and validate one connector YAML file."""
@@ -42,9 +45,10 @@ def connectors_dir(default: str | os.PathLike[str] | None = None) -> Path:
 
 
 def connector_files(directory: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The connector files of the folder (``*.yaml`` and ``*.yml``), in name order."""
+    """The connector files of the folder (``*.yaml``, ``*.yml``, and ``*.json`` as Kafka Connect takes a connector),
+    in name order."""
     folder = connectors_dir(directory)
-    return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")])
+    return sorted(path for suffix in SUFFIXES for path in folder.glob(f"*{suffix}"))
 
 
 def load_each(
@@ -156,6 +160,18 @@ def _read_raw(path: Path) -> dict[str, Any]:
         raise ConfigError(f"connector configuration {path} is not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"connector configuration {path} must be a mapping of Debezium keys to values")
+    return connect_body(raw)
+
+
+def connect_body(raw: dict[str, Any]) -> dict[str, Any]:
+    """A connector's keys from the body Kafka Connect's REST API takes (``{"name": ..., "config": {...}}``), so that
+    a Debezium connector's file is used as it is; any other mapping is the keys themselves."""
+    config = raw.get("config")
+    if isinstance(config, dict) and set(raw) <= {"name", "config"}:
+        name = raw.get("name")
+        if name is not None and config.get("name") not in (None, name):
+            raise ConfigError(f"the connector is named {name!r} but its config names {config['name']!r}")
+        return {**config, "name": name} if name is not None else dict(config)
     return raw
 
 
@@ -168,7 +184,7 @@ def resolve(
     (``{"table.include.list": "public.customers"}``) without a YAML file of its own.
     """
     candidate = Path(connector)
-    if candidate.suffix in (".yaml", ".yml"):
+    if candidate.suffix in SUFFIXES:
         path = candidate
     else:
         folder = connectors_dir(directory)

@@ -25,6 +25,7 @@ from walflow.capture.incremental.state import WATERMARK_PREFIX, SnapshotState
 from walflow.capture.rereads import SIGNAL_PREFIX as REREAD_PREFIX
 from walflow.capture.snapshot_tables import SnapshotTable
 from walflow.errors import ConfigError, ConversionError, SourceError
+from walflow.source.catalog import Catalog
 from walflow.source.signals import SignalError, printable
 
 log = logging.getLogger("walflow.capture.incremental")
@@ -54,9 +55,11 @@ class ChunkSelection:
 
     def _table(self, name: str) -> SnapshotTable | None:
         """The current signal's plan of one table (cached for the signal: another signal may have another
-        condition or surrogate key for it)."""
-        if name in self.state.tables:
-            return self.state.tables[name]
+        condition or surrogate key for it); under ``incremental.snapshot.allow.schema.changes`` planned again when
+        the table's columns changed since (:meth:`_replanned`)."""
+        cached = self.state.tables.get(name)
+        if cached is not None:
+            return self._replanned(cached) if self.config.incremental_snapshot_allow_schema_changes else cached
         progress = self.state.progress
         planned = self.reader.plan(
             name, progress.condition.get(name) if progress else None, progress.surrogate_key if progress else None
@@ -64,6 +67,41 @@ class ChunkSelection:
         if planned is not None:
             self.state.tables[name] = planned
         return planned
+
+    def _replanned(self, planned: SnapshotTable) -> SnapshotTable | None:
+        """``planned``, or its table's new plan when its columns (names, types, NOT NULL, defaults) changed since it
+        was made: Debezium's ``incremental.snapshot.allow.schema.changes``, which checks the table's definition at
+        each chunk and reads the chunk with the definition it finds. Without the key (its columns changed) the cursor
+        cannot go on: the signal then fails, naming it."""
+        current = Catalog(self.conn).table(planned.catalog.oid)
+        if current is None:
+            return None  # dropped: the chunk skips the table, as a table gone before its first chunk
+        if current.columns == planned.catalog.columns:
+            return planned
+        name = planned.name
+        progress = self.state.progress
+        if (
+            progress is not None
+            and progress.surrogate_key is None
+            and current.primary_key != planned.catalog.primary_key
+        ):
+            raise SignalError(
+                f"the primary key of {printable(name)} changed during its incremental snapshot (from "
+                f"{list(planned.catalog.primary_key)} to {list(current.primary_key)}): the snapshot's position is in "
+                "the old key; send the signal again"
+            )
+        replanned = self.reader.plan(
+            name, planned.condition, progress.surrogate_key if progress else None, oid=planned.catalog.oid
+        )
+        log.info(
+            "incremental snapshot %s: %s was redefined during the snapshot (incremental.snapshot.allow.schema.changes):"
+            " its next chunks are read with its columns as they are now",
+            progress.signal_id if progress else "?",
+            printable(name),
+        )
+        if replanned is not None:
+            self.state.tables[name] = replanned
+        return replanned
 
     def _watermark(self, chunk_id: str, kind: str) -> str:
         return orjson.dumps({"connector": self.config.name, "chunk": chunk_id, "kind": kind}).decode()
