@@ -112,8 +112,9 @@ class Api:
 
     def __call__(self, path: str, body: Any = None, method: str | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        # a read is asked again when the loaded server does not answer in time; a write is not (it may have been done)
-        attempts = 3 if method in (None, "GET") else 1
+        # a read, and a PATCH (it sets values: done twice, it leaves the same), is asked again when the loaded server
+        # does not answer in time; a POST is not (it may have been done)
+        attempts = 3 if method in (None, "GET", "PATCH") else 1
         for attempt in range(attempts):
             request = urllib.request.Request(
                 f"{self.base}{path}", data=data, method=method,
