@@ -71,8 +71,8 @@ class ChunkSelection:
     def _replanned(self, planned: SnapshotTable) -> SnapshotTable | None:
         """``planned``, or its table's new plan when its columns (names, types, NOT NULL, defaults) changed since it
         was made: Debezium's ``incremental.snapshot.allow.schema.changes``, which checks the table's definition at
-        each chunk and reads the chunk with the definition it finds. Without the key (its columns changed) the cursor
-        cannot go on: the signal then fails, naming it."""
+        each chunk and reads the chunk with the definition it finds. A changed primary key fails the signal, naming
+        it: the snapshot's position is a value of the old key."""
         current = Catalog(self.conn).table(planned.catalog.oid)
         if current is None:
             return None  # dropped: the chunk skips the table, as a table gone before its first chunk
