@@ -18,13 +18,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
-
 from walflow.config.connector import ConnectorConfig
 from walflow.errors import ConversionError
 from walflow.kafka import EventProducer
-from walflow.records.events import now_ms
-from walflow.records.facts import FORMAT, LEFT_OUT_KIND
+from walflow.records.facts import LEFT_OUT_KIND, fact_record
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +32,7 @@ DESCRIBED = 20
 
 def left_out_record(schema: str, table: str, position: str, reason: str, mode: str) -> tuple[bytes, bytes]:
     """The schema topic's record of an event of ``schema.table`` at ``position`` that the connector left out."""
-    key = orjson.dumps({"schema": schema, "table": table})
-    value = {
-        "format": FORMAT,
-        "kind": LEFT_OUT_KIND,
-        "schema": schema,
-        "table": table,
-        "position": position,
-        "reason": reason[:1000],
-        "mode": mode,
-        "at_ms": now_ms(),
-    }
-    return key, orjson.dumps(value)
+    return fact_record(LEFT_OUT_KIND, schema, table, position=position, reason=reason[:1000], mode=mode)
 
 
 class EventFailures:

@@ -25,12 +25,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import psycopg
 
 from walflow.errors import WalflowError
-from walflow.records.events import now_ms
-from walflow.records.facts import FORMAT, STALE_KIND, SWEEP_KIND
+from walflow.records.facts import STALE_KIND, SWEEP_KIND, fact_record
 from walflow.source.pgoutput import lsn_to_str, str_to_lsn
 from walflow.source.signals import SignalError, printable, signal_key
 from walflow.source.watch import Observed, changed, observe
@@ -58,34 +56,12 @@ _NOW_SQL = (
 def sweep_record(schema: str, table: str, signal: str, position: int, due: int, reason: str) -> tuple[bytes, bytes]:
     """The schema topic's record of a sweep: rows of ``schema.table`` older than ``position`` (the commit part of a lake
     position) are gone once the lake has applied the re-read ``signal``, decided at WAL position ``due``."""
-    key = orjson.dumps({"schema": schema, "table": table})
-    value = {
-        "format": FORMAT,
-        "kind": SWEEP_KIND,
-        "schema": schema,
-        "table": table,
-        "signal": signal,
-        "position": position,
-        "due": due,
-        "reason": reason,
-        "at_ms": now_ms(),
-    }
-    return key, orjson.dumps(value)
+    return fact_record(SWEEP_KIND, schema, table, signal=signal, position=position, due=due, reason=reason)
 
 
 def stale_record(schema: str, table: str, lsn: int, reason: str) -> tuple[bytes, bytes]:
     """The schema topic's record of a table without key whose rows changed without events at about ``lsn``."""
-    key = orjson.dumps({"schema": schema, "table": table})
-    value = {
-        "format": FORMAT,
-        "kind": STALE_KIND,
-        "schema": schema,
-        "table": table,
-        "lsn": lsn,
-        "reason": reason,
-        "at_ms": now_ms(),
-    }
-    return key, orjson.dumps(value)
+    return fact_record(STALE_KIND, schema, table, lsn=lsn, reason=reason)
 
 
 class Rereads:

@@ -4,6 +4,7 @@ job, whose executors import this module (plain Python only).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import orjson
@@ -41,3 +42,18 @@ FACT_KINDS = (START_KIND, SWEEP_KIND, STALE_KIND, LEFT_OUT_KIND)
 #: element types, bytea in base64 modes), where the lake could not tell them from real nulls: the JSON list of those
 #: fields. Written only with the lake on (Debezium's records have no such header; consumers ignore unknown headers).
 UNAVAILABLE_HEADER = "__walflow.unavailable"
+
+
+def fact_record(kind: str, schema: str, table: str, **fields: Any) -> tuple[bytes, bytes]:
+    """The schema topic's record (key, value) of one fact of ``kind`` about ``schema.table``: keyed by the table, in
+    the facts' format, with ``fields`` and the time it was written (``at_ms``)."""
+    key = orjson.dumps({"schema": schema, "table": table})
+    value = {
+        "format": FORMAT,
+        "kind": kind,
+        "schema": schema,
+        "table": table,
+        **fields,
+        "at_ms": int(time.time() * 1000),
+    }
+    return key, orjson.dumps(value)
