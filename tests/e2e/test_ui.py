@@ -23,6 +23,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,10 @@ from tests.support import airflow_connector, read_topic, setup, unique
 from walflow.config.files import load_config
 
 pytestmark = pytest.mark.timeout(900)
+
+#: How long a request waits for the API server's answer: longer than the minute a write on the embedded runtime's
+#: SQLite database may wait for another process's (sandbox/embedded.py), so that a slow answer is still seen.
+SERVER_WAIT = 150
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -106,28 +111,50 @@ class Api:
                 f"{self.base}/auth/token", data=json.dumps({"username": "admin", "password": self.password}).encode(),
                 method="POST", headers={"Content-Type": "application/json"},
             )  # fmt: skip
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=SERVER_WAIT) as response:
                 self._token = str(json.load(response)["access_token"])
         return self._token
 
-    def __call__(self, path: str, body: Any = None, method: str | None = None) -> Any:
+    def __call__(self, path: str, body: Any = None, method: str | None = None, *, again: bool = False) -> Any:
+        """Send one request and return its JSON answer.
+
+        A request that only reads or sets values (GET, PATCH, DELETE), or one the caller says may be sent again
+        (``again``), is sent again when the server does not answer in time or answers 500 or 503: on the embedded
+        runtime's SQLite metadata database a write waits up to SQLite's busy timeout (a minute, see
+        sandbox/embedded.py) for another process's, and then fails with "database is locked". The client waits
+        longer than that timeout, so that it sees the server's answer rather than its own timeout."""
         data = json.dumps(body).encode() if body is not None else None
-        # a read, and a PATCH (it sets values: done twice, it leaves the same), is asked again when the loaded server
-        # does not answer in time; a POST is not (it may have been done)
-        attempts = 3 if method in (None, "GET", "PATCH") else 1
+        attempts = 3 if again or method in (None, "GET", "PATCH", "DELETE") else 1
         for attempt in range(attempts):
             request = urllib.request.Request(
                 f"{self.base}{path}", data=data, method=method,
                 headers={"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"},
             )  # fmt: skip
             try:
-                with urllib.request.urlopen(request, timeout=60) as response:
+                with urllib.request.urlopen(request, timeout=SERVER_WAIT) as response:
                     raw = response.read()
                 break
+            except urllib.error.HTTPError as error:
+                if error.code not in (500, 503) or attempt == attempts - 1:
+                    raise
             except TimeoutError:
                 if attempt == attempts - 1:
                     raise
         return json.loads(raw) if raw else None
+
+    def trigger(self, dag_id: str) -> str:
+        """Trigger a run of ``dag_id`` under a run id of the test's choosing, so that a trigger sent again after a
+        timeout cannot make a second run: Airflow answers 409 to a run id it already has. Return the run id."""
+        run_id = f"manual__{uuid.uuid4().hex}"
+        path = f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns"
+        try:
+            self(path, {"dag_run_id": run_id, "logical_date": None}, "POST", again=True)
+        except urllib.error.HTTPError as error:
+            if error.code != 409:
+                raise
+            # the first try was done, though its answer did not come back in time: that run is the one asked for
+            self(f"{path}/{run_id}")
+        return run_id
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:
         return self(f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns")["dag_runs"]
@@ -241,6 +268,11 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
             except subprocess.TimeoutExpired:  # a scheduler waits for its running tasks: do not wait for a sensor
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(30)
+        log.close()
+        # pytest shows a teardown's output only for a test that failed: there, the API server's and the scheduler's
+        # last lines say what they were doing (a request waiting on a locked database, a task the scheduler failed)
+        lines = (tmp_path / "airflow.log").read_text(errors="replace").splitlines()
+        print("\n".join(["--- the last lines of the API server's and the scheduler's log", *lines[-80:]]))
 
 
 @pytest.mark.long
@@ -254,7 +286,7 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
         conn.execute("UPDATE items SET v = 'changed' WHERE id <= 5")
     # the stream DAG, unpaused: its scheduled run and one triggered by hand, both through the scheduler
     api(f"/api/v2/dags/{stream_id}", {"is_paused": False}, "PATCH")
-    api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
+    api.trigger(stream_id)
     runs = api.wait_for_runs(stream_id, 2)
     # every finished run succeeded; a later scheduled run may have started meanwhile (the schedule's next interval
     # began while the test ran) and still be running
@@ -332,7 +364,7 @@ def test_the_ui_triggers_a_safe_snapshot_and_shows_the_stream(airflow: dict[str,
     while not _signals(dsn) and time.monotonic() < deadline:
         time.sleep(1)
     assert _signals(dsn) == [{"data-collections": ["public.items"], "type": "incremental"}]
-    api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
+    api.trigger(stream_id)
     api.wait_for_runs(snapshot_id, 1)
     api.wait_for_runs(stream_id, 3)
     time.sleep(3)  # a few more scheduler loops: still no scheduled snapshot run, and nothing failed
@@ -383,7 +415,7 @@ def test_the_walflow_page_shows_the_connectors_as_walflow_status_does(airflow: d
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE items SET v = 'seen' WHERE id <= 7")
     api(f"/api/v2/dags/{stream_id}", {"is_paused": False}, "PATCH")
-    api(f"/api/v2/dags/{stream_id}/dagRuns", {"logical_date": None}, "POST")
+    api.trigger(stream_id)
     api.wait_for_runs(stream_id, 1)
     # the route is Airflow's: no session, no status
     with pytest.raises(urllib.error.HTTPError) as refused:
