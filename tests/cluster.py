@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,11 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from sandbox.embedded import free_port
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,7 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g") -> 
         # the master and the workers live for one test: the client compiler and the serial collector cost less CPU
         "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     processes: list[subprocess.Popen[bytes]] = []
 
     def start(args: list[str], log: str) -> None:
@@ -111,7 +106,7 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g") -> 
                     "--work-dir",
                     str(work_dir),
                     "--webui-port",
-                    str(_free_port()),
+                    str(free_port()),
                 ],
                 f"worker-{i}.log",
             )

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -32,6 +31,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
+from sandbox.embedded import free_port
 from tests.requires import unavailable
 from tests.support import airflow_connector, read_topic, setup, unique
 from walflow.config.files import load_config
@@ -82,12 +82,6 @@ def _unavailable(reason: str) -> None:
     unavailable(
         reason, "install Debian's chromium (apt-get install chromium) and the pinned playwright (requirements.txt)"
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def admin_password(env: dict[str, str]) -> str:
@@ -222,7 +216,7 @@ def airflow(database: str, kafka_bootstrap: str, tmp_path: Path) -> Iterator[dic
         "walflow.snapshot.poke.seconds: 3",
         "incremental.snapshot.chunk.size: 20",
     )
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         **airflow_connector(tmp_path, name, database, kafka_bootstrap, *settings),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from sandbox.embedded import free_port
 from tests.privileges import as_connector, hand_over
 from tests.support import connector, prepare_source, producer, read_topic, setup, stream, unique
 from walflow.capture.setup import ConnectorSetup
@@ -40,12 +40,6 @@ def slot_position(dsn: str, slot: str) -> str | None:
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
         ).fetchone()
     return row[0] if row else None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- a server without wal_level=logical -----------------------------------------------------------------------------
