@@ -656,8 +656,14 @@ class Torture:
         text = str(exc)
         label = next((name for phrase, name in REFUSAL_CLASSES if phrase in text), f"{type(exc).__name__}: {text[:80]}")
         self.refusals[label] = self.refusals.get(label, 0) + 1
-        outcome.setdefault("refused_rounds", []).append({"round": number, "error": text[:600]})
+        # the round's statements too: a refusal of a class REFUSAL_CLASSES does not list may be a defect, and they
+        # are what reproduces it
+        outcome.setdefault("refused_rounds", []).append(
+            {"round": number, "error": text[:600], "statements": list(self.statements)}
+        )
         self.log(f"seed {self.seed} round {number}: REFUSED ({label}); fixed with walflow reset --lake and a new setup")
+        if label.startswith(type(exc).__name__):
+            self.log(f"seed {self.seed} round {number}: the round's statements: {self.statements}")
         reset_connector(self.config, as_connector(self.dsn), lake=True)
         setup(self.config, self.dsn)
 
