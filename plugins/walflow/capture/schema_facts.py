@@ -19,7 +19,9 @@ rewrites the table), lost its kept value to a rewrite, or was added without a de
 older rows are NULL). Only the last leaves the table's storage as it was: each fact carries the table's *storage*,
 its ``relfilenode`` and the highest attribute number when walflow first saw that relfilenode, and a column numbered
 above it on a table with the same relfilenode was added after that read with no rewrite since, so its older rows
-are known to be NULL.
+are known to be NULL. Each fact also names its relation (the table's OID): a table dropped and created again under
+its name, or another one swapped in, numbers its attributes anew, so an attribute number means something only among
+the facts of one relation.
 
 The lake job reads these facts to rename its columns, fill new ones with the truth and map old events onto
 renamed columns (:mod:`walflow.lake.evolution`). A fact is produced like any record, before the slot moves past
@@ -70,6 +72,9 @@ class Fact:
     types: tuple[str, ...] = ()
     #: (``relfilenode``, the highest attribute number when walflow first saw it), or None when unknown
     storage: tuple[int, int] | None = None
+    #: the relation's OID: attribute numbers are those of one relation, and a table dropped and created again under
+    #: its name (or another one swapped in) numbers its attributes anew
+    relation: int | None = None
 
     def signature(self) -> list[Any]:
         """What tells one definition from another (the fills are not part of it: they are facts about rows)."""
@@ -96,6 +101,7 @@ class Fact:
             "identity": self.identity,
             "identity_fields": list(self.identity_fields),
             "storage": list(self.storage) if self.storage else None,
+            "relation": self.relation,
             "mode": "catalog",
             "at_ms": now_ms(),
         }
@@ -200,6 +206,7 @@ def build_fact(
         tuple(flagged),
         types,
         kept,
+        relation.relation_id,
     )
 
 
@@ -226,6 +233,7 @@ def catalog_fact(schema: TableSchema, table: CatalogTable, lsn: int) -> Fact:
         tuple(flagged),
         types,
         storage(table),
+        table.oid,
     )
 
 

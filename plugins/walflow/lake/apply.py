@@ -29,6 +29,7 @@ from walflow.lake.ddl import clear_pending, ensure_table, fill_pending
 from walflow.lake.decoder import DecodePlan, split_records
 from walflow.lake.evolution import (
     ATTNUMS_PROPERTY,
+    RELATION_PROPERTY,
     Mapping,
     TableFacts,
     plan_renames,
@@ -104,6 +105,8 @@ class Evolution:
     unknown: list[str]
     identity: str = ""
     identity_fields: tuple[str, ...] = ()
+    #: the source relation (OID) the target's attribute numbers belong to; None for facts of an older walflow
+    relation: int | None = None
 
     def identity_only(self, key_names: list[str]) -> list[str]:
         """The replica identity's columns when it is an index that does not hold the whole key (REPLICA IDENTITY USING
@@ -602,6 +605,8 @@ class LakeJob:
         if evolution is not None:
             attnums = self._follow_source(topic, ident, evolution, bool(key_names), stats)
             owner = {**owner, ATTNUMS_PROPERTY: orjson.dumps(attnums).decode()}
+            if evolution.relation is not None:
+                owner[RELATION_PROPERTY] = str(evolution.relation)
         defaults = field_defaults(evolution.defaults_schema if evolution is not None else value_schema)
         properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, defaults, meta, owner)
         # from here every data commit goes to this run's branch of the table, published at the end
@@ -1217,6 +1222,7 @@ class LakeJob:
         )
         if target is None:
             return None
+        facts = facts.of_relation(target)
         fills = facts.fills(target)
         defaults_schema, unknown = with_fills(guess.schema, fills)
         return Evolution(
@@ -1228,6 +1234,7 @@ class LakeJob:
             unknown,
             str(target.get("identity") or ""),
             tuple(str(f) for f in target.get("identity_fields") or ()),
+            int(target["relation"]) if target.get("relation") is not None else None,
         )
 
     def _follow_source(
@@ -1243,7 +1250,7 @@ class LakeJob:
         properties = table_properties(self.spark, ident)
         existing = [f.name for f in self.spark.table(ident).schema.fields] if properties else []
         source_columns = [c for c in existing if not c.startswith(C.PREFIX)]
-        recorded = read_property(properties)
+        recorded = read_property(properties, evolution.relation)
         lake = {
             **evolution.facts.adopt([c for c in source_columns if c not in recorded]),
             **{c: a for c, a in recorded.items() if c in source_columns},
@@ -1270,6 +1277,8 @@ class LakeJob:
             lake[new] = lake.pop(old)
         if renames:
             self.spark.sql(sql.set_property(ident, ATTNUMS_PROPERTY, orjson.dumps(lake).decode()))
+            if evolution.relation is not None:
+                self.spark.sql(sql.set_property(ident, RELATION_PROPERTY, str(evolution.relation)))
         for column in readded:
             # the lake's column is the dropped attribute's (history), the name now another attribute's: dropped from
             # the lake (Iceberg drops by field id: no data file is rewritten) and added again below with what the

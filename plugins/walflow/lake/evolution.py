@@ -26,6 +26,8 @@ from walflow.records.facts import field_type
 
 #: table property: the source attribute number of each lake column, ``{column: attnum}``
 ATTNUMS_PROPERTY = "walflow.attnums"
+#: table property: the source relation (OID) whose attribute numbers :data:`ATTNUMS_PROPERTY` holds
+RELATION_PROPERTY = "walflow.attnums.relation"
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,16 @@ class TableFacts:
                 found = fact
         return found
 
+    def of_relation(self, target: dict[str, Any]) -> TableFacts:
+        """The facts of ``target``'s relation. Attribute numbers mean something only within one relation: a table
+        dropped and created again under its name, or another one swapped in, numbers its attributes anew, and a
+        former table's attribute must not give a new column its fill or its place. Facts that do not name their
+        relation (written by an older walflow) are kept, as before."""
+        relation = target.get("relation")
+        if relation is None:
+            return self
+        return TableFacts([f for f in self.facts if f.get("relation") in (relation, None)])
+
     @staticmethod
     def attnums(fact: dict[str, Any]) -> dict[str, int]:
         return {f["field"]: f["attnum"] for f in fact["fields"] if f.get("attnum") is not None}
@@ -118,8 +130,14 @@ class TableFacts:
         return {c: numbers[c] for c in columns if c in numbers}
 
 
-def read_property(properties: dict[str, str]) -> dict[str, int]:
+def read_property(properties: dict[str, str], relation: int | None = None) -> dict[str, int]:
+    """The source attribute number of each lake column, as the table's properties record them; none when they
+    were recorded for another relation than ``relation`` (the source table was dropped and created again, or another
+    one swapped in, since), whose numbers say nothing of the new one's attributes."""
     text = properties.get(ATTNUMS_PROPERTY)
+    recorded_for = properties.get(RELATION_PROPERTY)
+    if relation is not None and recorded_for and recorded_for != str(relation):
+        return {}
     return {str(k): int(v) for k, v in orjson.loads(text).items()} if text else {}
 
 
