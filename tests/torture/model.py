@@ -9,7 +9,9 @@ both have caught up;
 then every lake table is compared with its source table row by row (:mod:`tests.lakecheck`). A round ends
 
 - ``EQUAL``: every table equals its source;
-- ``REFUSED``: the lake job stopped with a walflow error; it must name the table, the cause and the fix;
+- ``REFUSED``: the lake job stopped with a walflow error; it must name the table, the cause and the fix, and be
+  of a class the harness expects (``REFUSAL_CLASSES``: the documented limits); the harness then applies the fix
+  and goes on, and any other refusal ends the run;
 - ``DIVERGED``: every run reported success and a lake table differs from its source: a failure.
 
 Everything random comes from ``random.Random(seed)``; a failing round prints the seed and its statements.
@@ -654,16 +656,13 @@ class Torture:
         """A refusal's documented fix, as an operator applies it: the lake rebuilt from a new snapshot (``walflow reset
         --lake``, then the setup). The refusal is counted by its class (its error and what it says happened)."""
         text = str(exc)
-        label = next((name for phrase, name in REFUSAL_CLASSES if phrase in text), f"{type(exc).__name__}: {text[:80]}")
+        label = refusal_class(text) or f"{type(exc).__name__}: {text[:80]}"
         self.refusals[label] = self.refusals.get(label, 0) + 1
-        # the round's statements too: a refusal of a class REFUSAL_CLASSES does not list may be a defect, and they
-        # are what reproduces it
+        # the round's statements too: what reproduces the refusal
         outcome.setdefault("refused_rounds", []).append(
             {"round": number, "error": text[:600], "statements": list(self.statements)}
         )
         self.log(f"seed {self.seed} round {number}: REFUSED ({label}); fixed with walflow reset --lake and a new setup")
-        if label.startswith(type(exc).__name__):
-            self.log(f"seed {self.seed} round {number}: the round's statements: {self.statements}")
         reset_connector(self.config, as_connector(self.dsn), lake=True)
         setup(self.config, self.dsn)
 
@@ -683,7 +682,9 @@ class Torture:
             try:
                 self.catch_up()
             except WalflowError as exc:
-                if not _names_the_fix(str(exc)):
+                # a refusal of a class the harness does not expect is a defect until shown otherwise (seed 3's
+                # round 137 was one: a former table's default refused as a boolean), even when it names a fix
+                if not _names_the_fix(str(exc)) or refusal_class(str(exc)) is None:
                     outcome.update(
                         result="REFUSED", round=number, error=f"{type(exc).__name__}: {exc}", statements=self.statements
                     )
@@ -733,6 +734,11 @@ REFUSAL_CLASSES = (
     ("has no key, and its source table gained column(s)", "keyless table: a column's existing values unknown"),
     ("cannot take the source's new schema", "a type change the lake cannot make in place"),
 )
+
+
+def refusal_class(error: str) -> str | None:
+    """The class of refusal (REFUSAL_CLASSES) an error is, or None for one the harness does not expect."""
+    return next((name for phrase, name in REFUSAL_CLASSES if phrase in error), None)
 
 
 def _names_the_fix(error: str) -> bool:
