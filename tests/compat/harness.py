@@ -603,7 +603,9 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 return _sentinel_seen(records) and (expect is None or _snapshot_rows(records) >= expect)
 
             try:
-                debezium = run.engine.wait(done, timeout=float(os.environ.get("WALFLOW_COMPAT_TIMEOUT", "180")))
+                debezium = run.engine.wait(
+                    done, timeout=float(os.environ.get("WALFLOW_COMPAT_TIMEOUT", "180")), idle=True
+                )
             except (RuntimeError, TimeoutError) as exc:
                 results[(run.scenario.name, run.variant.name)] = Outcome(
                     run.scenario.name, run.variant.name, run.prefix, [], list(run.engine.records), set(), error=str(exc)
