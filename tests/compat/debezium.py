@@ -183,8 +183,8 @@ class Engine:
         """Wait until ``done(records)`` holds; fail on an engine error or after ``timeout`` seconds.
 
         With ``idle``, ``timeout`` counts from the engine's last record instead, up to five times ``timeout`` in all:
-        an engine still emitting is slow, not stuck (an incremental snapshot of chunks of one row on a loaded machine
-        once needed more than three minutes, 144 records in, near its end)."""
+        an engine still emitting (an incremental snapshot of one-row chunks, on a machine busy with other lanes) is
+        slow, not stuck."""
         started = last = time.monotonic()
         deadline, seen = started + timeout, len(self.records)
         with self._cond:

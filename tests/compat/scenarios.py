@@ -1182,8 +1182,8 @@ INCREMENTAL_DDL = Scenario(
     ],
     workload=[
         Signal("execute-snapshot", {"data-collections": ["public.first_t", "public.second_t"], "type": "incremental"}),
-        # paused while the table is redefined: unpaused, Debezium once read all 40 windows of the first table
-        # before the statements below ran, and the second table with its old columns
+        # paused while the table is redefined: unpaused, Debezium once read the second table (5 rows, its old
+        # columns) before the statements below ran
         Signal("pause-snapshot", {}),
         "ALTER TABLE second_t ADD COLUMN b text DEFAULT 'x'",
         "ALTER TABLE second_t DROP COLUMN gone",
