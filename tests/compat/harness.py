@@ -58,6 +58,17 @@ class KafkaSignal:
 
 
 @dataclass
+class Together:
+    """Steps committed in one transaction, so that a connector reads them as one: a signal that must act before
+    the connector can run a chunk of the snapshot that the signal before it started, say."""
+
+    steps: list[str | Signal]
+
+
+Step = str | Signal | KafkaSignal | Together
+
+
+@dataclass
 class Variant:
     """One connector configuration, run by both connectors.
 
@@ -81,7 +92,7 @@ class Variant:
 class Scenario:
     name: str
     setup: list[str]
-    workload: list[str | Signal | KafkaSignal] = field(default_factory=list)
+    workload: list[Step] = field(default_factory=list)
     variants: list[Variant] = field(default_factory=lambda: [Variant("default")])
     #: the connectors take an initial snapshot of what ``setup`` and ``workload`` wrote, then stream ``after_snapshot``
     snapshot: bool = False
@@ -231,31 +242,38 @@ def adapt(statement: str) -> str:
     return statement
 
 
-def _execute(dsn: str, statements: list[str | Signal | KafkaSignal], runs: list[_Run]) -> None:
+def _execute(dsn: str, statements: list[Step], runs: list[_Run]) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in statements:
-            if isinstance(statement, KafkaSignal):
-                producer = Producer({"bootstrap.servers": support.bootstrap()})
-                for run in runs:
-                    value = {"id": uuid.uuid4().hex, "type": statement.type, "data": statement.data}
-                    producer.produce(f"{run.prefix}-signal", orjson.dumps(value), run.prefix.encode())
-                assert producer.flush(30) == 0, "the Kafka signal was not acknowledged"
-            elif isinstance(statement, Signal):
-                data = orjson.dumps(statement.data).decode()
-                for run in runs:
-                    if "signal.data.collection" not in run.variant.props:
-                        continue  # a variant without a signal table: the signal is the others'
-                    signal_id = uuid.uuid4().hex  # the same for both connectors: it names their notifications
-                    for table in _signal_tables(run):
-                        schema, name = table.split(".")
-                        conn.execute(
-                            sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(
-                                sql.Identifier(schema, name)
-                            ),
-                            (signal_id, statement.type, data),
-                        )
+            if isinstance(statement, Together):
+                with conn.transaction():
+                    for step in statement.steps:
+                        _execute_step(conn, step, runs)
             else:
-                conn.execute(adapt(statement))  # type: ignore[arg-type]
+                _execute_step(conn, statement, runs)
+
+
+def _execute_step(conn: psycopg.Connection[Any], statement: str | Signal | KafkaSignal, runs: list[_Run]) -> None:
+    if isinstance(statement, KafkaSignal):
+        producer = Producer({"bootstrap.servers": support.bootstrap()})
+        for run in runs:
+            value = {"id": uuid.uuid4().hex, "type": statement.type, "data": statement.data}
+            producer.produce(f"{run.prefix}-signal", orjson.dumps(value), run.prefix.encode())
+        assert producer.flush(30) == 0, "the Kafka signal was not acknowledged"
+    elif isinstance(statement, Signal):
+        data = orjson.dumps(statement.data).decode()
+        for run in runs:
+            if "signal.data.collection" not in run.variant.props:
+                continue  # a variant without a signal table: the signal is the others'
+            signal_id = uuid.uuid4().hex  # the same for both connectors: it names their notifications
+            for table in _signal_tables(run):
+                schema, name = table.split(".")
+                conn.execute(
+                    sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(sql.Identifier(schema, name)),
+                    (signal_id, statement.type, data),
+                )
+    else:
+        conn.execute(adapt(statement))  # type: ignore[arg-type]
 
 
 #: the outcome of a scenario the server is too old for (not a missing dependency: the version matrix runs it)
@@ -531,7 +549,7 @@ def run_group(scenarios: list[Scenario], log: Callable[[str], None] = print) -> 
                 for run in scenario_runs:
                     _create_debezium_slot(run)
                     if not scenario.live and not any(
-                        isinstance(step, (Signal, KafkaSignal)) for step in scenario.workload
+                        isinstance(step, (Signal, KafkaSignal, Together)) for step in scenario.workload
                     ):
                         # started now, it reads the workload as it is written (its start-up overlaps the rest);
                         # not with signals: an incremental snapshot then would run while the workload still writes

@@ -8,7 +8,7 @@ Each scenario is one database; each variant is one connector configuration both 
 
 from __future__ import annotations
 
-from tests.compat.harness import KafkaSignal, Scenario, Signal, Variant
+from tests.compat.harness import KafkaSignal, Scenario, Signal, Together, Variant
 from tests.integration.test_types import ALL_CASES, PREAMBLE
 from walflow.resources import package_text
 
@@ -1169,9 +1169,9 @@ FAILURES = Scenario(
 
 #: a table redefined while an incremental snapshot runs, under incremental.snapshot.allow.schema.changes: the
 #: signal names a long table first (read a row per window) and the redefined one second; Debezium reads each statement
-#: before the next runs (live), and the snapshot is paused while the second table is redefined, so the columns change
-#: while it is inside the first table, and both connectors read the second with the columns it has then, its change
-#: events too
+#: before the next runs (live), and the snapshot is paused from its first chunk while the second table is redefined,
+#: so the columns change while it is inside the first table, and both connectors read the second with the columns it
+#: has then, its change events too
 INCREMENTAL_DDL = Scenario(
     "incremental_ddl",
     setup=[
@@ -1181,10 +1181,19 @@ INCREMENTAL_DDL = Scenario(
         "INSERT INTO second_t SELECT g, 's' || g, g FROM generate_series(1, 5) g",
     ],
     workload=[
-        Signal("execute-snapshot", {"data-collections": ["public.first_t", "public.second_t"], "type": "incremental"}),
-        # paused while the table is redefined: unpaused, Debezium once read the second table (5 rows, its old
-        # columns) before the statements below ran
-        Signal("pause-snapshot", {}),
+        # started and paused in one transaction: Debezium reads a snapshot's first chunk as it reads the signal
+        # that starts it, and the next chunks as it reads each chunk's closing watermark, so the pause stops it after
+        # one row of the first table. A pause committed on its own once came too late: Debezium had read 45 rows, the
+        # second table's five with its old columns, before the statements below ran.
+        Together(
+            [
+                Signal(
+                    "execute-snapshot",
+                    {"data-collections": ["public.first_t", "public.second_t"], "type": "incremental"},
+                ),
+                Signal("pause-snapshot", {}),
+            ]
+        ),
         "ALTER TABLE second_t ADD COLUMN b text DEFAULT 'x'",
         "ALTER TABLE second_t DROP COLUMN gone",
         "INSERT INTO second_t VALUES (6, 'new', 'y')",
