@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from walflow.lake.evolution import ATTNUMS_PROPERTY, RELATION_PROPERTY, TableFacts, read_property
+from walflow.lake.evolution import ATTNUMS_PROPERTY, RELATION_PROPERTY, TableFacts, attnum_properties, read_property
 
 
 def fact(lsn: int, relation: int | None, *fields: tuple[str, int, Any, bool]) -> dict[str, Any]:
@@ -47,3 +47,12 @@ def test_attribute_numbers_recorded_for_another_relation_are_not_read() -> None:
     assert read_property(properties) == {"id": 1, "c1": 4}
     # recorded before lake tables recorded their relation: read as before
     assert read_property({ATTNUMS_PROPERTY: '{"id": 1}'}, 200) == {"id": 1}
+
+
+def test_attribute_numbers_are_written_with_their_relation_and_read_back() -> None:
+    written = attnum_properties({"id": 1, "c1": 4}, 100)
+    assert written == {ATTNUMS_PROPERTY: '{"id":1,"c1":4}', RELATION_PROPERTY: "100"}
+    assert read_property(written, 100) == {"id": 1, "c1": 4}
+    assert read_property(written, 200) == {}
+    # facts of an older walflow name no relation: only the numbers are written
+    assert attnum_properties({"id": 1}, None) == {ATTNUMS_PROPERTY: '{"id":1}'}

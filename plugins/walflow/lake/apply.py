@@ -28,10 +28,9 @@ from walflow.lake import columns as C
 from walflow.lake.ddl import clear_pending, ensure_table, fill_pending
 from walflow.lake.decoder import DecodePlan, split_records
 from walflow.lake.evolution import (
-    ATTNUMS_PROPERTY,
-    RELATION_PROPERTY,
     Mapping,
     TableFacts,
+    attnum_properties,
     plan_renames,
     read_property,
     refuse_unknown_fill,
@@ -604,9 +603,7 @@ class LakeJob:
         attnums = None
         if evolution is not None:
             attnums = self._follow_source(topic, ident, evolution, bool(key_names), stats)
-            owner = {**owner, ATTNUMS_PROPERTY: orjson.dumps(attnums).decode()}
-            if evolution.relation is not None:
-                owner[RELATION_PROPERTY] = str(evolution.relation)
+            owner = {**owner, **attnum_properties(attnums, evolution.relation)}
         defaults = field_defaults(evolution.defaults_schema if evolution is not None else value_schema)
         properties = ensure_table(self.spark, ident, s.namespace_ident(), names, types, defaults, meta, owner)
         # from here every data commit goes to this run's branch of the table, published at the end
@@ -1276,9 +1273,7 @@ class LakeJob:
             self.spark.sql(sql.rename_column(ident, old, new))
             lake[new] = lake.pop(old)
         if renames:
-            self.spark.sql(sql.set_property(ident, ATTNUMS_PROPERTY, orjson.dumps(lake).decode()))
-            if evolution.relation is not None:
-                self.spark.sql(sql.set_property(ident, RELATION_PROPERTY, str(evolution.relation)))
+            self.spark.sql(sql.set_properties(ident, attnum_properties(lake, evolution.relation)))
         for column in readded:
             # the lake's column is the dropped attribute's (history), the name now another attribute's: dropped from
             # the lake (Iceberg drops by field id: no data file is rewritten) and added again below with what the

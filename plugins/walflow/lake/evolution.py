@@ -130,6 +130,15 @@ class TableFacts:
         return {c: numbers[c] for c in columns if c in numbers}
 
 
+def attnum_properties(attnums: dict[str, int], relation: int | None) -> dict[str, str]:
+    """The table properties recording each lake column's source attribute number and, when known, the relation
+    those numbers belong to: what :func:`read_property` reads back, written as one pair."""
+    properties = {ATTNUMS_PROPERTY: orjson.dumps(attnums).decode()}
+    if relation is not None:
+        properties[RELATION_PROPERTY] = str(relation)
+    return properties
+
+
 def read_property(properties: dict[str, str], relation: int | None = None) -> dict[str, int]:
     """The source attribute number of each lake column, as the table's properties record them; none when they
     were recorded for another relation than ``relation`` (the source table was dropped and created again, or another

@@ -50,7 +50,13 @@ def widen_column(ident: str, name: str, ddl_type: str) -> str:
 
 
 def set_property(ident: str, key: str, value: str) -> str:
-    return f"ALTER TABLE {ident} SET TBLPROPERTIES ({s(key)} = {s(value)})"
+    return set_properties(ident, {key: value})
+
+
+def set_properties(ident: str, properties: dict[str, str]) -> str:
+    """Set several table properties in one statement, so that they change together (one commit of the table)."""
+    pairs = ", ".join(f"{s(key)} = {s(value)}" for key, value in properties.items())
+    return f"ALTER TABLE {ident} SET TBLPROPERTIES ({pairs})"
 
 
 def unset_property(ident: str, key: str) -> str:
